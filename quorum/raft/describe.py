@@ -1,0 +1,26 @@
+"""What DescribeQuorum reports: the leader's view of each replica's replication."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from quorum.raft.types import Epoch, NodeId, Offset
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaDescription:
+    """One replica as the leader sees it. Times are ms on the driver's clock; -1 = unknown."""
+
+    replica_id: NodeId
+    log_end_offset: Offset  # -1 when the leader has not heard from it
+    last_fetch_ms: int = -1
+    last_caught_up_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumDescription:
+    leader_id: NodeId
+    leader_epoch: Epoch
+    high_watermark: Offset
+    voters: tuple[ReplicaDescription, ...]
+    observers: tuple[ReplicaDescription, ...]
