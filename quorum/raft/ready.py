@@ -2,7 +2,8 @@
 
 Contract (the driver must follow it; the simulation and the node do):
  1. If `election` is set, persist it durably (quorum-state: temp, fsync, rename).
- 2. If `snapshot_chunks` is non-empty, write them to the snapshot being received;
+ 2. If `snapshot_chunks` is non-empty, write them to the snapshot being received
+    (a chunk at position 0 starts the transfer of that snapshot over);
     if `install_snapshot` is set, make that snapshot durable and visible, load it
     into the state machine, and reset the log so that it is empty and starts at
     `install_snapshot.offset`.

@@ -1,0 +1,548 @@
+"""A deterministic simulated cluster of `RaftCore`s: simulated clock, network and disks.
+
+Everything random comes from one seeded `random.Random`, so a run is a pure
+function of its seed and its schedule. The driver loop here follows the Ready
+contract exactly like the real node does (persist election, snapshot, truncate,
+append, fsync, then send and apply), and a crash can stop it half-way through a
+Ready, which loses whatever was not yet fsynced.
+
+`Cluster.check()` asserts the safety invariants after every event:
+single leader per epoch, monotonic epochs, log matching, monotonic high
+watermarks that are on a majority of voters, leader completeness, and that
+every committed entry is identical wherever it exists and never lost.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from quorum.raft.config import RaftConfig
+from quorum.raft.core import RaftCore
+from quorum.raft.errors import NotLeaderError
+from quorum.raft.log import RaftLog
+from quorum.raft.messages import Envelope
+from quorum.raft.ready import Ready
+from quorum.raft.roles import Role
+from quorum.raft.types import Batch, ElectionState, Offset, OffsetAndEpoch
+
+
+class InvariantViolation(AssertionError):
+    pass
+
+
+@dataclass
+class Disk:
+    """What survives a crash: written by completed (fsynced) steps only."""
+
+    election: ElectionState | None = None
+    batches: list[Batch] = field(default_factory=list)
+    log_start: Offset = 0
+    snapshots: dict[OffsetAndEpoch, bytes] = field(default_factory=dict)
+    receiving: dict[OffsetAndEpoch, bytearray] = field(default_factory=dict)
+
+    @property
+    def end_offset(self) -> Offset:
+        return self.batches[-1].end_offset if self.batches else self.log_start
+
+    def latest_snapshot(self) -> OffsetAndEpoch | None:
+        return max(self.snapshots, key=lambda s: s.offset) if self.snapshots else None
+
+    def truncate_to(self, offset: Offset) -> None:
+        self.batches = [b for b in self.batches if b.end_offset <= offset]
+
+    # SnapshotSource for the core
+    def exists(self, sid: OffsetAndEpoch) -> bool:
+        return sid in self.snapshots
+
+    def size(self, sid: OffsetAndEpoch) -> int:
+        return len(self.snapshots[sid])
+
+    def read(self, sid: OffsetAndEpoch, position: int, max_bytes: int) -> bytes:
+        return self.snapshots[sid][position : position + max_bytes]
+
+
+def encode_state(values: list[str]) -> bytes:
+    return json.dumps(values).encode()
+
+
+def decode_state(data: bytes) -> list[str]:
+    values = json.loads(data)
+    assert isinstance(values, list)
+    return [str(v) for v in values]
+
+
+@dataclass
+class StateMachine:
+    """The replicated state: the list of committed data record values, in order."""
+
+    values: list[str] = field(default_factory=list)
+    applied: Offset = 0
+
+    def apply(self, batch: Batch) -> None:
+        assert batch.base_offset == self.applied, (batch.base_offset, self.applied)
+        if not batch.is_control:
+            self.values.extend(r.decode() for r in batch.records)
+        self.applied = batch.end_offset
+
+    def load(self, sid: OffsetAndEpoch, data: bytes) -> None:
+        self.values = decode_state(data)
+        self.applied = sid.offset
+
+
+class Node:
+    def __init__(self, node_id: int, voters: list[int], config: RaftConfig, snapshot_every: int) -> None:
+        self.id = node_id
+        self.voters = voters
+        self.config = config
+        self.disk = Disk()
+        self.core: RaftCore | None = None
+        self.sm = StateMachine()
+        self.snapshot_every = snapshot_every
+        self._since_snapshot = 0
+        self.last_hw = 0
+
+    @property
+    def up(self) -> bool:
+        return self.core is not None
+
+    def start(self, now: int, rng: random.Random) -> None:
+        disk = self.disk
+        sid = disk.latest_snapshot()
+        self.sm = StateMachine()
+        start = disk.log_start
+        if sid is not None:
+            self.sm.load(sid, disk.snapshots[sid])
+            start = max(start, sid.offset)
+        log = RaftLog(disk.batches, start_offset=start, snapshot_id=sid)
+        self.core = RaftCore(
+            node_id=self.id,
+            voters=self.voters,
+            config=self.config,
+            rng=random.Random(rng.getrandbits(64)),
+            now_ms=now,
+            election=disk.election,
+            log=log,
+            snapshots=disk,
+        )
+        self.last_hw = self.core.high_watermark
+        self._since_snapshot = 0
+
+    def crash(self) -> None:
+        self.core = None
+        self.disk.receiving.clear()
+
+    def drain(self, crash_after_steps: int | None = None) -> list[Envelope]:
+        """Carry out Readies until none is left; returns the messages to send.
+
+        With `crash_after_steps`, the node dies after that many persistence steps
+        of its next Ready (0 = before any), losing every write not yet fsynced.
+        """
+        core = self.core
+        assert core is not None
+        out: list[Envelope] = []
+        while core.has_ready():
+            ready = core.ready()
+            if crash_after_steps is not None:
+                self._persist_partially(ready, crash_after_steps)
+                self.crash()
+                return []
+            self._persist(ready)
+            out.extend(ready.messages)
+            for batch in ready.committed:
+                self._apply(batch)
+            core.advance(ready)
+        return out
+
+    def _persist(self, ready: Ready) -> None:
+        disk = self.disk
+        if ready.election is not None:
+            disk.election = ready.election
+        for chunk in ready.snapshot_chunks:
+            if chunk.position == 0:
+                disk.receiving[chunk.snapshot_id] = bytearray()  # a transfer (re)starts
+            buf = disk.receiving.setdefault(chunk.snapshot_id, bytearray())
+            assert len(buf) == chunk.position, (len(buf), chunk.position)
+            buf.extend(chunk.data)
+        if ready.install_snapshot is not None:
+            sid = ready.install_snapshot
+            data = bytes(disk.receiving.pop(sid))
+            disk.snapshots[sid] = data
+            disk.batches = []
+            disk.log_start = sid.offset
+            self.sm.load(sid, data)
+            self._since_snapshot = 0
+        if ready.truncate_to is not None:
+            disk.truncate_to(ready.truncate_to)
+        for batch in ready.entries:
+            assert batch.base_offset == disk.end_offset, (self.id, batch.base_offset, disk.end_offset)
+            disk.batches.append(batch)
+        if ready.delete_before is not None:
+            disk.batches = [b for b in disk.batches if b.end_offset > ready.delete_before]
+            disk.log_start = ready.delete_before
+            # Keep the two newest snapshots so a transfer in progress can finish.
+            for old in sorted(disk.snapshots, key=lambda s: s.offset)[:-2]:
+                del disk.snapshots[old]
+
+    def _persist_partially(self, ready: Ready, steps: int) -> None:
+        """Crash during a Ready: election and truncation are durable writes of their
+        own; appended entries survive only up to an arbitrary prefix (no fsync)."""
+        disk = self.disk
+        if steps >= 1 and ready.election is not None:
+            disk.election = ready.election
+        if steps >= 2 and ready.truncate_to is not None and ready.install_snapshot is None:
+            disk.truncate_to(ready.truncate_to)
+            keep = min(len(ready.entries), steps - 2)
+            for batch in ready.entries[:keep]:
+                disk.batches.append(batch)
+
+    def _apply(self, batch: Batch) -> None:
+        core = self.core
+        assert core is not None
+        self.sm.apply(batch)
+        self._since_snapshot += len(batch.records)
+        if self.snapshot_every and self._since_snapshot >= self.snapshot_every:
+            sid = core.snapshot_id_at(self.sm.applied)
+            if sid not in self.disk.snapshots:
+                self.disk.snapshots[sid] = encode_state(self.sm.values)
+                core.snapshot_created(sid)
+            self._since_snapshot = 0
+
+
+@dataclass(order=True)
+class _InFlight:
+    deliver_at: int
+    seq: int
+    envelope: Envelope = field(compare=False)
+
+
+class Cluster:
+    """Voters 1..n plus observers n+1..n+m on a simulated network."""
+
+    def __init__(
+        self,
+        seed: int,
+        voters: int = 3,
+        observers: int = 0,
+        config: RaftConfig | None = None,
+        snapshot_every: int = 0,
+        max_delay_ms: int = 5,
+    ) -> None:
+        self.rng = random.Random(seed)
+        self.config = config or RaftConfig(
+            election_timeout_ms=1000,
+            fetch_timeout_ms=2000,
+            election_backoff_max_ms=1000,
+            request_timeout_ms=1000,
+            fetch_max_wait_ms=100,
+            snapshot_chunk_bytes=2048,
+            max_batch_records=8,
+        )
+        self.voter_ids = list(range(1, voters + 1))
+        self.observer_ids = list(range(voters + 1, voters + observers + 1))
+        self.nodes = {
+            i: Node(i, self.voter_ids, self.config, snapshot_every) for i in self.voter_ids + self.observer_ids
+        }
+        self.now = 0
+        self.max_delay_ms = max_delay_ms
+        self.loss = 0.0
+        self.duplicate = 0.0
+        self.blocked: set[tuple[int, int]] = set()  # (source, destination) pairs that drop
+        self._queue: list[_InFlight] = []
+        self._seq = 0
+        self.proposed = 0
+        self.events = 0
+        # History for the invariants.
+        self.leaders: dict[int, int] = {}  # epoch -> leader id
+        self.max_epoch: dict[int, int] = {}
+        self.committed: dict[Offset, tuple[int, bytes]] = {}  # offset -> (epoch, record)
+        self.committed_epoch: dict[Offset, int] = {}  # offset -> epoch of the leader that committed it
+        self.max_committed: Offset = 0
+        for node in self.nodes.values():
+            node.start(self.now, self.rng)
+        self._drain_all()
+
+    # ----------------------------------------------------------- topology
+
+    def partition(self, *groups: Iterable[int]) -> None:
+        """Only nodes in the same group can talk."""
+        sets = [set(g) for g in groups]
+        self.blocked = {
+            (a, b)
+            for a in self.nodes
+            for b in self.nodes
+            if a != b and not any(a in s and b in s for s in sets)
+        }
+
+    def block(self, source: int, destination: int) -> None:
+        self.blocked.add((source, destination))
+
+    def heal(self) -> None:
+        self.blocked.clear()
+
+    # ------------------------------------------------------------ faults
+
+    def crash(self, node_id: int) -> None:
+        self.nodes[node_id].crash()
+
+    def crash_mid_ready(self, node_id: int, steps: int) -> None:
+        node = self.nodes[node_id]
+        if node.up and node.core is not None and node.core.has_ready():
+            node.drain(crash_after_steps=steps)
+        else:
+            node.crash()
+
+    def restart(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        if not node.up:
+            node.start(self.now, self.rng)
+            self._send(node.drain())
+            self.check()
+
+    def shutdown(self, node_id: int) -> None:
+        """Graceful: resign if leading, let the resignation go out, then stop."""
+        node = self.nodes[node_id]
+        if node.core is None:
+            return
+        node.core.resign(self.now)
+        self._send(node.drain())
+        node.crash()
+
+    # ------------------------------------------------------------ running
+
+    def leader(self) -> Node | None:
+        """The live leader with the highest epoch."""
+        best: Node | None = None
+        for node in self.nodes.values():
+            if node.core is not None and node.core.role is Role.LEADER:
+                if best is None or best.core is None or node.core.epoch > best.core.epoch:
+                    best = node
+        return best
+
+    def propose(self, count: int = 1) -> bool:
+        node = self.leader()
+        if node is None or node.core is None:
+            return False
+        values = [f"v{self.proposed + i}".encode() for i in range(count)]
+        try:
+            node.core.propose(values, self.now)
+        except NotLeaderError:
+            return False
+        self.proposed += count
+        self._send(node.drain())
+        self.check()
+        return True
+
+    def run_for(self, ms: int, propose_every_ms: int = 0) -> None:
+        end = self.now + ms
+        next_propose = self.now + propose_every_ms if propose_every_ms else end + 1
+        while True:
+            t = min(self._next_event_time(), next_propose, end)
+            self.now = max(self.now, t)
+            if self.now >= next_propose:
+                self.propose(1)
+                next_propose = self.now + propose_every_ms
+            self._deliver_due()
+            self._tick_due()
+            if self.now >= end:
+                return
+
+    def run_until(self, predicate: object, limit_ms: int = 60_000) -> bool:
+        assert callable(predicate)
+        end = self.now + limit_ms
+        while self.now < end:
+            if predicate():
+                return True
+            self.run_for(min(10, end - self.now))
+        return bool(predicate())
+
+    def _next_event_time(self) -> int:
+        t = self._queue[0].deliver_at if self._queue else 1 << 62
+        for node in self.nodes.values():
+            if node.core is not None:
+                t = min(t, node.core.next_deadline())
+        return max(t, self.now)
+
+    def _deliver_due(self) -> None:
+        while self._queue and self._queue[0].deliver_at <= self.now:
+            env = heapq.heappop(self._queue).envelope
+            node = self.nodes.get(env.destination)
+            if node is None or node.core is None:
+                continue
+            node.core.handle(env, self.now)
+            self.events += 1
+            self._send(node.drain())
+            self.check()
+
+    def _tick_due(self) -> None:
+        for node in self.nodes.values():
+            if node.core is not None and node.core.next_deadline() <= self.now:
+                node.core.tick(self.now)
+                self.events += 1
+                self._send(node.drain())
+                self.check()
+
+    def _send(self, envelopes: list[Envelope]) -> None:
+        for env in envelopes:
+            if (env.source, env.destination) in self.blocked:
+                continue
+            if self.loss and self.rng.random() < self.loss:
+                continue
+            copies = 2 if self.duplicate and self.rng.random() < self.duplicate else 1
+            for _ in range(copies):
+                self._seq += 1
+                delay = self.rng.randint(1, self.max_delay_ms)
+                heapq.heappush(self._queue, _InFlight(self.now + delay, self._seq, env))
+
+    def _drain_all(self) -> None:
+        for node in self.nodes.values():
+            if node.core is not None:
+                self._send(node.drain())
+
+    # --------------------------------------------------------- invariants
+
+    def check(self) -> None:
+        majority = len(self.voter_ids) // 2 + 1
+        for node in self.nodes.values():
+            core = node.core
+            # Epochs never decrease (durable and in memory).
+            epochs = [node.disk.election.epoch if node.disk.election else 0]
+            if core is not None:
+                epochs.append(core.epoch)
+            for e in epochs:
+                if e < self.max_epoch.get(node.id, 0):
+                    raise InvariantViolation(f"node {node.id} epoch went back to {e}")
+                self.max_epoch[node.id] = max(self.max_epoch.get(node.id, 0), e)
+            # At most one leader per epoch (live leaders and durable claims).
+            claims = []
+            if core is not None and core.role is Role.LEADER:
+                claims.append(core.epoch)
+            if node.disk.election is not None and node.disk.election.leader_id == node.id:
+                claims.append(node.disk.election.epoch)
+            for epoch in claims:
+                prev = self.leaders.setdefault(epoch, node.id)
+                if prev != node.id:
+                    raise InvariantViolation(f"two leaders in epoch {epoch}: {prev} and {node.id}")
+            if core is None:
+                continue
+            # A node's high watermark never decreases while it runs.
+            if core.high_watermark < node.last_hw:
+                raise InvariantViolation(f"node {node.id} HW went back {node.last_hw} -> {core.high_watermark}")
+            node.last_hw = core.high_watermark
+        self._check_log_matching()
+        self._record_commits(majority)
+        self._check_committed()
+
+    def _entry(self, node: Node, offset: Offset) -> tuple[int, bytes] | None:
+        """(epoch, record) at `offset` in a live node's log, or None if outside it."""
+        core = node.core
+        assert core is not None
+        log = core.log
+        if offset < log.start_offset or offset >= log.end_offset:
+            return None
+        b = log.batches[log.index_of(offset)]
+        return b.epoch, b.records[offset - b.base_offset]
+
+    def _check_log_matching(self) -> None:
+        """Same (base offset, epoch) batch => same content and same predecessor everywhere."""
+        seen: dict[tuple[int, int], tuple[tuple[bytes, ...], tuple[int, int] | None]] = {}
+        for node in self.nodes.values():
+            for batches in self._logs_of(node):
+                prev: tuple[int, int] | None = None
+                for b in batches:
+                    key = (b.base_offset, b.epoch)
+                    val = (b.records, prev)
+                    other = seen.setdefault(key, val)
+                    if other[0] != val[0] or (other[1] is not None and val[1] is not None and other[1] != val[1]):
+                        raise InvariantViolation(f"log matching broken at {key} on node {node.id}")
+                    prev = key
+
+    def _logs_of(self, node: Node) -> list[list[Batch]]:
+        logs = [node.disk.batches]
+        if node.core is not None:
+            logs.append(list(node.core.log.batches))
+        return logs
+
+    def _record_commits(self, majority: int) -> None:
+        leader = self.leader()
+        if leader is None or leader.core is None:
+            return
+        core = leader.core
+        hw = core.high_watermark
+        if hw <= self.max_committed:
+            return
+        # The HW must be on a majority of voters' durable logs (or their snapshots).
+        holders = sum(1 for v in self.voter_ids if self._durably_holds(self.nodes[v], hw - 1, core))
+        if holders < majority:
+            raise InvariantViolation(f"HW {hw} of leader {leader.id} is on only {holders} voters")
+        for offset in range(self.max_committed, hw):
+            entry = self._entry(leader, offset)
+            if entry is None:
+                continue  # below the leader's snapshot: recorded when it was committed
+            if offset in self.committed and self.committed[offset] != entry:
+                raise InvariantViolation(f"committed offset {offset} changed")
+            self.committed[offset] = entry
+            self.committed_epoch.setdefault(offset, core.epoch)
+        self.max_committed = hw
+
+    def _durably_holds(self, node: Node, offset: Offset, leader: RaftCore) -> bool:
+        if offset < 0:
+            return True
+        sid = node.disk.latest_snapshot()
+        if sid is not None and sid.offset > offset:
+            return True
+        for b in node.disk.batches:
+            if b.base_offset <= offset < b.end_offset:
+                mine = (b.epoch, b.records[offset - b.base_offset])
+                log = leader.log
+                if log.start_offset <= offset < log.end_offset:
+                    lb = log.batches[log.index_of(offset)]
+                    return mine == (lb.epoch, lb.records[offset - lb.base_offset])
+                return True
+        return False
+
+    def _check_committed(self) -> None:
+        for node in self.nodes.values():
+            core = node.core
+            if core is None:
+                continue
+            # Everything below this node's HW matches the global committed record.
+            for offset in range(max(core.log.start_offset, core.high_watermark - 64), core.high_watermark):
+                entry = self._entry(node, offset)
+                want = self.committed.get(offset)
+                if entry is not None and want is not None and entry != want:
+                    raise InvariantViolation(f"node {node.id} has different committed data at {offset}")
+            # Leader completeness: a leader of a later epoch holds every committed entry.
+            if core.role is Role.LEADER and self.max_committed > 0:
+                last = self.max_committed - 1
+                if self.committed_epoch.get(last, 1 << 62) < core.epoch:
+                    if core.log.end_offset < self.max_committed:
+                        raise InvariantViolation(f"leader {node.id} (epoch {core.epoch}) lacks committed {last}")
+                    entry = self._entry(node, last)
+                    if entry is not None and entry != self.committed[last]:
+                        raise InvariantViolation(f"leader {node.id} has a different committed entry at {last}")
+        # Nothing committed is ever lost: every committed offset is durable on a majority.
+        if self.max_committed:
+            majority = len(self.voter_ids) // 2 + 1
+            last = self.max_committed - 1
+            holders = 0
+            for v in self.voter_ids:
+                node = self.nodes[v]
+                sid = node.disk.latest_snapshot()
+                if sid is not None and sid.offset > last:
+                    holders += 1
+                    continue
+                for b in node.disk.batches:
+                    if b.base_offset <= last < b.end_offset:
+                        if (b.epoch, b.records[last - b.base_offset]) == self.committed.get(last):
+                            holders += 1
+                        break
+            if holders < majority and last in self.committed:
+                raise InvariantViolation(f"committed offset {last} is durable on only {holders} voters")
+
+    def committed_values(self) -> list[str]:
+        """Data values below the highest committed offset, from the committed record."""
+        return [r.decode() for off, (_, r) in sorted(self.committed.items()) if r.startswith(b"v")]
