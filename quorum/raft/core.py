@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from quorum.raft.config import RaftConfig
 from quorum.raft.describe import QuorumDescription, ReplicaDescription
 from quorum.raft.errors import ErrorCode, FatalQuorumError, IllegalTransitionError, NotLeaderError
-from quorum.raft.leader_change import encode_leader_change
 from quorum.raft.log import RaftLog, Validity
 from quorum.raft.messages import (
     BeginQuorumEpochRequest,
@@ -66,6 +65,7 @@ from quorum.raft.types import (
     Offset,
     OffsetAndEpoch,
 )
+from quorum.storage.record_batch import encode_leader_change
 
 # Base of the binary exponential election backoff, ms (Kafka's RETRY_BACKOFF_BASE_MS).
 _BACKOFF_BASE_MS = 100

@@ -1,0 +1,1 @@
+"""What people touch: the ``pykraft`` command line and (planned) the REST admin API."""

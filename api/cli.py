@@ -1,0 +1,231 @@
+"""The ``pykraft`` command line.
+
+::
+
+    pykraft storage format --config F --cluster-id ID [--ignore-formatted]
+    pykraft storage random-uuid
+    pykraft controller --config F
+    pykraft broker --config F
+    pykraft cluster up --dir D [--controllers N] [--brokers N] [--base-port P]
+    pykraft cluster down --dir D
+    pykraft cluster status --dir D [--json]
+    pykraft quorum describe (--status | --replication) --bootstrap-controller HOST:PORT [--json]
+
+Errors print ``error: ...`` on stderr and exit with status 1; usage errors exit with 2.
+Commands that run nodes import their modules only when invoked, so the light commands
+(``storage ...``) never pay for, or depend on, the node runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from quorum.node.config import ConfigError, load_config
+from quorum.node.meta_properties import StorageError, format_storage, random_uuid
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class CommandError(Exception):
+    """A command failed in a way the user can fix; printed as ``error: <message>``."""
+
+
+def _version() -> str:
+    try:
+        return version("pykraft")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _call(module_name: str, function_name: str, *call_args: Any) -> int:
+    """Import ``module_name`` lazily and call ``function_name``; its return value (int or None) is the exit code."""
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Only a missing module of our own means "not there yet"; a missing dependency is a real error.
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise CommandError(f"this command is not available yet ({module_name} is not implemented)") from None
+        raise
+    func: Callable[..., Any] | None = getattr(module, function_name, None)
+    if func is None:
+        raise CommandError(f"this command is not available yet ({module_name}.{function_name} is not implemented)")
+    result = func(*call_args)
+    if result is None:
+        return EXIT_OK
+    if isinstance(result, bool):
+        return EXIT_OK if result else EXIT_ERROR
+    if isinstance(result, int):
+        return result
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- handlers
+
+
+def _storage_format(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    result = format_storage(config, args.cluster_id, ignore_formatted=args.ignore_formatted)
+    for directory in result.skipped:
+        print(f"Skipping already formatted log directory {directory}.")
+    for directory, meta in result.formatted:
+        print(f"Formatting {directory} with cluster.id {meta.cluster_id} for node.id {meta.node_id}.")
+    if not result.formatted:
+        print("All of the log directories are already formatted.")
+    return EXIT_OK
+
+
+def _storage_random_uuid(args: argparse.Namespace) -> int:
+    print(random_uuid())
+    return EXIT_OK
+
+
+def _controller(args: argparse.Namespace) -> int:
+    return _call("quorum.node.controller", "run_controller", args.config)
+
+
+def _broker(args: argparse.Namespace) -> int:
+    return _call("broker.node", "run_broker", args.config)
+
+
+def _cluster_up(args: argparse.Namespace) -> int:
+    return _call("quorum.node.cluster", "cluster_up", args)
+
+
+def _cluster_down(args: argparse.Namespace) -> int:
+    return _call("quorum.node.cluster", "cluster_down", args)
+
+
+def _cluster_status(args: argparse.Namespace) -> int:
+    return _call("quorum.node.cluster", "cluster_status", args)
+
+
+def _quorum_describe(args: argparse.Namespace) -> int:
+    return _call("quorum.node.quorum_cli", "describe", args)
+
+
+# ----------------------------------------------------------------------------- parser
+
+
+def _host_port(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected host:port, got {text!r}")
+    return text
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _non_negative(text)
+    if not 0 < value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} out of range (1-65535)")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pykraft",
+        description="pykraft: a KRaft-style Kafka cluster in Python.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    # storage
+    storage = commands.add_parser("storage", help="format log directories, make cluster ids (kafka-storage.sh)")
+    storage_cmds = storage.add_subparsers(dest="storage_command", metavar="SUBCOMMAND", required=True)
+    fmt = storage_cmds.add_parser("format", help="write meta.properties into every log directory of a node")
+    fmt.add_argument("-c", "--config", required=True, help="the node's .properties file")
+    fmt.add_argument("-t", "--cluster-id", required=True, help="the cluster id (pykraft storage random-uuid)")
+    fmt.add_argument(
+        "-g",
+        "--ignore-formatted",
+        action="store_true",
+        help="skip directories that are already formatted instead of failing",
+    )
+    fmt.set_defaults(handler=_storage_format)
+    ruuid = storage_cmds.add_parser("random-uuid", help="print a new random cluster id")
+    ruuid.set_defaults(handler=_storage_random_uuid)
+
+    # nodes
+    controller = commands.add_parser("controller", help="run one controller node in the foreground")
+    controller.add_argument("-c", "--config", required=True, help="the node's .properties file")
+    controller.set_defaults(handler=_controller)
+    broker = commands.add_parser("broker", help="run one broker node in the foreground")
+    broker.add_argument("-c", "--config", required=True, help="the node's .properties file")
+    broker.set_defaults(handler=_broker)
+
+    # cluster
+    cluster = commands.add_parser("cluster", help="a local cluster of background processes")
+    cluster_cmds = cluster.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND", required=True)
+    up = cluster_cmds.add_parser("up", help="format and start a local cluster, wait for a leader")
+    up.add_argument("--dir", required=True, help="directory for the cluster's configs, data and logs")
+    up.add_argument("--controllers", type=_non_negative, default=3, help="number of controllers (default 3)")
+    up.add_argument("--brokers", type=_non_negative, default=0, help="number of brokers (default 0)")
+    up.add_argument(
+        "--base-port",
+        type=_port,
+        default=None,
+        help="first port to use instead of the ports in deploy/local",
+    )
+    up.set_defaults(handler=_cluster_up)
+    down = cluster_cmds.add_parser("down", help="stop a local cluster started by `cluster up`")
+    down.add_argument("--dir", required=True)
+    down.set_defaults(handler=_cluster_down)
+    status = cluster_cmds.add_parser("status", help="show the processes and the quorum of a local cluster")
+    status.add_argument("--dir", required=True)
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(handler=_cluster_status)
+
+    # quorum
+    quorum = commands.add_parser("quorum", help="inspect the metadata quorum (kafka-metadata-quorum.sh)")
+    quorum_cmds = quorum.add_subparsers(dest="quorum_command", metavar="SUBCOMMAND", required=True)
+    describe = quorum_cmds.add_parser("describe", help="describe the quorum's status or replication")
+    what = describe.add_mutually_exclusive_group(required=True)
+    what.add_argument("--status", action="store_true", help="leader, epoch, high watermark, voters, observers")
+    what.add_argument("--replication", action="store_true", help="one row per voter and observer")
+    describe.add_argument(
+        "--bootstrap-controller",
+        required=True,
+        type=_host_port,
+        help="host:port of a controller listener",
+    )
+    describe.add_argument("--json", action="store_true", help="print JSON")
+    describe.add_argument("--human-readable", action="store_true", help="times as 'N ms ago'")
+    describe.set_defaults(handler=_quorum_describe)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except (ConfigError, StorageError, CommandError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

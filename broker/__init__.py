@@ -1,0 +1,1 @@
+"""The broker node (planned): metadata observer, partition replicas and logs, Kafka client APIs."""

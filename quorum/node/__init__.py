@@ -1,0 +1,1 @@
+"""A pykraft node process: its configuration, its storage directories, the controller."""

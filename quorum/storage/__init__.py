@@ -1,0 +1,63 @@
+"""Durable storage of the metadata quorum: record batches, the segment log, quorum-state, snapshots."""
+
+from quorum.storage.file_log import FileLog, LogRecovery, segment_file_name
+from quorum.storage.quorum_state import QUORUM_STATE_FILE, QuorumStateError, QuorumStateStore
+from quorum.storage.record_batch import (
+    BATCH_HEADER_SIZE,
+    MAX_BATCH_SIZE,
+    CorruptRecordError,
+    LeaderChange,
+    ScanResult,
+    SnapshotFooter,
+    SnapshotHeader,
+    decode_batches,
+    decode_leader_change,
+    decode_snapshot_footer,
+    decode_snapshot_header,
+    encode_batch,
+    encode_batches,
+    encode_leader_change,
+    encode_snapshot_footer,
+    encode_snapshot_header,
+    peek_batch_header,
+    scan_batches,
+)
+from quorum.storage.snapshots import (
+    SnapshotStore,
+    decode_snapshot,
+    decode_snapshot_with_header,
+    encode_snapshot,
+    snapshot_file_name,
+)
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "MAX_BATCH_SIZE",
+    "QUORUM_STATE_FILE",
+    "CorruptRecordError",
+    "FileLog",
+    "LeaderChange",
+    "LogRecovery",
+    "QuorumStateError",
+    "QuorumStateStore",
+    "ScanResult",
+    "SnapshotFooter",
+    "SnapshotHeader",
+    "SnapshotStore",
+    "decode_batches",
+    "decode_leader_change",
+    "decode_snapshot",
+    "decode_snapshot_footer",
+    "decode_snapshot_header",
+    "decode_snapshot_with_header",
+    "encode_batch",
+    "encode_batches",
+    "encode_leader_change",
+    "encode_snapshot",
+    "encode_snapshot_footer",
+    "encode_snapshot_header",
+    "peek_batch_header",
+    "scan_batches",
+    "segment_file_name",
+    "snapshot_file_name",
+]

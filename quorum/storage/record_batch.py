@@ -1,0 +1,599 @@
+"""Kafka magic-v2 record batches: the on-disk and on-wire form of `Batch`.
+
+Layout of one batch (all integers big-endian, sizes in bytes):
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 (=2)
+    | crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64
+    | maxTimestamp int64 | producerId int64 | producerEpoch int16 | baseSequence int32
+    | recordCount int32 | records...
+
+`batchLength` counts everything after itself (total size - 12). The CRC is CRC32C
+over `attributes` .. end of batch. Each record is
+
+    length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
+    | keyLength varint | key | valueLength varint | value | headersCount varint | headers
+
+where varints are zigzag-encoded (Kafka's signed varints). We never compress, never
+write headers, and write one timestamp per batch (every timestampDelta is 0).
+
+Mapping to `Batch`: baseOffset = base_offset, partitionLeaderEpoch = epoch,
+baseTimestamp = maxTimestamp = timestamp_ms, attributes bit 5 = control batch. A
+data record has a null key (-1); a control record's key is int16 version (0) +
+int16 type (`ControlType`) and its value is the control message (e.g. an encoded
+LeaderChangeMessage). Record values are the `Batch.records` bytes.
+
+Decoding is defensive: on any input it returns or raises `CorruptRecordError`.
+
+Also here: codecs for the three control messages the metadata log uses
+(LeaderChangeMessage, SnapshotHeaderRecord, SnapshotFooterRecord), all version 0 and
+"flexible" (compact arrays, tagged-field sections). They are hand-written rather
+than built on kio's entity reader because that reader aborts the whole process
+(Rust allocation failure) when a compact-array length is huge; we must survive
+any input.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from quorum.raft.types import Batch, ControlType
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "MAX_BATCH_SIZE",
+    "CorruptRecordError",
+    "LeaderChange",
+    "ScanResult",
+    "SnapshotFooter",
+    "SnapshotHeader",
+    "decode_batches",
+    "decode_leader_change",
+    "decode_snapshot_footer",
+    "decode_snapshot_header",
+    "encode_batch",
+    "encode_batches",
+    "encode_leader_change",
+    "encode_snapshot_footer",
+    "encode_snapshot_header",
+    "peek_batch_header",
+    "scan_batches",
+]
+
+
+class CorruptRecordError(ValueError):
+    """A complete record batch (or control message) is invalid.
+
+    `position` is the byte offset, in the buffer given to the decoder, of the
+    start of the offending batch (None for control-message decoders).
+    """
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        super().__init__(message if position is None else f"{message} (batch at byte {position})")
+        self.position = position
+
+
+# --------------------------------------------------------------------------- layout
+
+MAGIC = 2
+# Bytes before batchLength's coverage starts: baseOffset (8) + batchLength (4).
+LOG_OVERHEAD = 12
+# Full fixed header of a v2 batch, in bytes (61).
+BATCH_HEADER_SIZE = 61
+# Smallest legal batchLength (a header with no records): 61 - 12.
+_MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD
+# Largest batch (total bytes) we accept; a larger length field is treated as corruption.
+# Kafka's Raft client caps metadata batches at 8 MiB; this leaves ample headroom.
+MAX_BATCH_SIZE = 64 * 1024 * 1024
+# Byte offset of the CRC-covered region (attributes) from the batch start.
+_CRC_START = 21
+# Smallest encoded record: length, attributes, timestampDelta, offsetDelta,
+# keyLength, valueLength, headersCount: one byte each.
+_MIN_RECORD_SIZE = 7
+# Smallest record body (what the record's length field counts): all of the above but the length.
+_MIN_RECORD_BODY = 6
+
+_ATTR_COMPRESSION_MASK = 0x07
+_ATTR_CONTROL = 0x20
+
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc
+_HDR_A = struct.Struct(">qiibI")
+# attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch,
+# baseSequence, recordCount
+_HDR_B = struct.Struct(">hiqqqhii")
+_HDR_FULL = struct.Struct(">qiibIhiqqqhii")
+_PEEK = struct.Struct(">qiibIhi")
+_LOG_HEADER = struct.Struct(">qi")  # baseOffset, batchLength
+_CONTROL_KEY = struct.Struct(">hh")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_HI = struct.Struct(">hi")
+_HQ = struct.Struct(">hq")
+
+assert _HDR_A.size + _HDR_B.size == BATCH_HEADER_SIZE == _HDR_FULL.size
+
+_CONTROL_TYPES: dict[int, ControlType] = {int(t): t for t in ControlType}
+
+
+# --------------------------------------------------------------------------- varints
+
+
+def _uvarint_bytes(value: int) -> bytes:
+    """Unsigned LEB128 encoding of a non-negative int (at most 64 bits)."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _zigzag_bytes(value: int) -> bytes:
+    """Kafka signed varint/varlong: zigzag then LEB128 (value must fit in int64)."""
+    return _uvarint_bytes(((value << 1) ^ (value >> 63)) & 0xFFFF_FFFF_FFFF_FFFF)
+
+
+# _ZZ[n] is the zigzag varint of the non-negative int n, for n < _ZZ_LIMIT. Covers
+# every offset delta and record length of ordinary batches without computing anything.
+_ZZ_LIMIT = 1 << 14
+_ZZ: list[bytes] = [_uvarint_bytes(n << 1) for n in range(_ZZ_LIMIT)]
+
+
+def _zz(value: int) -> bytes:
+    return _ZZ[value] if 0 <= value < _ZZ_LIMIT else _zigzag_bytes(value)
+
+
+def _read_uvarint(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
+    """Read an unsigned LEB128 of at most `max_bytes` bytes; return (value, new pos).
+
+    Raises CorruptRecordError if the varint is longer; IndexError if the buffer ends
+    (callers turn that into CorruptRecordError).
+    """
+    result = 0
+    shift = 0
+    for _ in range(max_bytes):
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+    raise CorruptRecordError(f"varint longer than {max_bytes} bytes")
+
+
+# --------------------------------------------------------------------------- encode
+
+_DATA_KEY = b"\x01"  # keyLength = -1 (null key)
+_TS_ATTR = b"\x00\x00"  # record attributes = 0, timestampDelta = 0
+_NO_HEADERS = b"\x00"
+
+
+def encode_batch(batch: Batch) -> bytes:
+    """Encode one `Batch` as a magic-v2 record batch (uncompressed, no producer id).
+
+    Raises ValueError for an empty batch or a field outside its wire type's range
+    (base offset and timestamp int64, epoch int32).
+    """
+    try:
+        return _encode_batch(batch)
+    except struct.error as exc:
+        raise ValueError(f"batch field out of range: {exc}") from None
+
+
+def _encode_batch(batch: Batch) -> bytes:
+    records = batch.records
+    count = len(records)
+    if count == 0:
+        raise ValueError("a batch holds at least one record")
+    control_type = batch.control_type
+    if control_type is None:
+        key_part = _DATA_KEY
+        attributes = 0
+    else:
+        key = _CONTROL_KEY.pack(0, int(control_type))
+        key_part = _zz(len(key)) + key
+        attributes = _ATTR_CONTROL
+    # Per record: length, attrs+tsDelta, offsetDelta, key, valueLength, value, headers.
+    # Constant bytes per record besides offsetDelta/valueLength/value: 2 + key + 1.
+    fixed = len(_TS_ATTR) + len(key_part) + len(_NO_HEADERS)
+    ts = batch.timestamp_ms
+    parts: list[bytes] = [
+        _HDR_B.pack(attributes, count - 1, ts, ts, -1, -1, -1, count),
+    ]
+    append = parts.append
+    zz = _ZZ
+    limit = _ZZ_LIMIT
+    for i, value in enumerate(records):
+        n = len(value)
+        off = zz[i] if i < limit else _zz(i)
+        vlen = zz[n] if n < limit else _zz(n)
+        body = fixed + len(off) + len(vlen) + n
+        append(zz[body] if body < limit else _zz(body))
+        append(_TS_ATTR)
+        append(off)
+        append(key_part)
+        append(vlen)
+        append(value)
+        append(_NO_HEADERS)
+    body_bytes = b"".join(parts)
+    crc = crc32c(body_bytes)
+    # batchLength = partitionLeaderEpoch (4) + magic (1) + crc (4) + CRC-covered body.
+    return _HDR_A.pack(batch.base_offset, len(body_bytes) + 9, batch.epoch, MAGIC, crc) + body_bytes
+
+
+def encode_batches(batches: Iterable[Batch]) -> bytes:
+    """Concatenate the encodings of `batches` (the form of a log segment or Fetch records)."""
+    return b"".join([encode_batch(b) for b in batches])
+
+
+# --------------------------------------------------------------------------- decode
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """Outcome of scanning a buffer of consecutive batches from its start.
+
+    `batches[i]` starts at byte `positions[i]`. `consumed` is the number of bytes
+    of complete valid batches (the end of the last one). If `error` is set the
+    batch at byte `consumed` is corrupt; otherwise, if `consumed < len(buf)`, the
+    rest is an incomplete (torn) batch.
+    """
+
+    batches: list[Batch]
+    positions: list[int]
+    consumed: int
+    error: CorruptRecordError | None
+
+
+def peek_batch_header(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int, int, int] | None:
+    """Read (base_offset, total_size_bytes, epoch, last_offset_delta) of the batch at `pos`.
+
+    No validation beyond the length field's range; None if fewer than the 27 needed
+    header bytes are available or the length is out of range.
+    """
+    if pos < 0 or len(buf) - pos < _PEEK.size:
+        return None
+    base, length, epoch, _magic, _crc, _attrs, last_delta = _PEEK.unpack_from(buf, pos)
+    if length < _MIN_BATCH_LENGTH or length + LOG_OVERHEAD > MAX_BATCH_SIZE:
+        return None
+    return base, length + LOG_OVERHEAD, epoch, last_delta
+
+
+def _corrupt_at(message: str, pos: int) -> CorruptRecordError:
+    return CorruptRecordError(message, pos)
+
+
+def _skip_headers(data: bytes, p: int, rec_end: int) -> int:
+    """Skip a record's headers section at `p` (count, then key/value pairs); return new pos."""
+    raw, p = _read_uvarint(data, p, 5)
+    count = (raw >> 1) ^ -(raw & 1)
+    # Each header takes at least 2 bytes (two length varints).
+    if count < 0 or count > (rec_end - p) // 2:
+        raise CorruptRecordError("bad record header count")
+    for _ in range(count):
+        raw, p = _read_uvarint(data, p, 5)
+        klen = (raw >> 1) ^ -(raw & 1)
+        if klen < 0 or p + klen > rec_end:
+            raise CorruptRecordError("bad record header key length")
+        p += klen
+        raw, p = _read_uvarint(data, p, 5)
+        vlen = (raw >> 1) ^ -(raw & 1)
+        if vlen < -1 or p + vlen > rec_end:
+            raise CorruptRecordError("bad record header value length")
+        if vlen > 0:
+            p += vlen
+    return p
+
+
+def _decode_records(data: bytes, p: int, end: int, count: int, control: bool) -> tuple[list[bytes], int]:
+    """Decode `count` records occupying exactly data[p:end].
+
+    Returns (values, raw control type or -1). Raises CorruptRecordError or
+    IndexError (buffer exhausted) on malformed input.
+    """
+    values: list[bytes] = []
+    append = values.append
+    control_raw = -1
+    for i in range(count):
+        # length (zigzag varint); fast path for one-byte varints.
+        b = data[p]
+        if b < 0x80:
+            raw = b
+            p += 1
+        else:
+            raw, p = _read_uvarint(data, p, 5)
+        rlen = (raw >> 1) ^ -(raw & 1)
+        rec_end = p + rlen
+        if rlen < _MIN_RECORD_BODY or rec_end > end:
+            raise CorruptRecordError("bad record length")
+        # attributes (int8, unused in v2) at p; timestampDelta (varlong) ignored:
+        # a Batch carries one timestamp.
+        if data[p + 1] < 0x80:
+            p += 2
+        else:
+            _, p = _read_uvarint(data, p + 1, 10)
+        # offsetDelta must be the record's index (batches are contiguous).
+        b = data[p]
+        if b < 0x80:
+            raw = b
+            p += 1
+        else:
+            raw, p = _read_uvarint(data, p, 5)
+        if raw != i << 1:
+            raise CorruptRecordError("record offset delta out of sequence")
+        # key
+        b = data[p]
+        if b == 1:  # null key
+            if control:
+                raise CorruptRecordError("control record without key")
+            p += 1
+        else:
+            if b < 0x80:
+                raw = b
+                p += 1
+            else:
+                raw, p = _read_uvarint(data, p, 5)
+            klen = (raw >> 1) ^ -(raw & 1)
+            if klen < 0 or p + klen > rec_end:
+                raise CorruptRecordError("bad record key length")
+            if control:
+                if klen < _CONTROL_KEY.size:
+                    raise CorruptRecordError("control record key too short")
+                version, ctype = _CONTROL_KEY.unpack_from(data, p)
+                if version < 0:
+                    raise CorruptRecordError("bad control record key version")
+                if i == 0:
+                    control_raw = ctype
+                elif ctype != control_raw:
+                    raise CorruptRecordError("mixed control record types in one batch")
+            # A data record's key is ignored (metadata records have none).
+            p += klen
+        # value
+        b = data[p]
+        if b < 0x80:
+            raw = b
+            p += 1
+        else:
+            raw, p = _read_uvarint(data, p, 5)
+        vlen = (raw >> 1) ^ -(raw & 1)
+        vend = p + vlen
+        if vlen < 0 or vend > rec_end:
+            raise CorruptRecordError("bad record value length")
+        append(data[p:vend])
+        p = vend
+        # headers: almost always none.
+        if data[p] == 0:
+            p += 1
+        else:
+            p = _skip_headers(data, p, rec_end)
+        if p != rec_end:
+            raise CorruptRecordError("record length does not match its fields")
+    if p != end:
+        raise CorruptRecordError("batch length does not match its records")
+    return values, control_raw
+
+
+def scan_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True) -> ScanResult:
+    """Decode consecutive batches from the start of `buf` until the end, a torn tail or corruption.
+
+    Never raises (a corrupt batch is reported in `ScanResult.error`).
+    """
+    data = buf if type(buf) is bytes else bytes(buf)
+    size = len(data)
+    batches: list[Batch] = []
+    positions: list[int] = []
+    pos = 0
+    unpack_header = _HDR_FULL.unpack_from
+    while size - pos >= LOG_OVERHEAD:
+        _base, length = _LOG_HEADER.unpack_from(data, pos)
+        if length < _MIN_BATCH_LENGTH or length + LOG_OVERHEAD > MAX_BATCH_SIZE:
+            return ScanResult(batches, positions, pos, _corrupt_at(f"bad batch length {length}", pos))
+        end = pos + LOG_OVERHEAD + length
+        if end > size:
+            break  # torn tail: the batch is incomplete
+        (
+            base,
+            length,
+            epoch,
+            magic,
+            crc,
+            attributes,
+            last_delta,
+            timestamp,
+            _max_ts,
+            _pid,
+            _pepoch,
+            _seq,
+            count,
+        ) = unpack_header(data, pos)
+        if magic != MAGIC:
+            return ScanResult(batches, positions, pos, _corrupt_at(f"unsupported magic {magic}", pos))
+        if verify_crc and crc32c(memoryview(data)[pos + _CRC_START : end]) != crc:
+            return ScanResult(batches, positions, pos, _corrupt_at("CRC mismatch", pos))
+        if attributes & _ATTR_COMPRESSION_MASK:
+            return ScanResult(batches, positions, pos, _corrupt_at("compressed batches are not supported", pos))
+        if base < 0:
+            return ScanResult(batches, positions, pos, _corrupt_at(f"negative base offset {base}", pos))
+        body = pos + BATCH_HEADER_SIZE
+        if count < 1 or count > (end - body) // _MIN_RECORD_SIZE or last_delta != count - 1:
+            return ScanResult(
+                batches, positions, pos, _corrupt_at(f"bad record count {count} / last offset delta {last_delta}", pos)
+            )
+        control = bool(attributes & _ATTR_CONTROL)
+        try:
+            values, control_raw = _decode_records(data, body, end, count, control)
+        except CorruptRecordError as exc:
+            return ScanResult(batches, positions, pos, _corrupt_at(str(exc), pos))
+        except IndexError:
+            return ScanResult(batches, positions, pos, _corrupt_at("record runs past the buffer", pos))
+        control_type: ControlType | None = None
+        if control:
+            control_type = _CONTROL_TYPES.get(control_raw)
+            if control_type is None:
+                return ScanResult(
+                    batches, positions, pos, _corrupt_at(f"unsupported control record type {control_raw}", pos)
+                )
+        batches.append(Batch(base, epoch, tuple(values), timestamp, control_type))
+        positions.append(pos)
+        pos = end
+    return ScanResult(batches, positions, pos, None)
+
+
+def decode_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True) -> tuple[list[Batch], int]:
+    """Decode consecutive batches from the start of `buf`; return (batches, bytes consumed).
+
+    Stops without error at an incomplete trailing batch (consumed < len(buf)).
+    Raises CorruptRecordError (with `.position`) if a complete batch is invalid.
+    """
+    result = scan_batches(buf, verify_crc=verify_crc)
+    if result.error is not None:
+        raise result.error
+    return result.batches, result.consumed
+
+
+# --------------------------------------------------------------------------- control messages
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderChange:
+    """Kafka's LeaderChangeMessage: the first record a new leader writes in its epoch."""
+
+    leader_id: int
+    voters: tuple[int, ...]
+    granting_voters: tuple[int, ...]
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotHeader:
+    """Kafka's SnapshotHeaderRecord; `last_contained_timestamp_ms` is the append time (ms)
+    of the last log record contained in the snapshot."""
+
+    last_contained_timestamp_ms: int
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotFooter:
+    """Kafka's SnapshotFooterRecord (no fields besides its version)."""
+
+    version: int = 0
+
+
+_NO_TAGS = b"\x00"  # empty tagged-field section
+
+
+def _uvarint_for_array(n: int) -> bytes:
+    # Compact arrays store length + 1 (0 means null).
+    return _uvarint_bytes(n + 1)
+
+
+def encode_leader_change(leader_id: int, voters: Sequence[int], granting_voters: Sequence[int]) -> bytes:
+    """LeaderChangeMessage v0: Version int16, LeaderId int32, Voters and GrantingVoters as
+    compact arrays of {VoterId int32, tagged fields}, then tagged fields."""
+    parts = [_HI.pack(0, leader_id)]
+    for group in (voters, granting_voters):
+        parts.append(_uvarint_for_array(len(group)))
+        for voter in group:
+            parts.append(_I32.pack(voter))
+            parts.append(_NO_TAGS)
+    parts.append(_NO_TAGS)
+    return b"".join(parts)
+
+
+def _skip_tagged_fields(data: bytes, p: int) -> int:
+    count, p = _read_uvarint(data, p, 5)
+    # Each tagged field takes at least 2 bytes (tag, size).
+    if count > (len(data) - p) // 2:
+        raise CorruptRecordError("bad tagged field count")
+    for _ in range(count):
+        _tag, p = _read_uvarint(data, p, 5)
+        length, p = _read_uvarint(data, p, 5)
+        if p + length > len(data):
+            raise CorruptRecordError("tagged field runs past the message")
+        p += length
+    return p
+
+
+def _read_voters(data: bytes, p: int, version: int) -> tuple[tuple[int, ...], int]:
+    raw, p = _read_uvarint(data, p, 5)
+    if raw == 0:
+        raise CorruptRecordError("null voter array")
+    n = raw - 1
+    # v0 element: VoterId (4) + tags (>= 1); v1 adds VoterDirectoryId (16).
+    element_min = 5 if version == 0 else 21
+    if n > (len(data) - p) // element_min:
+        raise CorruptRecordError("voter array longer than the message")
+    voters: list[int] = []
+    for _ in range(n):
+        (voter,) = _I32.unpack_from(data, p)
+        p += 4 if version == 0 else 20
+        p = _skip_tagged_fields(data, p)
+        voters.append(voter)
+    return tuple(voters), p
+
+
+def _check_control_input(data: bytes | bytearray | memoryview) -> bytes:
+    return data if type(data) is bytes else bytes(data)
+
+
+def decode_leader_change(data: bytes | bytearray | memoryview) -> LeaderChange:
+    """Decode a LeaderChangeMessage (v0, or v1 whose voter directory ids are dropped).
+
+    Raises CorruptRecordError on any malformed input.
+    """
+    buf = _check_control_input(data)
+    try:
+        version, leader_id = _HI.unpack_from(buf, 0)
+        if version not in (0, 1):
+            raise CorruptRecordError(f"unsupported LeaderChangeMessage version {version}")
+        voters, p = _read_voters(buf, 6, version)
+        granting, p = _read_voters(buf, p, version)
+        p = _skip_tagged_fields(buf, p)
+    except (IndexError, struct.error) as exc:
+        raise CorruptRecordError(f"truncated LeaderChangeMessage: {exc}") from None
+    if p != len(buf):
+        raise CorruptRecordError("trailing bytes after LeaderChangeMessage")
+    return LeaderChange(leader_id, voters, granting, version)
+
+
+def encode_snapshot_header(last_contained_timestamp_ms: int) -> bytes:
+    """SnapshotHeaderRecord v0: Version int16, LastContainedLogTimestamp int64, tagged fields."""
+    return _HQ.pack(0, last_contained_timestamp_ms) + _NO_TAGS
+
+
+def decode_snapshot_header(data: bytes | bytearray | memoryview) -> SnapshotHeader:
+    buf = _check_control_input(data)
+    try:
+        version, timestamp = _HQ.unpack_from(buf, 0)
+        p = _skip_tagged_fields(buf, _HQ.size)
+    except (IndexError, struct.error) as exc:
+        raise CorruptRecordError(f"truncated SnapshotHeaderRecord: {exc}") from None
+    if version != 0:
+        raise CorruptRecordError(f"unsupported SnapshotHeaderRecord version {version}")
+    if p != len(buf):
+        raise CorruptRecordError("trailing bytes after SnapshotHeaderRecord")
+    return SnapshotHeader(timestamp, version)
+
+
+def encode_snapshot_footer() -> bytes:
+    """SnapshotFooterRecord v0: Version int16, tagged fields."""
+    return _I16.pack(0) + _NO_TAGS
+
+
+def decode_snapshot_footer(data: bytes | bytearray | memoryview) -> SnapshotFooter:
+    buf = _check_control_input(data)
+    try:
+        (version,) = _I16.unpack_from(buf, 0)
+        p = _skip_tagged_fields(buf, _I16.size)
+    except (IndexError, struct.error) as exc:
+        raise CorruptRecordError(f"truncated SnapshotFooterRecord: {exc}") from None
+    if version != 0:
+        raise CorruptRecordError(f"unsupported SnapshotFooterRecord version {version}")
+    if p != len(buf):
+        raise CorruptRecordError("trailing bytes after SnapshotFooterRecord")
+    return SnapshotFooter(version)
