@@ -88,7 +88,7 @@ def _storage_random_uuid(args: argparse.Namespace) -> int:
 
 
 def _controller(args: argparse.Namespace) -> int:
-    return _call("quorum.node.controller", "run_controller", args.config)
+    return _call("quorum.node.controller", "main", args)
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -165,6 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
     # nodes
     controller = commands.add_parser("controller", help="run one controller node in the foreground")
     controller.add_argument("-c", "--config", required=True, help="the node's .properties file")
+    controller.add_argument("--events-file", help="append role changes and first commits as JSON lines here")
+    load = controller.add_argument_group(
+        "synthetic load", "measure the quorum: while leader, append records (Kafka's TestRaftServer)"
+    )
+    load.add_argument("--synthetic-load-size", type=_non_negative, default=0, metavar="BYTES", help="record size")
+    load.add_argument(
+        "--synthetic-load-rate", type=_non_negative, default=0, metavar="N", help="records/s; 0 = saturation"
+    )
+    load.add_argument("--synthetic-load-duration", type=float, default=10.0, metavar="S", help="measured seconds")
+    load.add_argument("--synthetic-load-warmup", type=float, default=2.0, metavar="S", help="warm-up seconds")
+    load.add_argument("--synthetic-load-report", metavar="FILE", help="write the JSON report here")
     controller.set_defaults(handler=_controller)
     broker = commands.add_parser("broker", help="run one broker node in the foreground")
     broker.add_argument("-c", "--config", required=True, help="the node's .properties file")

@@ -553,8 +553,10 @@ class RaftCore:
         if req.candidate_id not in self.voters or not self.is_voter:
             self._reply_vote(env, ErrorCode.INCONSISTENT_VOTER_SET, False, req.pre_vote)
             return
-        if req.last_offset < 0 or req.last_offset_epoch < 0 or (
-            not req.pre_vote and req.last_offset_epoch >= req.candidate_epoch
+        if (
+            req.last_offset < 0
+            or req.last_offset_epoch < 0
+            or (not req.pre_vote and req.last_offset_epoch >= req.candidate_epoch)
         ):
             self._reply_vote(env, ErrorCode.INVALID_REQUEST, False, req.pre_vote)
             return

@@ -8,6 +8,7 @@ from enum import IntEnum
 class ErrorCode(IntEnum):
     """Kafka protocol error codes (values from Kafka's Errors enum)."""
 
+    UNKNOWN_SERVER_ERROR = -1
     NONE = 0
     OFFSET_OUT_OF_RANGE = 1
     CORRUPT_MESSAGE = 2
@@ -24,8 +25,8 @@ class ErrorCode(IntEnum):
     UNKNOWN_LEADER_EPOCH = 75
     SNAPSHOT_NOT_FOUND = 98
     POSITION_OUT_OF_RANGE = 99
-    INCONSISTENT_VOTER_SET = 101
-    INVALID_UPDATE_VERSION = 102
+    INCONSISTENT_VOTER_SET = 94
+    INVALID_UPDATE_VERSION = 95
     INCONSISTENT_CLUSTER_ID = 104
     INVALID_RECORD_STATE = 121
 

@@ -21,7 +21,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import MISSING, Field, fields, is_dataclass
 from datetime import timedelta
-from functools import cache
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
@@ -191,7 +190,7 @@ def _legacy_string(nullable: bool) -> Reader:
     return read
 
 
-def _primitive_reader(kafka_type: str, flexible: bool, optional: bool) -> Reader:  # noqa: C901 (a dispatch table)
+def _primitive_reader(kafka_type: str, flexible: bool, optional: bool) -> Reader:
     match kafka_type:
         case "int8":
             return _read_i8
@@ -288,12 +287,21 @@ def _field_reader(field: Field[Any], flexible: bool, is_request_header: bool, is
     raise NotImplementedError(f"unsupported field {field.name}")  # pragma: no cover
 
 
-@cache
+_READERS: dict[type[Any], Reader] = {}
+
+
 def entity_reader(entity_type: type[Any]) -> Reader:
     """A reader for one kio entity class (request, response, header or nested)."""
+    reader = _READERS.get(entity_type)
+    if reader is None:
+        reader = _READERS[entity_type] = _build_entity_reader(entity_type)
+    return reader
+
+
+def _build_entity_reader(entity_type: type[Any]) -> Reader:
+    flexible = bool(entity_type.__flexible__)
     if not is_dataclass(entity_type):
         raise TypeError(f"{entity_type!r} is not a kio entity")
-    flexible: bool = entity_type.__flexible__
     is_request_header = entity_type.__name__ == "RequestHeader"
     regular: list[tuple[str, Reader]] = []
     tagged: dict[int, tuple[str, Reader]] = {}

@@ -135,7 +135,7 @@ def _fake_module(name: str, calls: list[tuple[str, Any]], **results: int | None)
 def test_node_commands_call_lazily_imported_modules(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, Any]] = []
     fake_cluster = _fake_module("quorum.node.cluster", calls, cluster_up=0, cluster_down=3, cluster_status=None)
-    fake_controller = _fake_module("quorum.node.controller", calls, run_controller=0)
+    fake_controller = _fake_module("quorum.node.controller", calls, main=0)
     fake_quorum = _fake_module("quorum.node.quorum_cli", calls, describe=0)
     monkeypatch.setitem(sys.modules, "quorum.node.cluster", fake_cluster)
     monkeypatch.setitem(sys.modules, "quorum.node.controller", fake_controller)
@@ -150,11 +150,11 @@ def test_node_commands_call_lazily_imported_modules(monkeypatch: pytest.MonkeyPa
     assert cli.main(["quorum", "describe", "--replication", "--bootstrap-controller", "127.0.0.1:19091", "--json"]) == 0
 
     kinds = [k for k, _ in calls]
-    assert kinds == ["cluster_up", "cluster_down", "cluster_status", "run_controller", "describe"]
+    assert kinds == ["cluster_up", "cluster_down", "cluster_status", "main", "describe"]
     up = calls[0][1]
     assert (up.dir, up.controllers, up.brokers, up.base_port) == ("D", 3, 0, 20000)
     assert calls[2][1].json is True
-    assert calls[3][1] == "c.properties"
+    assert calls[3][1].config == "c.properties"
     describe = calls[4][1]
     assert describe.replication and not describe.status
     assert describe.bootstrap_controller == "127.0.0.1:19091"

@@ -1,0 +1,560 @@
+"""`RaftNode`: runs a `RaftCore` over the real log, the quorum-state file and TCP.
+
+One asyncio task owns the core. Each turn it hands the core every message and
+proposal that arrived, ticks it, and then carries out each `Ready` in the order
+its contract demands: quorum-state (atomic rename), snapshot bytes, truncation,
+appends, one fsync for all of them, and only then sends, applies committed
+batches and resolves proposals. Blocking file IO happens on the loop thread on
+purpose: while an fsync runs, new requests queue up and become the next group
+commit (one batch, one fsync for many proposals).
+
+Controllers serve the Raft RPCs on their controller listener; observers (brokers)
+use the same class without a listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from quorum.node.config import HostPort, NodeConfig
+from quorum.node.state_machine import StateMachine
+from quorum.raft.config import RaftConfig
+from quorum.raft.core import RaftCore
+from quorum.raft.describe import QuorumDescription, ReplicaDescription
+from quorum.raft.errors import ErrorCode, NotLeaderError
+from quorum.raft.log import RaftLog
+from quorum.raft.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    Envelope,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    Response,
+    VoteRequest,
+    VoteResponse,
+)
+from quorum.raft.ready import Ready
+from quorum.raft.roles import LeaderState, Role
+from quorum.raft.types import Batch, Epoch, NodeId, Offset, OffsetAndEpoch
+from quorum.storage.file_log import FileLog
+from quorum.storage.quorum_state import QuorumStateStore
+from quorum.storage.snapshots import SnapshotStore, decode_snapshot, encode_snapshot
+from quorum.wire import codec
+from quorum.wire.transport import CloseConnection, PeerClient, PeerUnavailable, close_server, serve
+
+log = logging.getLogger(__name__)
+
+ResponseTypes = (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse, FetchResponse, FetchSnapshotResponse)
+RequestTypes = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest, FetchSnapshotRequest)
+
+METADATA_PARTITION_DIR = "__cluster_metadata-0"
+
+
+def raft_config_of(config: NodeConfig) -> RaftConfig:
+    return RaftConfig(
+        election_timeout_ms=config.controller_quorum_election_timeout_ms,
+        fetch_timeout_ms=config.controller_quorum_fetch_timeout_ms,
+        election_backoff_max_ms=config.controller_quorum_election_backoff_max_ms,
+        request_timeout_ms=config.controller_quorum_request_timeout_ms,
+        retry_backoff_ms=config.controller_quorum_retry_backoff_ms,
+        # Long polls must end well before a follower would give up on the leader.
+        fetch_max_wait_ms=min(500, config.controller_quorum_fetch_timeout_ms // 2),
+    )
+
+
+class _SnapshotSource:
+    """The core's read-only view of the snapshot store."""
+
+    def __init__(self, store: SnapshotStore) -> None:
+        self._store = store
+
+    def exists(self, snapshot_id: OffsetAndEpoch) -> bool:
+        return self._store.contains(snapshot_id)
+
+    def size(self, snapshot_id: OffsetAndEpoch) -> int:
+        return self._store.size(snapshot_id)
+
+    def read(self, snapshot_id: OffsetAndEpoch, position: int, max_bytes: int) -> bytes:
+        return self._store.read(snapshot_id, position, max_bytes)
+
+
+@dataclass(slots=True)
+class _Waiter:
+    last_offset: Offset
+    epoch: Epoch
+    future: asyncio.Future[Offset]
+
+
+class RaftNode:
+    def __init__(
+        self,
+        config: NodeConfig,
+        *,
+        cluster_id: str,
+        state_machine: StateMachine,
+        serve_raft: bool | None = None,
+        on_commit: Callable[[Sequence[Batch]], None] | None = None,
+        on_role_change: Callable[[Role, Epoch], None] | None = None,
+        on_first_commit: Callable[[Epoch], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.node_id: NodeId = config.node_id
+        self.cluster_id = cluster_id
+        self.state_machine = state_machine
+        self.voters: dict[NodeId, HostPort] = dict(config.controller_quorum_voters)
+        self._endpoints = {nid: (hp.host, hp.port) for nid, hp in self.voters.items()}
+        self._serve_raft = config.is_controller if serve_raft is None else serve_raft
+        self._on_commit = on_commit
+        self._on_role_change = on_role_change
+        self._on_first_commit = on_first_commit
+        self._first_commit_epoch = -1
+        self.directory = Path(config.metadata_log_dir or config.log_dirs[0]) / METADATA_PARTITION_DIR
+        self.raft_config = raft_config_of(config)
+        self._snapshot_bytes = config.metadata_log_max_record_bytes_between_snapshots
+        self._snapshot_interval_ms = config.metadata_log_max_snapshot_interval_ms
+
+        self.core: RaftCore | None = None
+        self._log: FileLog | None = None
+        self._qstate = QuorumStateStore(self.directory / "quorum-state", voters=sorted(self.voters))
+        self._snapshots: SnapshotStore | None = None
+        self._server: asyncio.Server | None = None
+        self._peers: dict[tuple[NodeId, str], PeerClient] = {}
+        self._inbox: deque[Envelope] = deque()
+        self._proposals: deque[tuple[list[bytes], asyncio.Future[Offset]]] = deque()
+        self._waiters: deque[_Waiter] = deque()
+        self._inbound: dict[int, asyncio.Future[Response]] = {}
+        self._next_inbound_id = -1  # inbound requests get negative ids; the core's own are positive
+        self._wake = asyncio.Event()
+        self._epoch_changed = asyncio.Event()  # set whenever the core's epoch or role changes
+        self._task: asyncio.Task[None] | None = None
+        self._send_tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self._correlation = 0
+        self._last_role: tuple[Role, Epoch] | None = None
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = 0
+        self.fatal_error: BaseException | None = None
+        self.failed = asyncio.Event()  # set when the loop stopped on an error
+        self.stopped = asyncio.Event()
+
+    # ------------------------------------------------------------ lifecycle
+
+    @staticmethod
+    def now_ms() -> int:
+        return time.monotonic_ns() // 1_000_000
+
+    async def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._snapshots = SnapshotStore(self.directory)
+        self._log = FileLog.open(self.directory, segment_bytes=self.config.metadata_log_segment_bytes)
+        recovery = getattr(self._log, "recovery", None)
+        if recovery is not None:
+            log.warning("metadata log recovered: %s", recovery)
+        snapshot_id = self._snapshots.latest()
+        start = self._log.start_offset
+        if snapshot_id is not None and snapshot_id.offset > self._log.end_offset:
+            # Crashed while installing a received snapshot: the log restarts after it.
+            self._log.reset(snapshot_id.offset)
+            start = snapshot_id.offset
+        if snapshot_id is not None:
+            records = decode_snapshot(self._snapshots.read_all(snapshot_id))
+            self.state_machine.load_snapshot(snapshot_id.offset, records)
+            start = max(start, snapshot_id.offset)
+        elif start > 0:
+            raise RuntimeError(f"{self.directory}: log starts at {start} but there is no snapshot")
+        raft_log = RaftLog(self._log.batches, start_offset=start, snapshot_id=snapshot_id)
+        now = self.now_ms()
+        self._last_snapshot_ms = now
+        self.core = RaftCore(
+            node_id=self.node_id,
+            voters=sorted(self.voters),
+            config=self.raft_config,
+            rng=random.Random(),  # noqa: S311 - election jitter, not security
+            now_ms=now,
+            election=self._qstate.read(),
+            log=raft_log,
+            snapshots=_SnapshotSource(self._snapshots),
+        )
+        log.info(
+            "node %d: log [%d, %d), snapshot %s, epoch %d, %s",
+            self.node_id,
+            raft_log.start_offset,
+            raft_log.end_offset,
+            snapshot_id,
+            self.core.epoch,
+            self.core.role.value,
+        )
+        if self._serve_raft:
+            listener = self.config.controller_listeners[0]
+            self._server = await serve(listener.host or "0.0.0.0", listener.port, self._handle_frame)  # noqa: S104
+        self._task = asyncio.create_task(self._run(), name=f"raft-{self.node_id}")
+
+    async def stop(self, *, graceful: bool = True, resign_wait_s: float = 0.5) -> None:
+        """Stop the node. Gracefully, a leader first resigns and tells the voters
+        (EndQuorumEpoch) so that a successor is elected at once."""
+        core = self.core
+        if graceful and core is not None and self._task is not None and not self._task.done():
+            if core.is_leader:
+                core.resign(self.now_ms())
+                self._wake.set()
+                epoch = core.epoch
+                deadline = time.monotonic() + resign_wait_s
+                # Serve until the successor's election reaches us (our epoch moves on),
+                # so that its pre-vote and vote can count ours; or until time is up.
+                while time.monotonic() < deadline and core.epoch == epoch and not self._task.done():
+                    self._epoch_changed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._epoch_changed.wait(), deadline - time.monotonic())
+        self._closing = True
+        self._wake.set()
+        if self._server is not None:
+            await close_server(self._server)
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, 2)
+            except (TimeoutError, asyncio.CancelledError):
+                self._task.cancel()
+        for task in list(self._send_tasks):
+            task.cancel()
+        for peer in self._peers.values():
+            await peer.close()
+        self._fail_waiters(NotLeaderError(-1, core.epoch if core else 0))
+        for fut in self._inbound.values():
+            if not fut.done():
+                fut.cancel()
+        if self._log is not None:
+            self._log.close()
+        self.stopped.set()
+
+    # ------------------------------------------------------------- writing
+
+    def submit(self, records: Sequence[bytes]) -> asyncio.Future[Offset]:
+        """Propose records; the future gives the offset of the last one once it is
+        committed, or fails with NotLeaderError (the write may or may not commit)."""
+        fut: asyncio.Future[Offset] = asyncio.get_running_loop().create_future()
+        core = self.core
+        if core is None or not core.is_leader:
+            fut.set_exception(NotLeaderError(core.leader_id if core else -1, core.epoch if core else 0))
+            return fut
+        self._proposals.append((list(records), fut))
+        self._wake.set()
+        return fut
+
+    async def append(self, records: Sequence[bytes]) -> Offset:
+        return await self.submit(records)
+
+    # -------------------------------------------------------------- queries
+
+    @property
+    def role(self) -> Role:
+        assert self.core is not None
+        return self.core.role
+
+    @property
+    def high_watermark(self) -> Offset:
+        assert self.core is not None
+        return self.core.high_watermark
+
+    def describe(self) -> QuorumDescription:
+        """DescribeQuorum with timestamps converted to wall-clock epoch ms."""
+        assert self.core is not None
+        d = self.core.describe()
+        shift = int(time.time() * 1000) - self.now_ms()
+
+        def wall(rows: tuple[ReplicaDescription, ...]) -> tuple[ReplicaDescription, ...]:
+            return tuple(
+                ReplicaDescription(
+                    r.replica_id,
+                    r.log_end_offset,
+                    r.last_fetch_ms + shift if r.last_fetch_ms >= 0 else -1,
+                    r.last_caught_up_ms + shift if r.last_caught_up_ms >= 0 else -1,
+                )
+                for r in rows
+            )
+
+        return QuorumDescription(d.leader_id, d.leader_epoch, d.high_watermark, wall(d.voters), wall(d.observers))
+
+    # ------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        core = self.core
+        assert core is not None
+        try:
+            self._step()
+            while not self._closing:
+                if not self._inbox and not self._proposals:
+                    delay = max(0, core.next_deadline() - self.now_ms()) / 1000
+                    self._wake.clear()
+                    timer = loop.call_later(delay, self._wake.set)
+                    await self._wake.wait()
+                    timer.cancel()
+                else:
+                    await asyncio.sleep(0)  # let the network deliver what is ready
+                self._step()
+        except Exception as exc:  # a safety check failed: stop rather than go on wrongly
+            log.exception("node %d: raft loop failed", self.node_id)
+            self.fatal_error = exc
+            self._closing = True
+            self.failed.set()
+
+    def _step(self) -> None:
+        core = self.core
+        assert core is not None
+        now = self.now_ms()
+        while self._inbox:
+            core.handle(self._inbox.popleft(), now)
+        if self._proposals:
+            self._propose(core, now)
+        core.tick(now)
+        while core.has_ready():
+            ready = core.ready()
+            self._persist(ready)
+            self._dispatch(ready.messages)
+            if ready.committed:
+                self._apply(ready.committed)
+            if ready.delete_before is not None:
+                self._delete_before(ready.delete_before)
+            core.advance(ready)
+            if ready.high_watermark is not None or self._waiters:
+                self._resolve_waiters(core)
+        self._note_role(core)
+        state = core.state
+        if isinstance(state, LeaderState) and state.hw_known and self._first_commit_epoch != core.epoch:
+            # The leader's first record of its epoch is committed: it can serve writes.
+            self._first_commit_epoch = core.epoch
+            if self._on_first_commit is not None:
+                self._on_first_commit(core.epoch)
+
+    def _propose(self, core: RaftCore, now: int) -> None:
+        if not core.is_leader:
+            while self._proposals:
+                _, fut = self._proposals.popleft()
+                if not fut.done():
+                    fut.set_exception(NotLeaderError(core.leader_id, core.epoch))
+            return
+        records: list[bytes] = []
+        futures: list[tuple[int, asyncio.Future[Offset]]] = []
+        while self._proposals:
+            recs, fut = self._proposals.popleft()
+            records.extend(recs)
+            futures.append((len(records), fut))
+        first = core.propose(records, now)
+        for count, fut in futures:
+            self._waiters.append(_Waiter(first + count - 1, core.epoch, fut))
+
+    def _resolve_waiters(self, core: RaftCore) -> None:
+        hw = core.high_watermark
+        waiters = self._waiters
+        while waiters and waiters[0].last_offset < hw:
+            w = waiters.popleft()
+            if not w.future.done():
+                w.future.set_result(w.last_offset)
+        if waiters and (not core.is_leader or core.epoch != waiters[0].epoch):
+            self._fail_waiters(NotLeaderError(core.leader_id, core.epoch))
+
+    def _fail_waiters(self, error: Exception) -> None:
+        while self._waiters:
+            w = self._waiters.popleft()
+            if not w.future.done():
+                w.future.set_exception(error)
+        while self._proposals:
+            _, fut = self._proposals.popleft()
+            if not fut.done():
+                fut.set_exception(error)
+
+    def _note_role(self, core: RaftCore) -> None:
+        current = (core.role, core.epoch)
+        if current != self._last_role:
+            self._epoch_changed.set()
+            if self._last_role is None or self._last_role[0] is not core.role:
+                log.info(
+                    "node %d: %s in epoch %d (leader %d)", self.node_id, core.role.value, core.epoch, core.leader_id
+                )
+            self._last_role = current
+            if self._waiters and not core.is_leader:
+                self._fail_waiters(NotLeaderError(core.leader_id, core.epoch))
+            if self._on_role_change is not None:
+                self._on_role_change(core.role, core.epoch)
+
+    # ----------------------------------------------------------- persisting
+
+    def _persist(self, ready: Ready) -> None:
+        assert self._log is not None and self._snapshots is not None
+        if ready.election is not None:
+            self._qstate.write(ready.election)
+        for chunk in ready.snapshot_chunks:
+            if chunk.position == 0:
+                self._snapshots.begin_receive(chunk.snapshot_id, chunk.size)
+            self._snapshots.write_chunk(chunk.snapshot_id, chunk.position, chunk.data)
+        if ready.install_snapshot is not None:
+            sid = ready.install_snapshot
+            self._snapshots.finish_receive(sid)
+            self._log.reset(sid.offset)
+            self.state_machine.load_snapshot(sid.offset, decode_snapshot(self._snapshots.read_all(sid)))
+            self._bytes_since_snapshot = 0
+            log.info("node %d: installed snapshot %s", self.node_id, sid)
+        if ready.truncate_to is not None:
+            log.info("node %d: truncating the metadata log to %d", self.node_id, ready.truncate_to)
+            self._log.truncate_to(ready.truncate_to)
+        if ready.entries:
+            self._log.append(ready.entries)
+        if ready.must_sync:
+            self._log.flush()
+
+    def _apply(self, batches: Sequence[Batch]) -> None:
+        sm = self.state_machine
+        for batch in batches:
+            if batch.end_offset <= sm.applied_offset:
+                continue
+            sm.apply(batch)
+            self._bytes_since_snapshot += sum(len(r) for r in batch.records)
+        if self._on_commit is not None:
+            self._on_commit(batches)
+        self._maybe_snapshot()
+
+    def _maybe_snapshot(self) -> None:
+        core = self.core
+        assert core is not None and self._snapshots is not None
+        now = self.now_ms()
+        due = self._bytes_since_snapshot >= self._snapshot_bytes or (
+            self._snapshot_interval_ms > 0
+            and self._bytes_since_snapshot > 0
+            and now - self._last_snapshot_ms >= self._snapshot_interval_ms
+        )
+        offset = self.state_machine.applied_offset
+        if not due or offset <= core.log.start_offset or offset > core.high_watermark:
+            return
+        sid = core.snapshot_id_at(offset)
+        if not self._snapshots.contains(sid):
+            last = core.log.batches[core.log.index_of(offset - 1)]
+            data = encode_snapshot(
+                sid, self.state_machine.snapshot_records(), last_contained_timestamp_ms=last.timestamp_ms
+            )
+            self._snapshots.create(sid, data)
+            log.info("node %d: wrote snapshot %s (%d bytes)", self.node_id, sid, len(data))
+        core.snapshot_created(sid)
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = now
+
+    def _delete_before(self, offset: Offset) -> None:
+        assert self._log is not None and self._snapshots is not None
+        self._log.delete_before(offset)
+        # Keep the two newest snapshots so that a transfer in progress can finish.
+        snapshots = self._snapshots.list()
+        if len(snapshots) > 2:
+            self._snapshots.delete_before(snapshots[-2])
+
+    # --------------------------------------------------------------- network
+
+    def _dispatch(self, messages: Sequence[Envelope]) -> None:
+        for env in messages:
+            if env.is_request:
+                task = asyncio.create_task(self._send_request(env))
+                self._send_tasks.add(task)
+                task.add_done_callback(self._send_tasks.discard)
+            else:
+                fut = self._inbound.pop(env.request_id, None)
+                if fut is not None and not fut.done() and isinstance(env.message, ResponseTypes):
+                    fut.set_result(env.message)
+
+    def _peer(self, node_id: NodeId, channel: str) -> PeerClient | None:
+        key = (node_id, channel)
+        peer = self._peers.get(key)
+        if peer is None:
+            address = self.voters.get(node_id)
+            if address is None:
+                return None
+            timeout = self.raft_config.request_timeout_ms / 1000
+            peer = PeerClient(address.host, address.port, connect_timeout_s=timeout, request_timeout_s=timeout)
+            self._peers[key] = peer
+        return peer
+
+    async def _send_request(self, env: Envelope) -> None:
+        # Fetches long-poll; they get their own connection so that votes and
+        # epoch changes never wait behind a parked fetch.
+        message = env.message
+        if not isinstance(message, RequestTypes):
+            return
+        channel = "fetch" if isinstance(message, FetchRequest | FetchSnapshotRequest) else "control"
+        peer = self._peer(env.destination, channel)
+        if peer is None:
+            return
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        corr = self._correlation
+        try:
+            api_key = codec.api_key_of(message)
+            api_version = codec.REQUEST_VERSIONS[api_key]
+            frame = codec.encode_request(
+                message,
+                correlation_id=corr,
+                client_id=f"raft-{self.node_id}",
+                cluster_id=self.cluster_id,
+                source_id=self.node_id,
+                destination_id=env.destination,
+                api_version=api_version,
+                endpoints=self._endpoints,
+            )
+            raw = await peer.send(frame, corr, api_key, api_version)
+            _, response = codec.decode_response(api_key, api_version, raw, request=message)
+        except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
+            log.debug("node %d: request to %d failed: %s", self.node_id, env.destination, exc)
+            return
+        if not isinstance(response, ResponseTypes):
+            return
+        self._inbox.append(Envelope(env.destination, self.node_id, env.request_id, response))
+        self._wake.set()
+
+    async def _handle_frame(self, frame: bytes) -> bytes | None:
+        try:
+            request = codec.decode_request(frame)
+        except codec.WireError as exc:
+            answer = codec.error_response_for(exc)
+            if answer is None:
+                raise CloseConnection from exc
+            return answer
+        if request.cluster_id is not None and request.cluster_id != self.cluster_id:
+            log.warning(
+                "node %d: refused %s from cluster %s (ours is %s)",
+                self.node_id,
+                type(request.message).__name__,
+                request.cluster_id,
+                self.cluster_id,
+            )
+            return codec.encode_response(request, ErrorCode.INCONSISTENT_CLUSTER_ID, cluster_id=self.cluster_id)
+        message = request.message
+        if isinstance(message, codec.ApiVersionsCall):
+            return codec.encode_response(request, codec.ApiVersionsResult(), cluster_id=self.cluster_id)
+        if isinstance(message, codec.DescribeQuorumCall):
+            core = self.core
+            if core is None or not core.is_leader:
+                return codec.encode_response(request, ErrorCode.NOT_LEADER_OR_FOLLOWER, cluster_id=self.cluster_id)
+            return codec.encode_response(
+                request, self.describe(), cluster_id=self.cluster_id, endpoints=self._endpoints
+            )
+        if self._closing or self.core is None:
+            return codec.encode_response(request, ErrorCode.BROKER_NOT_AVAILABLE, cluster_id=self.cluster_id)
+        request_id = self._next_inbound_id
+        self._next_inbound_id -= 1
+        fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._inbound[request_id] = fut
+        self._inbox.append(Envelope(request.source_id, self.node_id, request_id, message))
+        self._wake.set()
+        try:
+            response = await asyncio.wait_for(fut, self.raft_config.request_timeout_ms / 1000 + 1)
+        except (TimeoutError, asyncio.CancelledError):
+            self._inbound.pop(request_id, None)
+            return codec.encode_response(request, ErrorCode.REQUEST_TIMED_OUT, cluster_id=self.cluster_id)
+        return codec.encode_response(request, response, cluster_id=self.cluster_id, endpoints=self._endpoints)
