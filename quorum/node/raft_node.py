@@ -20,7 +20,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,6 +146,8 @@ class RaftNode:
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = 0
         self.fatal_error: BaseException | None = None
+        # Serves the APIs on the controller listener that are not the quorum's own.
+        self.extra_api_handler: Callable[[int, bytes], Awaitable[bytes | None]] | None = None
         self.failed = asyncio.Event()  # set when the loop stopped on an error
         self.stopped = asyncio.Event()
 
@@ -254,6 +256,22 @@ class RaftNode:
 
     async def append(self, records: Sequence[bytes]) -> Offset:
         return await self.submit(records)
+
+    def propose_now(self, records: Sequence[bytes]) -> tuple[Offset, asyncio.Future[Offset]]:
+        """Append at once (leader only): the records get offsets first .. first+n-1.
+
+        Returns (first, future); the future gives the last offset once committed, or
+        fails with NotLeaderError. Used by the active controller, which must know the
+        offsets of what it writes (a broker's epoch is its registration's offset).
+        """
+        core = self.core
+        if core is None or not core.is_leader:
+            raise NotLeaderError(core.leader_id if core else -1, core.epoch if core else 0)
+        fut: asyncio.Future[Offset] = asyncio.get_running_loop().create_future()
+        first = core.propose(list(records), self.now_ms())
+        self._waiters.append(_Waiter(first + len(records) - 1, core.epoch, fut))
+        self._wake.set()
+        return first, fut
 
     # -------------------------------------------------------------- queries
 
@@ -518,6 +536,11 @@ class RaftNode:
         self._wake.set()
 
     async def _handle_frame(self, frame: bytes) -> bytes | None:
+        if self.extra_api_handler is not None and len(frame) >= 2:
+            api_key = int.from_bytes(frame[:2], "big", signed=True)
+            if api_key not in codec.API_VERSIONS:
+                # Not a quorum API: the controller's (CreateTopics, BrokerHeartbeat, ...).
+                return await self.extra_api_handler(api_key, frame)
         try:
             request = codec.decode_request(frame)
         except codec.WireError as exc:

@@ -1,0 +1,284 @@
+"""The active controller's requests and answers, as typed values.
+
+They mirror Kafka's RPCs (CreateTopics, DeleteTopics, CreatePartitions,
+IncrementalAlterConfigs, DescribeConfigs, ElectLeaders, BrokerRegistration,
+BrokerHeartbeat, AlterPartition) with the fields pykraft uses. The controller
+takes and returns these; `quorum.wire.admin_codec` maps them to the Kafka
+protocol; the REST API builds them from JSON. Error codes are Kafka's numbers;
+`message` is the human text Kafka would send (or None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from uuid import UUID
+
+NO_NUM_PARTITIONS = -1  # CreateTopics: use the broker default (num.partitions)
+NO_REPLICATION_FACTOR = -1  # CreateTopics: use default.replication.factor
+
+
+class ConfigResourceType(IntEnum):
+    TOPIC = 2
+    BROKER = 4
+
+
+class AlterConfigOpType(IntEnum):
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+class ElectionType(IntEnum):
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+# ---------------------------------------------------------------- topics
+
+
+@dataclass(frozen=True, slots=True)
+class CreatableTopic:
+    name: str
+    num_partitions: int = NO_NUM_PARTITIONS
+    replication_factor: int = NO_REPLICATION_FACTOR
+    # Manual assignment: partition -> broker ids (then num_partitions/replication_factor are -1).
+    assignments: Mapping[int, tuple[int, ...]] | None = None
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicsRequest:
+    topics: tuple[CreatableTopic, ...]
+    validate_only: bool = False
+    timeout_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicResult:
+    name: str
+    error_code: int = 0
+    message: str | None = None
+    topic_id: UUID | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str] = field(default_factory=dict)  # explicit topic configs
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicsResponse:
+    topics: tuple[CreateTopicResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicsRequest:
+    names: tuple[str, ...] = ()
+    topic_ids: tuple[UUID, ...] = ()
+    timeout_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicResult:
+    name: str | None
+    topic_id: UUID | None
+    error_code: int = 0
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicsResponse:
+    topics: tuple[DeleteTopicResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionsIncrease:
+    name: str
+    count: int  # the new total number of partitions
+    assignments: tuple[tuple[int, ...], ...] | None = None  # replicas of each new partition
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsRequest:
+    topics: tuple[PartitionsIncrease, ...]
+    validate_only: bool = False
+    timeout_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsResult:
+    name: str
+    error_code: int = 0
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsResponse:
+    topics: tuple[CreatePartitionsResult, ...]
+
+
+# ---------------------------------------------------------------- configs
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigOp:
+    name: str
+    op: AlterConfigOpType
+    value: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResource:
+    resource_type: ConfigResourceType
+    resource_name: str
+    ops: tuple[AlterConfigOp, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IncrementalAlterConfigsRequest:
+    resources: tuple[AlterConfigsResource, ...]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResult:
+    resource_type: ConfigResourceType
+    resource_name: str
+    error_code: int = 0
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IncrementalAlterConfigsResponse:
+    resources: tuple[AlterConfigsResult, ...]
+
+
+# ---------------------------------------------------------------- leaders
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersRequest:
+    election_type: ElectionType
+    # (topic name, partition) pairs; None = every partition
+    partitions: tuple[tuple[str, int], ...] | None = None
+    timeout_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeaderResult:
+    topic: str
+    partition: int
+    error_code: int = 0  # ELECTION_NOT_NEEDED (84) when the right leader already leads
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersResponse:
+    error_code: int
+    results: tuple[ElectLeaderResult, ...]
+
+
+# ---------------------------------------------------------------- brokers
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    name: str
+    host: str
+    port: int
+    security_protocol: int = 0  # PLAINTEXT
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationRequest:
+    broker_id: int
+    cluster_id: str
+    incarnation_id: UUID
+    listeners: tuple[BrokerEndpoint, ...]
+    rack: str | None = None
+    features: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # name -> (min, max)
+    previous_broker_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationResponse:
+    error_code: int
+    broker_epoch: int = -1
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeatRequest:
+    broker_id: int
+    broker_epoch: int
+    current_metadata_offset: int
+    want_fence: bool
+    want_shut_down: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeatResponse:
+    error_code: int
+    is_caught_up: bool = False
+    is_fenced: bool = True
+    should_shut_down: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IsrMember:
+    broker_id: int
+    broker_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionItem:
+    topic_id: UUID
+    partition: int
+    leader_epoch: int
+    new_isr: tuple[IsrMember, ...]
+    leader_recovery_state: int
+    partition_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionRequest:
+    broker_id: int
+    broker_epoch: int
+    partitions: tuple[AlterPartitionItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResult:
+    topic_id: UUID
+    partition: int
+    error_code: int
+    leader_id: int = -1
+    leader_epoch: int = -1
+    isr: tuple[int, ...] = ()
+    leader_recovery_state: int = 0
+    partition_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResponse:
+    error_code: int
+    partitions: tuple[AlterPartitionResult, ...]
+
+
+AdminRequest = (
+    CreateTopicsRequest
+    | DeleteTopicsRequest
+    | CreatePartitionsRequest
+    | IncrementalAlterConfigsRequest
+    | ElectLeadersRequest
+)
+AdminResponse = (
+    CreateTopicsResponse
+    | DeleteTopicsResponse
+    | CreatePartitionsResponse
+    | IncrementalAlterConfigsResponse
+    | ElectLeadersResponse
+)
+ControllerRequest = AdminRequest | BrokerRegistrationRequest | BrokerHeartbeatRequest | AlterPartitionRequest
+ControllerResponse = AdminResponse | BrokerRegistrationResponse | BrokerHeartbeatResponse | AlterPartitionResponse
