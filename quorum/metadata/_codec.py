@@ -49,6 +49,7 @@ __all__ = [
     "Field",
     "Schema",
     "compile_schema",
+    "fast_constructor",
     "read_uvarint",
     "uuid_from_bytes",
     "uvarint_bytes",
@@ -209,8 +210,11 @@ class _Emitter:
         for name, existing in self.ns.items():
             if name.startswith(prefix) and existing is value:
                 return name
-        self._n += 1
-        name = f"{prefix}{self._n}"
+        # Decoder and encoder share a namespace: never reuse a taken name.
+        name = ""
+        while not name or name in self.ns:
+            self._n += 1
+            name = f"{prefix}{self._n}"
         self.ns[name] = value
         return name
 
@@ -531,6 +535,24 @@ def _base_namespace() -> dict[str, Any]:
         "_a32": _a32,
         "_new": object.__new__,
     }
+
+
+def fast_constructor(cls: type) -> Callable[..., Any]:
+    """A function building a slotted dataclass from all its fields, positionally, in
+    field order, without running __init__ (no defaults, no __post_init__): about
+    twice as fast as the constructor of a frozen dataclass. For hot paths only."""
+    ns: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    em = _Emitter(ns)
+    names = [f.name for f in dataclass_fields(cls)]
+    em.line(f"def make({', '.join(names)}):")
+    em.depth += 1
+    em.line("obj = _new(_cls)")
+    for name in names:
+        em.line(f"{_slot_setter(em, cls, name)}(obj, {name})")
+    em.line("return obj")
+    exec(compile(em.source(), f"<fast constructor {cls.__name__}>", "exec"), ns)  # noqa: S102 - generated above
+    make: Callable[..., Any] = ns["make"]
+    return make
 
 
 def compile_schema(schema: Schema, versions: range | None = None) -> CompiledSchema:

@@ -14,7 +14,9 @@ images is cheap and readers on other threads need no locks.
 Memory: a partition costs one `PartitionRegistration` (8 slots, 96 bytes with
 the GC header) plus its entry in its topic's dict; replica and ISR tuples are
 interned (a cluster has few distinct replica lists) and an ISR equal to the
-replicas is the same tuple. See the measured figure in the package docs.
+replicas is the same tuple. Measured with tracemalloc: about 157 bytes per
+partition for 1,000,000 partitions (RF 3, 1000 topics, 6 brokers), see
+tests/unit/metadata/test_metadata_perf.py.
 
 Queries over partitions (`partitions_led_by`, `partitions_with_isr`,
 `leader_counts`) scan every partition (O(partitions)); callers needing them on
@@ -23,12 +25,13 @@ every event should keep their own index.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, NamedTuple
 from uuid import UUID
 
+from quorum.metadata._codec import fast_constructor
 from quorum.metadata.records import (
     NO_LEADER,
     NO_LEADER_CHANGE,
@@ -130,7 +133,7 @@ class PartitionRegistration:
         )
 
     def to_record(self, topic_id: UUID, partition_id: int) -> PartitionRecord:
-        return PartitionRecord(
+        return _new_partition_record(
             partition_id,
             topic_id,
             self.replicas,
@@ -141,6 +144,9 @@ class PartitionRegistration:
             self.leader_recovery_state,
             self.leader_epoch,
             self.partition_epoch,
+            (),
+            None,
+            None,
         )
 
     def merge(self, change: PartitionChangeRecord) -> PartitionRegistration:
@@ -185,6 +191,7 @@ class PartitionRegistration:
         return self.replicas[0] if self.replicas else NO_LEADER
 
 
+_new_partition_record: Callable[..., PartitionRecord] = fast_constructor(PartitionRecord)
 _new = object.__new__
 _P = PartitionRegistration.__dict__
 _set_replicas = _P["replicas"].__set__
@@ -337,7 +344,10 @@ class BrokerRegistration:
         return None
 
     def with_state(
-        self, *, fenced: bool | None = None, in_controlled_shutdown: bool | None = None,
+        self,
+        *,
+        fenced: bool | None = None,
+        in_controlled_shutdown: bool | None = None,
         log_dirs: tuple[UUID, ...] | None = None,
     ) -> BrokerRegistration:
         """A copy with the given fields changed (self when nothing changes)."""

@@ -64,7 +64,6 @@ from quorum.metadata._codec import (
     REQUIRED,
     CompiledSchema,
     DecodeFn,
-    EncodeFn,
     Field,
     Schema,
     compile_schema,
@@ -430,8 +429,15 @@ _SCHEMAS: tuple[tuple[Schema, str], ...] = (
                 _f("leader_epoch", "leaderEpoch", "int32", default=-1),
                 _f("partition_epoch", "partitionEpoch", "int32", default=-1),
                 _f("directories", "directories", "[]uuid", since=1, default=()),
-                _f("eligible_leader_replicas", "eligibleLeaderReplicas", "[]int32", since=2, nullable=True, tag=1,
-                   default=None),
+                _f(
+                    "eligible_leader_replicas",
+                    "eligibleLeaderReplicas",
+                    "[]int32",
+                    since=2,
+                    nullable=True,
+                    tag=1,
+                    default=None,
+                ),
                 _f("last_known_elr", "lastKnownElr", "[]int32", since=2, nullable=True, tag=2, default=None),
             ),
             range(3),
@@ -465,8 +471,15 @@ _SCHEMAS: tuple[tuple[Schema, str], ...] = (
                 _f("adding_replicas", "addingReplicas", "[]int32", nullable=True, tag=4, default=None),
                 _f("leader_recovery_state", "leaderRecoveryState", "int8", tag=5, default=LEADER_RECOVERY_NO_CHANGE),
                 _f("directories", "directories", "[]uuid", since=1, nullable=True, tag=8, default=None),
-                _f("eligible_leader_replicas", "eligibleLeaderReplicas", "[]int32", since=2, nullable=True, tag=6,
-                   default=None),
+                _f(
+                    "eligible_leader_replicas",
+                    "eligibleLeaderReplicas",
+                    "[]int32",
+                    since=2,
+                    nullable=True,
+                    tag=6,
+                    default=None,
+                ),
                 _f("last_known_elr", "lastKnownElr", "[]int32", since=2, nullable=True, tag=7, default=None),
             ),
             range(3),
@@ -568,14 +581,11 @@ _BY_CLASS: dict[type, _RecordType] = {}
 _BY_KEY: dict[int, _RecordType] = {}
 # Decoders keyed by api_key << 16 | version.
 _DECODERS: dict[int, DecodeFn] = {}
-_ENCODERS: dict[int, EncodeFn] = {}
 
 for _schema, _type_name in _SCHEMAS:
     _api_key: int = _schema.cls.API_KEY  # type: ignore[attr-defined]
     _compiled = compile_schema(_schema)
-    _headers = {
-        v: uvarint_bytes(FRAME_VERSION) + uvarint_bytes(_api_key) + uvarint_bytes(v) for v in _schema.versions
-    }
+    _headers = {v: uvarint_bytes(FRAME_VERSION) + uvarint_bytes(_api_key) + uvarint_bytes(v) for v in _schema.versions}
     _rt = _RecordType(_api_key, _type_name, _compiled, _WRITE_VERSION.get(_schema.cls, _fixed(0)), _headers)
     _BY_CLASS[_schema.cls] = _rt
     _BY_KEY[_api_key] = _rt
