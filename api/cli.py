@@ -92,7 +92,7 @@ def _controller(args: argparse.Namespace) -> int:
 
 
 def _broker(args: argparse.Namespace) -> int:
-    return _call("broker.node", "run_broker", args.config)
+    return _call("broker.node", "main", args)
 
 
 def _cluster_up(args: argparse.Namespace) -> int:
@@ -179,7 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
     controller.set_defaults(handler=_controller)
     broker = commands.add_parser("broker", help="run one broker node in the foreground")
     broker.add_argument("-c", "--config", required=True, help="the node's .properties file")
+    broker.add_argument("--events-file", help="append lifecycle and role changes as JSON lines here")
     broker.set_defaults(handler=_broker)
+
+    # topics, brokers and log dump (over REST / on files)
+    from api.admin_cli import add_commands
+
+    add_commands(commands, _non_negative)
 
     # cluster
     cluster = commands.add_parser("cluster", help="a local cluster of background processes")
@@ -187,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = cluster_cmds.add_parser("up", help="format and start a local cluster, wait for a leader")
     up.add_argument("--dir", required=True, help="directory for the cluster's configs, data and logs")
     up.add_argument("--controllers", type=_non_negative, default=3, help="number of controllers (default 3)")
-    up.add_argument("--brokers", type=_non_negative, default=0, help="number of brokers (default 0)")
+    up.add_argument("--brokers", type=_non_negative, default=3, help="number of brokers (default 3)")
     up.add_argument(
         "--base-port",
         type=_port,

@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 source deploy/env.sh
 
 setup_env
-exec "$VENV/bin/pykraft" cluster up --dir "${PYKRAFT_DATA:-./data/local}" --controllers 3 --brokers 0 "$@"
+exec "$VENV/bin/pykraft" cluster up --dir "${PYKRAFT_DATA:-./data/local}" --controllers 3 --brokers 3 "$@"

@@ -23,7 +23,8 @@ from quorum.node.config import format_properties, load_config, parse_properties
 from quorum.node.meta_properties import format_storage, random_uuid, read_meta_properties
 
 DEFAULT_CONTROLLER_PORT = 19090  # controller i listens on DEFAULT_CONTROLLER_PORT + i
-DEFAULT_REST_PORT = 18080
+DEFAULT_REST_PORT = 18080  # node i serves REST on DEFAULT_REST_PORT + i
+DEFAULT_BROKER_PORT = 9092  # broker k's PLAINTEXT listener: 9092, 9093, ...
 TEMPLATES = Path(__file__).resolve().parents[2] / "deploy" / "local"
 
 
@@ -54,15 +55,25 @@ class NodePlan:
 def _template(role: str, index: int) -> dict[str, str]:
     path = TEMPLATES / f"{role}-{index}.properties"
     if not path.exists():
-        path = TEMPLATES / f"{role}-1.properties"
-    return parse_properties(path.read_text()) if path.exists() else {}
+        candidates = sorted(TEMPLATES.glob(f"{role}-*.properties"))
+        if not candidates:
+            return {}
+        path = candidates[0]
+    props = parse_properties(path.read_text())
+    if path.name != f"{role}-{index}.properties":
+        props.pop("broker.rack", None)  # another node's rack
+    return props
 
 
-def plan_cluster(root: Path, controllers: int, base_port: int = DEFAULT_CONTROLLER_PORT) -> list[NodePlan]:
+def plan_cluster(
+    root: Path, controllers: int, base_port: int = DEFAULT_CONTROLLER_PORT, brokers: int = 0
+) -> list[NodePlan]:
+    """Controllers get ids 1..N, brokers the ids after them (N+1..N+B)."""
     if controllers < 1:
         raise ClusterError("a cluster needs at least one controller")
     voters = ",".join(f"{i}@127.0.0.1:{base_port + i}" for i in range(1, controllers + 1))
-    rest_base = DEFAULT_REST_PORT + (base_port - DEFAULT_CONTROLLER_PORT)
+    shift = base_port - DEFAULT_CONTROLLER_PORT
+    rest_base = DEFAULT_REST_PORT + shift
     plans = []
     for i in range(1, controllers + 1):
         directory = root / f"controller-{i}"
@@ -79,7 +90,28 @@ def plan_cluster(root: Path, controllers: int, base_port: int = DEFAULT_CONTROLL
                 "rest.listener": f"http://127.0.0.1:{rest_base + i}",
             }
         )
+        if brokers:
+            props["default.replication.factor"] = str(min(3, brokers))
         plans.append(NodePlan(i, "controller", directory, props))
+    for k in range(1, brokers + 1):
+        node_id = controllers + k
+        directory = root / f"broker-{node_id}"
+        props = _template("broker", node_id)
+        props.update(
+            {
+                "process.roles": "broker",
+                "node.id": str(node_id),
+                "controller.quorum.voters": voters,
+                "controller.listener.names": "CONTROLLER",
+                "listeners": f"PLAINTEXT://127.0.0.1:{DEFAULT_BROKER_PORT + shift + k - 1}",
+                "log.dirs": str(directory / "data"),
+                "metadata.log.dir": str(directory / "data"),
+                "rest.listener": f"http://127.0.0.1:{rest_base + node_id}",
+                "broker.rack": props.get("broker.rack", f"rack-{k}"),
+                "default.replication.factor": str(min(3, brokers)),
+            }
+        )
+        plans.append(NodePlan(node_id, "broker", directory, props))
     return plans
 
 
@@ -146,6 +178,19 @@ def wait_for_leader(addresses: list[tuple[str, int]], cluster_id: str, timeout_s
     raise ClusterError(f"no leader elected within {timeout_s:.0f} s")
 
 
+def wait_for_unfenced(brokers: list[NodePlan], timeout_s: float) -> None:
+    """Wait until every broker's event log says the controller unfenced it."""
+    deadline = time.monotonic() + timeout_s
+    pending = {p.node_id: p for p in brokers}
+    while pending and time.monotonic() < deadline:
+        for node_id, plan in list(pending.items()):
+            if plan.events_file.exists() and '"state": "unfenced"' in plan.events_file.read_text():
+                del pending[node_id]
+        time.sleep(0.1)
+    if pending:
+        raise ClusterError(f"brokers {sorted(pending)} were not unfenced within {timeout_s:.0f} s")
+
+
 def cluster_up(args: argparse.Namespace) -> int:
     root = Path(args.dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -153,8 +198,6 @@ def cluster_up(args: argparse.Namespace) -> int:
         running = [n for n in _nodes(_load_cluster(root)) if _alive(int(str(n["pid"])), str(n["config"]))]
         if running:
             raise ClusterError(f"a cluster is already running in {root} (pids {[n['pid'] for n in running]})")
-    if getattr(args, "brokers", 0):
-        raise ClusterError("brokers are not available yet: start the cluster with --brokers 0")
     id_file = root / "cluster-id"
     if id_file.exists():
         cluster_id = id_file.read_text().strip()
@@ -162,7 +205,8 @@ def cluster_up(args: argparse.Namespace) -> int:
         cluster_id = random_uuid()
         id_file.write_text(cluster_id + "\n")
     base_port = getattr(args, "base_port", None) or DEFAULT_CONTROLLER_PORT
-    plans = plan_cluster(root, args.controllers, base_port)
+    brokers = getattr(args, "brokers", 3)
+    plans = plan_cluster(root, args.controllers, base_port, brokers)
     nodes = []
     for plan in plans:
         proc = start_node(plan, cluster_id)
@@ -182,9 +226,10 @@ def cluster_up(args: argparse.Namespace) -> int:
         )
     data = {"cluster_id": cluster_id, "nodes": nodes}
     (root / "cluster.json").write_text(json.dumps(data, indent=2) + "\n")
-    addresses = [("127.0.0.1", base_port + p.node_id) for p in plans]
+    addresses = [("127.0.0.1", base_port + p.node_id) for p in plans if p.role == "controller"]
     try:
         leader, epoch = wait_for_leader(addresses, cluster_id, timeout_s=30)
+        wait_for_unfenced([p for p in plans if p.role == "broker"], timeout_s=60)
     except ClusterError:
         for n in nodes:
             print(f"  node {n['id']}: see {n['log_file']}", file=sys.stderr)
@@ -192,7 +237,7 @@ def cluster_up(args: argparse.Namespace) -> int:
     print(f"pykraft cluster {cluster_id} is up in {root}")
     for n in nodes:
         listeners = ", ".join(str(x) for x in n["listeners"])  # type: ignore[attr-defined]
-        print(f"  {n['roles'][0]} {n['id']}: {listeners}  pid {n['pid']}  log {n['log_file']}")  # type: ignore[index]
+        print(f"  {n['roles'][0]} {n['id']}: {listeners}  rest {n['rest']}  pid {n['pid']}")  # type: ignore[index]
     print(f"  leader: node {leader} in epoch {epoch}")
     print(f"stop it with: pykraft cluster down --dir {args.dir}")
     return 0

@@ -15,11 +15,17 @@ import signal
 import sys
 from pathlib import Path
 
+from quorum.controller.active import QuorumController
+from quorum.controller.apis import ControllerApis
+from quorum.controller.replication_control import ReplicationSettings
+from quorum.metadata.snapshot import MetadataStateMachine
 from quorum.node.config import ConfigError, load_config
+from quorum.node.controller_client import ControllerClient
 from quorum.node.events import EventLog
 from quorum.node.meta_properties import StorageError, check_storage
+from quorum.node.node_context import LocalNodeContext, broker_defaults_of
 from quorum.node.raft_node import RaftNode
-from quorum.node.state_machine import DigestStateMachine
+from quorum.node.state_machine import DigestStateMachine, StateMachine
 from quorum.node.synthetic_load import LoadSpec, SyntheticLoad
 from quorum.raft.roles import Role
 from quorum.raft.types import Epoch
@@ -43,28 +49,72 @@ async def serve_controller(
     load_report: Path | None = None,
     events_file: Path | None = None,
 ) -> int:
+    """Run one controller until SIGTERM/SIGINT.
+
+    Normally it replicates the metadata log and, while it leads, is the active
+    controller, serving the controller APIs and the REST API. With `load` it is a
+    bare Raft test server instead (Kafka's TestRaftServer): its state machine only
+    digests records, and while it leads it appends the synthetic load.
+    """
     config = load_config(config_path)
     if not config.is_controller:
         raise ConfigError(f"process.roles={','.join(sorted(config.process_roles))} has no controller role")
     meta = check_storage(config)
     events = EventLog(events_file, config.node_id)
+    controller: QuorumController | None = None
 
     def on_role(role: Role, epoch: Epoch) -> None:
         events.emit("role", role=role.value, epoch=epoch)
+        if controller is not None:
+            controller.on_role_change(role, epoch)
 
     def on_first_commit(epoch: Epoch) -> None:
         events.emit("first_commit", epoch=epoch)
+        if controller is not None:
+            controller.on_first_commit(epoch)
 
+    sm: StateMachine = DigestStateMachine() if load is not None else MetadataStateMachine()
     node = RaftNode(
         config,
         cluster_id=meta.cluster_id,
-        state_machine=DigestStateMachine(),
+        state_machine=sm,
         on_role_change=on_role,
         on_first_commit=on_first_commit,
     )
+    rest = None
+    client = None
+    if isinstance(sm, MetadataStateMachine):
+        defaults = broker_defaults_of(config)
+        controller = QuorumController(
+            node,
+            sm,
+            cluster_id=meta.cluster_id,
+            settings=ReplicationSettings(
+                num_partitions=config.num_partitions,
+                default_replication_factor=config.default_replication_factor,
+                broker_defaults=defaults,
+            ),
+            session_timeout_ms=config.broker_session_timeout_ms,
+            idle_interval_ms=config.metadata_max_idle_interval_ms,
+            auto_rebalance=config.auto_leader_rebalance_enable,
+            rebalance_interval_s=config.leader_imbalance_check_interval_seconds,
+            imbalance_percentage=config.leader_imbalance_per_broker_percentage,
+        )
+        apis = ControllerApis(controller, sm, node, cluster_id=meta.cluster_id, broker_defaults=defaults)
+        node.extra_api_handler = apis.handle
     await node.start()
     listener = config.controller_listeners[0]
     log.info("controller %d serving on %s (cluster %s)", config.node_id, listener, meta.cluster_id)
+    if controller is not None and isinstance(sm, MetadataStateMachine):
+        client = ControllerClient(node, client_id=f"controller-{config.node_id}")
+        ctx = LocalNodeContext(
+            config, cluster_id=meta.cluster_id, raft=node, state_machine=sm, client=client, controller=controller
+        )
+        address = config.rest_address
+        if address is not None:
+            from api.rest.server import serve_rest
+
+            rest = await serve_rest(ctx, address.host, address.port)
     events.emit("started", listener=str(listener))
 
     stop = asyncio.Event()
@@ -88,6 +138,13 @@ async def serve_controller(
         with contextlib.suppress(asyncio.CancelledError):
             await load_task
     log.info("controller %d shutting down", config.node_id)
+    if rest is not None:
+        with contextlib.suppress(Exception):
+            await rest.stop()
+    if controller is not None:
+        await controller.close()
+    if client is not None:
+        await client.close()
     await node.stop(graceful=node.fatal_error is None)
     events.emit("stopped")
     events.close()

@@ -763,7 +763,9 @@ class RaftCore:
         if resp.leader_epoch != self.epoch or env.source != f.leader_id:
             self._observe_epoch(resp.leader_epoch, resp.leader_id)
             return
-        f.fetch_deadline = self._fetch_deadline()
+        if not f.leader_resigned:
+            # After EndQuorumEpoch the successor timer stands: the leader is leaving.
+            f.fetch_deadline = self._fetch_deadline()
         f.has_fetched = True
         if resp.diverging_epoch is not None:
             self._truncate_diverging(resp.diverging_epoch)
@@ -814,7 +816,8 @@ class RaftCore:
         if resp.leader_epoch != self.epoch or resp.snapshot_id != f.snapshot.snapshot_id:
             self._observe_epoch(resp.leader_epoch, resp.leader_id)
             return
-        f.fetch_deadline = self._fetch_deadline()
+        if not f.leader_resigned:
+            f.fetch_deadline = self._fetch_deadline()
         f.has_fetched = True
         snap = f.snapshot
         if resp.position != snap.position or (snap.size >= 0 and resp.size != snap.size) or resp.size < 0:
@@ -843,10 +846,14 @@ class RaftCore:
     # --------------------------------------------------------------- leader
 
     def _tick_leader(self, ls: LeaderState) -> None:
-        if len(self.voters) > 1 and self._now >= ls.check_quorum_deadline:
-            # Check-quorum (KAFKA-15489): no fetches from a majority; step down.
-            self._become_resigned(ls)
-            return
+        if self._now >= ls.check_quorum_deadline:
+            if len(self.voters) == 1:
+                # A single voter is its own majority and never resigns (KAFKA-16144).
+                ls.check_quorum_deadline = self._now + self.config.check_quorum_timeout_ms
+            else:
+                # Check-quorum (KAFKA-15489): no fetches from a majority; step down.
+                self._become_resigned(ls)
+                return
         if ls.begin_quorum_unacked and self._now >= ls.begin_quorum_resend_ms:
             self._send_begin_quorum(ls)
         if ls.parked:

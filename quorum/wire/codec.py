@@ -72,6 +72,7 @@ __all__ = [
     "ErrorResult",
     "RequestHeaderInfo",
     "WireError",
+    "advertised_api_versions",
     "api_key_of",
     "decode_request",
     "decode_response",
@@ -113,6 +114,16 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
 # The version `encode_request` sends unless told otherwise: the highest served.
 # Vote v2 (Kafka 4.0, KIP-996) is the first that carries PreVote.
 REQUEST_VERSIONS: Final[dict[int, int]] = {key: high for key, (_, high) in API_VERSIONS.items()}
+
+
+def advertised_api_versions() -> dict[int, tuple[int, int]]:
+    """Every (min, max) version a node serves, for ApiVersions: this module's API_VERSIONS
+    plus the controller's admin apis (`quorum.wire.admin_codec.ADMIN_API_VERSIONS`,
+    whose requests the node routes to that module before `decode_request`)."""
+    from quorum.wire.admin_codec import ADMIN_API_VERSIONS  # deferred: admin_codec imports this module
+
+    return {**API_VERSIONS, **ADMIN_API_VERSIONS}
+
 
 TOP_LEVEL_ERRORS: Final = frozenset(
     {ErrorCode.INCONSISTENT_CLUSTER_ID, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ErrorCode.UNSUPPORTED_VERSION}
@@ -179,7 +190,7 @@ class DescribeQuorumCall:
 
 @dataclass(frozen=True, slots=True)
 class ApiVersionsResult:
-    api_keys: Mapping[int, tuple[int, int]] = field(default_factory=lambda: dict(API_VERSIONS))
+    api_keys: Mapping[int, tuple[int, int]] = field(default_factory=advertised_api_versions)
     error: ErrorCode = ErrorCode.NONE
 
 
@@ -891,7 +902,7 @@ def encode_error_response(
 ) -> bytes:
     """A top-level error response to a request whose header parsed.
 
-    ApiVersions answers with the v0 body (listing API_VERSIONS when the error is
+    ApiVersions answers with the v0 body (listing advertised_api_versions() when the error is
     UNSUPPORTED_VERSION, per KIP-511), whatever version was asked. Other apis answer
     at the request's version. Raises WireError when no response can be encoded (an
     unknown api key or a version kio has no schema for); the caller should then
@@ -901,7 +912,7 @@ def encode_error_response(
         header = header.header
     key = header.api_key
     if key == ApiKey.API_VERSIONS:
-        keys = dict(API_VERSIONS) if error == ErrorCode.UNSUPPORTED_VERSION else {}
+        keys = advertised_api_versions() if error == ErrorCode.UNSUPPORTED_VERSION else {}
         return _encode_api_versions(header.correlation_id, 0, ApiVersionsResult(keys, error))
     if key not in API_VERSIONS:
         raise WireError(ErrorCode.INVALID_REQUEST, f"cannot answer unknown api key {key}")

@@ -1,0 +1,235 @@
+"""`pykraft topics ...` and `pykraft brokers list`: the REST API from the shell.
+
+The commands and their output follow kafka-topics.sh where it has an
+equivalent (`--describe` prints its `Topic: ... Partition: ... Leader: ...`
+lines). They talk to any node's REST listener (`--rest-url`, default
+$PYKRAFT_REST_URL or http://127.0.0.1:18081).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import httpx
+
+DEFAULT_REST_URL = "http://127.0.0.1:18081"
+
+
+class AdminCliError(Exception):
+    pass
+
+
+class RestClient:
+    def __init__(self, base_url: str, timeout_s: float = 60.0) -> None:
+        self.base = base_url.rstrip("/")
+        self.http = httpx.Client(timeout=timeout_s)
+        self._cluster: str | None = None
+
+    def _check(self, response: httpx.Response) -> Any:
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+                message = body.get("message") or body
+                code = body.get("error_code", response.status_code)
+            except ValueError:
+                message, code = response.text, response.status_code
+            raise AdminCliError(f"{message} (error {code})")
+        return response.json() if response.content else None
+
+    def cluster_id(self) -> str:
+        if self._cluster is None:
+            data = self._check(self.http.get(f"{self.base}/v3/clusters"))
+            clusters = data.get("data", [])
+            if not clusters:
+                raise AdminCliError("the node reports no cluster")
+            self._cluster = str(clusters[0]["cluster_id"])
+        return self._cluster
+
+    def url(self, path: str) -> str:
+        return f"{self.base}/v3/clusters/{self.cluster_id()}{path}"
+
+    def get(self, path: str) -> Any:
+        return self._check(self.http.get(self.url(path)))
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self._check(self.http.post(self.url(path), json=body))
+
+    def patch(self, path: str, body: dict[str, Any]) -> Any:
+        return self._check(self.http.patch(self.url(path), json=body))
+
+    def delete(self, path: str) -> Any:
+        return self._check(self.http.delete(self.url(path)))
+
+
+def _configs(items: list[str] | None) -> list[dict[str, str]]:
+    out = []
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise AdminCliError(f"bad --config {item!r}: expected name=value")
+        out.append({"name": key, "value": value})
+    return out
+
+
+def _assignment(text: str) -> list[dict[str, Any]]:
+    """kafka-topics.sh --replica-assignment: partitions by ',' and brokers by ':'."""
+    out = []
+    for partition, replicas in enumerate(text.split(",")):
+        try:
+            ids = [int(x) for x in replicas.split(":")]
+        except ValueError:
+            raise AdminCliError(f"bad --replica-assignment {text!r}") from None
+        out.append({"partition_id": partition, "broker_ids": ids})
+    return out
+
+
+def topics(args: argparse.Namespace) -> int:
+    client = RestClient(args.rest_url)
+    cmd = args.topics_command
+    if cmd == "list":
+        data = client.get("/topics")["data"]
+        for t in sorted(data, key=lambda t: t["topic_name"]):
+            print(t["topic_name"])
+        return 0
+    if cmd == "create":
+        body: dict[str, Any] = {"topic_name": args.topic, "configs": _configs(args.config)}
+        if args.replica_assignment:
+            body["replicas_assignments"] = _assignment(args.replica_assignment)
+        else:
+            if args.partitions is not None:
+                body["partitions_count"] = args.partitions
+            if args.replication_factor is not None:
+                body["replication_factor"] = args.replication_factor
+        if args.validate_only:
+            body["validate_only"] = True
+        try:
+            client.post("/topics", body)
+        except AdminCliError as exc:
+            if args.if_not_exists and "already exists" in str(exc):
+                return 0
+            raise
+        print(f"Created topic {args.topic}." if not args.validate_only else f"Topic {args.topic} is valid.")
+        return 0
+    if cmd == "delete":
+        client.delete(f"/topics/{args.topic}")
+        print(f"Deleted topic {args.topic}.")
+        return 0
+    if cmd == "alter":
+        if args.partitions is not None:
+            client.patch(f"/topics/{args.topic}", {"partitions_count": args.partitions})
+        ops = [{"name": c["name"], "value": c["value"]} for c in _configs(args.config)]
+        ops += [{"name": name, "operation": "DELETE"} for name in args.delete_config or []]
+        if ops:
+            client.post(f"/topics/{args.topic}/configs:alter", {"data": ops})
+        print(f"Altered topic {args.topic}.")
+        return 0
+    if cmd == "describe":
+        names = [args.topic] if args.topic else sorted(t["topic_name"] for t in client.get("/topics")["data"])
+        for name in names:
+            describe_topic(client, name, as_json=args.json)
+        return 0
+    raise AdminCliError(f"unknown topics command {cmd}")
+
+
+def describe_topic(client: RestClient, name: str, *, as_json: bool) -> None:
+    topic = client.get(f"/topics/{name}")
+    partitions = client.get(f"/topics/{name}/partitions")["data"]
+    configs = client.get(f"/topics/{name}/configs")["data"]
+    explicit = [c for c in configs if c.get("source") == "DYNAMIC_TOPIC_CONFIG"]
+    if as_json:
+        print(json.dumps({"topic": topic, "partitions": partitions, "configs": explicit}))
+        return
+    config_text = ",".join(f"{c['name']}={c['value']}" for c in explicit)
+    print(
+        f"Topic: {name}\tTopicId: {topic.get('topic_id', '')}\tPartitionCount: {topic.get('partitions_count')}\t"
+        f"ReplicationFactor: {topic.get('replication_factor')}\tConfigs: {config_text}"
+    )
+    for p in sorted(partitions, key=lambda p: p["partition_id"]):
+        replicas = client.get(f"/topics/{name}/partitions/{p['partition_id']}/replicas")["data"]
+        leader = p.get("leader_id", next((r["broker_id"] for r in replicas if r.get("is_leader")), -1))
+        reps = ",".join(str(r["broker_id"]) for r in replicas)
+        isr = p.get("isr") or [r["broker_id"] for r in replicas if r.get("is_in_sync")]
+        print(
+            f"\tTopic: {name}\tPartition: {p['partition_id']}\tLeader: {leader if leader is not None else -1}"
+            f"\tReplicas: {reps}\tIsr: {','.join(str(x) for x in isr)}"
+        )
+
+
+def brokers(args: argparse.Namespace) -> int:
+    client = RestClient(args.rest_url)
+    data = client.get("/brokers")["data"]
+    if args.json:
+        print(json.dumps(data))
+        return 0
+    print(f"{'ID':<6}{'HOST':<18}{'PORT':<7}{'RACK':<10}STATE")
+    for b in sorted(data, key=lambda b: b["broker_id"]):
+        state = "fenced" if b.get("fenced") else "shutting-down" if b.get("in_controlled_shutdown") else "active"
+        print(f"{b['broker_id']:<6}{b.get('host') or '':<18}{b.get('port') or '':<7}{b.get('rack') or '':<10}{state}")
+    return 0
+
+
+def log_dump(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from quorum.metadata.dump import dump_segment, dump_snapshot
+
+    path = Path(args.path)
+    if not path.exists():
+        raise AdminCliError(f"{path} does not exist")
+    lines = dump_snapshot(path) if path.name.endswith(".checkpoint") else dump_segment(path)
+    for line in lines:
+        print(line)
+    return 0
+
+
+def add_commands(commands: Any, non_negative: Any) -> None:
+    """Add `topics`, `brokers` and `log` to the top-level parser's subcommands."""
+    rest_default = os.environ.get("PYKRAFT_REST_URL", DEFAULT_REST_URL)
+    t = commands.add_parser("topics", help="create, list, describe, alter and delete topics (over REST)")
+    t_cmds = t.add_subparsers(dest="topics_command", metavar="SUBCOMMAND", required=True)
+    for name in ("create", "list", "describe", "alter", "delete"):
+        sub = t_cmds.add_parser(name, help=f"{name} topics")
+        sub.add_argument("--rest-url", default=rest_default, help=f"a node's REST URL (default {rest_default})")
+        if name in ("create", "alter", "delete"):
+            sub.add_argument("--topic", required=True)
+        if name == "describe":
+            sub.add_argument("--topic")
+            sub.add_argument("--json", action="store_true")
+        if name in ("create", "alter"):
+            sub.add_argument("--partitions", type=non_negative)
+            sub.add_argument("--config", action="append", metavar="NAME=VALUE")
+        if name == "create":
+            sub.add_argument("--replication-factor", type=non_negative)
+            sub.add_argument("--replica-assignment", metavar="B:B,B:B", help="as kafka-topics.sh")
+            sub.add_argument("--if-not-exists", action="store_true")
+            sub.add_argument("--validate-only", action="store_true")
+        if name == "alter":
+            sub.add_argument("--delete-config", action="append", metavar="NAME")
+        sub.set_defaults(handler=_guard(topics))
+    b = commands.add_parser("brokers", help="list brokers (over REST)")
+    b_cmds = b.add_subparsers(dest="brokers_command", metavar="SUBCOMMAND", required=True)
+    bl = b_cmds.add_parser("list", help="list registered brokers")
+    bl.add_argument("--rest-url", default=rest_default)
+    bl.add_argument("--json", action="store_true")
+    bl.set_defaults(handler=_guard(brokers))
+    lg = commands.add_parser("log", help="inspect metadata log files")
+    lg_cmds = lg.add_subparsers(dest="log_command", metavar="SUBCOMMAND", required=True)
+    dump = lg_cmds.add_parser("dump", help="print a metadata log segment or snapshot, decoded")
+    dump.add_argument("path", help="a .log segment or a .checkpoint snapshot")
+    dump.set_defaults(handler=_guard(log_dump))
+
+
+def _guard(func: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            result: int = func(args)
+        except (AdminCliError, httpx.HTTPError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return result
+
+    return run

@@ -1,0 +1,124 @@
+"""`pykraft broker --config F`: one broker node in the foreground.
+
+The broker observes the metadata log (a Raft observer: it fetches from the
+quorum leader and never votes), keeps its own metadata image, registers and
+heartbeats with the active controller, and serves the REST API. On SIGTERM it
+runs a controlled shutdown (its leaderships move away) before it exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from broker.lifecycle import BrokerLifecycle
+from quorum.metadata.delta import MetadataDelta
+from quorum.metadata.image import MetadataImage
+from quorum.metadata.snapshot import MetadataStateMachine
+from quorum.node.config import ConfigError, load_config
+from quorum.node.controller import setup_logging
+from quorum.node.controller_client import ControllerClient
+from quorum.node.events import EventLog
+from quorum.node.meta_properties import StorageError, check_storage
+from quorum.node.node_context import LocalNodeContext
+from quorum.node.raft_node import RaftNode
+from quorum.raft.roles import Role
+from quorum.raft.types import Epoch
+
+log = logging.getLogger("pykraft.broker")
+
+
+async def serve_broker(config_path: str, *, events_file: Path | None = None) -> int:
+    config = load_config(config_path)
+    if not config.is_broker:
+        raise ConfigError(f"process.roles={','.join(sorted(config.process_roles))} has no broker role")
+    if config.node_id in config.controller_quorum_voters:
+        raise ConfigError(f"node.id {config.node_id} is a controller in controller.quorum.voters")
+    meta = check_storage(config)
+    events = EventLog(events_file, config.node_id)
+    sm = MetadataStateMachine()
+
+    def on_role(role: Role, epoch: Epoch) -> None:
+        events.emit("role", role=role.value, epoch=epoch)
+
+    node = RaftNode(config, cluster_id=meta.cluster_id, state_machine=sm, serve_raft=False, on_role_change=on_role)
+    await node.start()
+    client = ControllerClient(node, client_id=f"broker-{config.node_id}")
+
+    def metadata_offset() -> int:
+        return sm.image.offset
+
+    lifecycle = BrokerLifecycle(
+        config,
+        cluster_id=meta.cluster_id,
+        client=client,
+        metadata_offset=metadata_offset,
+        on_event=lambda e: events.emit("lifecycle", state=e),
+    )
+
+    def on_metadata(delta: MetadataDelta | None, image: MetadataImage) -> None:
+        if delta is None:
+            return
+        b = image.cluster.brokers.get(config.node_id)
+        if b is not None and config.node_id in delta.changed_brokers:
+            events.emit("registration", fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown)
+
+    sm.add_listener(on_metadata)
+    lifecycle.start()
+    ctx = LocalNodeContext(config, cluster_id=meta.cluster_id, raft=node, state_machine=sm, client=client)
+    rest = None
+    address = config.rest_address
+    if address is not None:
+        from api.rest.server import serve_rest
+
+        rest = await serve_rest(ctx, address.host, address.port)
+    log.info("broker %d started (cluster %s, rest %s)", config.node_id, meta.cluster_id, address)
+    events.emit("started")
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    failed = asyncio.create_task(node.failed.wait())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({failed, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    failed.cancel()
+    stopping.cancel()
+    if node.fatal_error is None:
+        log.info("broker %d: controlled shutdown", config.node_id)
+        await lifecycle.controlled_shutdown(timeout_s=config.broker_session_timeout_ms / 1000 * 2)
+    await lifecycle.stop()
+    if rest is not None:
+        with contextlib.suppress(Exception):
+            await rest.stop()
+    await client.close()
+    await node.stop(graceful=False)
+    events.emit("stopped")
+    events.close()
+    return 1 if node.fatal_error is not None else 0
+
+
+def run_broker(config_path: str, *, events_file: str | None = None) -> int:
+    try:
+        node_id = load_config(config_path).node_id
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    setup_logging(node_id)
+    import uvloop
+
+    try:
+        return uvloop.run(serve_broker(config_path, events_file=Path(events_file) if events_file else None))
+    except (ConfigError, StorageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of `pykraft broker` (parsed arguments from api.cli)."""
+    return run_broker(args.config, events_file=getattr(args, "events_file", None))

@@ -1,0 +1,126 @@
+"""`ControllerApis`: the non-quorum Kafka APIs a controller serves on its listener.
+
+Writes (CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
+ElectLeaders, BrokerRegistration, BrokerHeartbeat, AlterPartition) go to the
+QuorumController and are answered NOT_CONTROLLER on a standby. Reads
+(DescribeCluster, DescribeConfigs) are answered from this node's committed
+image on any controller.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from quorum.controller.active import NotControllerError, QuorumController
+from quorum.controller.errors import ErrorCode
+from quorum.controller.requests import ConfigResourceType
+from quorum.controller.topic_configs import ConfigEntry, ConfigSource, describe_all
+from quorum.metadata.image import ConfigResource
+from quorum.metadata.snapshot import MetadataStateMachine
+from quorum.node.raft_node import RaftNode
+from quorum.wire import admin_codec, codec
+from quorum.wire.transport import CloseConnection
+
+log = logging.getLogger(__name__)
+
+
+class ControllerApis:
+    def __init__(
+        self,
+        controller: QuorumController,
+        state_machine: MetadataStateMachine,
+        raft: RaftNode,
+        *,
+        cluster_id: str,
+        broker_defaults: dict[str, str],
+    ) -> None:
+        self.controller = controller
+        self.state_machine = state_machine
+        self.raft = raft
+        self.cluster_id = cluster_id
+        self.broker_defaults = broker_defaults
+
+    async def handle(self, api_key: int, frame: bytes) -> bytes | None:
+        try:
+            decoded = admin_codec.decode_admin_request(frame)
+        except codec.WireError as exc:
+            answer = codec.error_response_for(exc)
+            if answer is None:
+                raise CloseConnection from exc
+            return answer
+        request = decoded.request
+        if isinstance(request, admin_codec.DescribeClusterRequest):
+            return admin_codec.encode_admin_response(decoded, self._describe_cluster())
+        if isinstance(request, admin_codec.DescribeConfigsRequest):
+            return admin_codec.encode_admin_response(decoded, self._describe_configs(request))
+        if isinstance(request, admin_codec.UnregisterBrokerRequest):
+            code = int(ErrorCode.INVALID_REQUEST)
+            return admin_codec.encode_admin_error(decoded, code, "UnregisterBroker is not supported by pykraft")
+        try:
+            response = await self.controller.handle(request)
+        except NotControllerError:
+            return admin_codec.encode_admin_error(
+                decoded, int(ErrorCode.NOT_CONTROLLER), "This is not the active controller"
+            )
+        return admin_codec.encode_admin_response(decoded, response)
+
+    def _describe_cluster(self) -> admin_codec.DescribeClusterResponse:
+        image = self.state_machine.image
+        core = self.raft.core
+        brokers = []
+        for b in sorted(image.cluster.brokers.values(), key=lambda b: b.id):
+            endpoint = b.listeners[0] if b.listeners else None
+            brokers.append(
+                admin_codec.DescribeClusterBroker(
+                    b.id, endpoint.host if endpoint else "", endpoint.port if endpoint else -1, b.rack, b.fenced
+                )
+            )
+        return admin_codec.DescribeClusterResponse(
+            cluster_id=self.cluster_id,
+            controller_id=core.leader_id if core is not None else -1,
+            brokers=tuple(brokers),
+        )
+
+    def _describe_configs(self, request: admin_codec.DescribeConfigsRequest) -> admin_codec.DescribeConfigsResponse:
+        image = self.state_machine.image
+        results = []
+        for res in request.resources:
+            if res.resource_type != ConfigResourceType.TOPIC or res.resource_name not in image.topics.by_name:
+                code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                results.append(admin_codec.DescribeConfigsResult(res.resource_type, res.resource_name, code))
+                continue
+            explicit = image.configs.get(ConfigResource.topic(res.resource_name), {})
+            entries = describe_all(explicit, self.broker_defaults, names=res.config_names)
+            results.append(
+                admin_codec.DescribeConfigsResult(
+                    res.resource_type,
+                    res.resource_name,
+                    0,
+                    None,
+                    tuple(_wire_entry(e, request.include_synonyms, request.include_documentation) for e in entries),
+                )
+            )
+        return admin_codec.DescribeConfigsResponse(tuple(results))
+
+
+def _wire_source(source: ConfigSource) -> admin_codec.ConfigSource:
+    # The Admin API calls a topic override DYNAMIC_TOPIC_CONFIG; the wire enum, TOPIC_CONFIG.
+    if source is ConfigSource.DYNAMIC_TOPIC_CONFIG:
+        return admin_codec.ConfigSource.TOPIC_CONFIG
+    return admin_codec.ConfigSource[source.name]
+
+
+def _wire_entry(entry: ConfigEntry, synonyms: bool, documentation: bool) -> admin_codec.ConfigEntry:
+    """The rules' description of a config, in DescribeConfigs' wire terms (same enum names)."""
+    return admin_codec.ConfigEntry(
+        name=entry.name,
+        value=entry.value,
+        read_only=entry.is_read_only,
+        source=_wire_source(entry.source),
+        sensitive=entry.is_sensitive,
+        synonyms=tuple(admin_codec.ConfigSynonym(s.name, s.value, _wire_source(s.source)) for s in entry.synonyms)
+        if synonyms
+        else (),
+        documentation=entry.documentation if documentation else None,
+        config_type=admin_codec.ConfigType[entry.type.name],
+    )

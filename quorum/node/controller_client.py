@@ -1,0 +1,96 @@
+"""`ControllerClient`: reach the active controller over the Kafka protocol.
+
+The active controller is the Raft leader; every node (controllers and the
+brokers that observe the metadata log) knows the leader's id from its own
+RaftNode and the voters' addresses from `controller.quorum.voters`. A request
+answered NOT_CONTROLLER, or one that cannot be sent, is retried (leadership
+may be moving) until the deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import fields, is_dataclass
+
+from quorum.node.raft_node import RaftNode
+from quorum.raft.errors import ErrorCode
+from quorum.wire import admin_codec, codec
+from quorum.wire.transport import PeerClient, PeerUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class ControllerUnavailableError(Exception):
+    """No active controller answered before the deadline."""
+
+
+def _has_error(value: object, code: int) -> bool:
+    """Does any error_code field of a (nested) response equal `code`?"""
+    if isinstance(value, tuple | list):
+        return any(_has_error(v, code) for v in value)
+    if is_dataclass(value) and not isinstance(value, type):
+        for f in fields(value):
+            item = getattr(value, f.name)
+            if f.name == "error_code" and item == code:
+                return True
+            if isinstance(item, tuple | list) or (is_dataclass(item) and not isinstance(item, type)):
+                if _has_error(item, code):
+                    return True
+    return False
+
+
+class ControllerClient:
+    def __init__(self, node: RaftNode, *, client_id: str, retry_backoff_ms: int = 50) -> None:
+        self.node = node
+        self.client_id = client_id
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self._peers: dict[int, PeerClient] = {}
+        self._correlation = 0
+
+    def _peer(self, node_id: int) -> PeerClient | None:
+        peer = self._peers.get(node_id)
+        if peer is None:
+            address = self.node.voters.get(node_id)
+            if address is None:
+                return None
+            peer = PeerClient(address.host, address.port, connect_timeout_s=2.0, request_timeout_s=30.0)
+            self._peers[node_id] = peer
+        return peer
+
+    def leader_id(self) -> int:
+        core = self.node.core
+        return core.leader_id if core is not None else -1
+
+    async def call(self, request: admin_codec.AdminCall, timeout_s: float = 30.0) -> admin_codec.AdminReply:
+        deadline = time.monotonic() + timeout_s
+        last_error = "no quorum leader known"
+        while time.monotonic() < deadline:
+            leader = self.leader_id()
+            peer = self._peer(leader) if leader >= 0 else None
+            if peer is None:
+                await asyncio.sleep(self.retry_backoff_s)
+                continue
+            self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+            frame, api_key, api_version = admin_codec.encode_admin_request(
+                request, correlation_id=self._correlation, client_id=self.client_id
+            )
+            try:
+                raw = await peer.send(frame, self._correlation, api_key, api_version)
+                response = admin_codec.decode_admin_response(api_key, api_version, raw, request)
+            except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
+                last_error = f"controller {leader}: {exc}"
+                await asyncio.sleep(self.retry_backoff_s)
+                continue
+            if _has_error(response, int(ErrorCode.NOT_CONTROLLER)):
+                last_error = f"node {leader} is not the active controller"
+                await asyncio.sleep(self.retry_backoff_s)
+                continue
+            return response
+        raise ControllerUnavailableError(last_error)
+
+    async def close(self) -> None:
+        for peer in self._peers.values():
+            await peer.close()
+        self._peers.clear()

@@ -1,0 +1,152 @@
+"""`LocalNodeContext`: the node behind the REST API (api.context.NodeContext).
+
+Reads come from this node's committed metadata image. Writes go to the
+active controller (directly when it runs in this process, else over the Kafka
+protocol); once the controller answers, the context waits until this node's
+image has applied everything the quorum had committed at that moment, so a
+read right after a write on the same node sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from api.context import NotAvailableError
+from quorum.controller.active import NotControllerError, QuorumController
+from quorum.controller.requests import AdminRequest, AdminResponse
+from quorum.metadata.delta import MetadataDelta
+from quorum.metadata.image import MetadataImage
+from quorum.metadata.snapshot import MetadataStateMachine
+from quorum.node.config import NodeConfig
+from quorum.node.controller_client import ControllerClient, ControllerUnavailableError
+from quorum.node.raft_node import RaftNode
+from quorum.raft.describe import QuorumDescription
+from quorum.wire import codec
+from quorum.wire.transport import PeerUnavailable, request
+
+# Broker configs that topic config defaults and creation defaults come from.
+_BROKER_DEFAULT_KEYS = (
+    "log.retention.ms",
+    "log.retention.bytes",
+    "log.segment.bytes",
+    "log.roll.ms",
+    "log.cleanup.policy",
+    "message.max.bytes",
+    "compression.type",
+)
+
+
+def broker_defaults_of(config: NodeConfig) -> dict[str, str]:
+    out = {
+        "num.partitions": str(config.num_partitions),
+        "default.replication.factor": str(config.default_replication_factor),
+        "min.insync.replicas": str(config.min_insync_replicas),
+        "unclean.leader.election.enable": str(config.unclean_leader_election_enable).lower(),
+        "log.retention.ms": str(config.log_retention_ms),
+        "log.retention.bytes": str(config.log_retention_bytes),
+        "log.segment.bytes": str(config.log_segment_bytes),
+    }
+    for key in _BROKER_DEFAULT_KEYS:
+        if key in config.extra:
+            out[key] = config.extra[key]
+    return out
+
+
+class LocalNodeContext:
+    def __init__(
+        self,
+        config: NodeConfig,
+        *,
+        cluster_id: str,
+        raft: RaftNode,
+        state_machine: MetadataStateMachine,
+        client: ControllerClient,
+        controller: QuorumController | None = None,
+    ) -> None:
+        self.config = config
+        self._cluster_id = cluster_id
+        self.raft = raft
+        self.state_machine = state_machine
+        self.client = client
+        self.controller = controller
+        self._updated = asyncio.Event()
+        state_machine.add_listener(self._on_update)
+
+    def _on_update(self, delta: MetadataDelta | None, image: MetadataImage) -> None:
+        self._updated.set()
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    @property
+    def cluster_id(self) -> str:
+        return self._cluster_id
+
+    @property
+    def roles(self) -> frozenset[str]:
+        return frozenset(self.config.process_roles)
+
+    def image(self) -> MetadataImage:
+        return self.state_machine.image
+
+    def broker_defaults(self) -> dict[str, str]:
+        return broker_defaults_of(self.config)
+
+    async def admin(self, request: AdminRequest) -> AdminResponse:
+        response: object = None
+        if self.controller is not None and self.controller.active:
+            try:
+                response = await self.controller.handle(request)
+            except NotControllerError:
+                response = None
+        if response is None:
+            try:
+                response = await self.client.call(request)
+            except ControllerUnavailableError as exc:
+                raise NotAvailableError(str(exc)) from exc
+        await self.wait_for_committed()
+        return response  # type: ignore[return-value]
+
+    async def wait_for_committed(self, timeout_s: float = 10.0) -> None:
+        """Wait until this node applied everything the quorum leader has committed."""
+        try:
+            target = (await self.describe_quorum()).high_watermark
+        except NotAvailableError:
+            return
+        deadline = time.monotonic() + timeout_s
+        while self.state_machine.applied_offset < target and time.monotonic() < deadline:
+            self._updated.clear()
+            try:
+                await asyncio.wait_for(self._updated.wait(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return
+
+    async def describe_quorum(self) -> QuorumDescription:
+        core = self.raft.core
+        if core is not None and core.is_leader:
+            return self.raft.describe()
+        leader = core.leader_id if core is not None else -1
+        address = self.raft.voters.get(leader)
+        if address is None:
+            raise NotAvailableError("the metadata quorum has no leader")
+        api_key = codec.api_key_of(codec.DescribeQuorumCall())
+        version = codec.REQUEST_VERSIONS[api_key]
+        frame = codec.encode_request(
+            codec.DescribeQuorumCall(),
+            correlation_id=1,
+            client_id=f"pykraft-rest-{self.node_id}",
+            cluster_id=self._cluster_id,
+            source_id=self.node_id,
+            destination_id=leader,
+            api_version=version,
+        )
+        try:
+            raw = await asyncio.wait_for(request(address.host, address.port, frame), 5.0)
+            _, answer = codec.decode_response(api_key, version, raw)
+        except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
+            raise NotAvailableError(f"quorum leader {leader} did not answer: {exc}") from exc
+        if not isinstance(answer, QuorumDescription):
+            raise NotAvailableError(f"quorum leader {leader} answered {answer}")
+        return answer
