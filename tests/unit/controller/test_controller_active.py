@@ -179,7 +179,9 @@ def test_duplicate_live_registration_refused(tmp_path: Path) -> None:
             resp = await h.controller.handle(other)
             assert isinstance(resp, BrokerRegistrationResponse)
             assert resp.error_code == ErrorCode.DUPLICATE_BROKER_REGISTRATION
-            wrong = BrokerRegistrationRequest(broker_id=12, cluster_id="other", incarnation_id=uuid.uuid4(), listeners=())
+            wrong = BrokerRegistrationRequest(
+                broker_id=12, cluster_id="other", incarnation_id=uuid.uuid4(), listeners=()
+            )
             resp = await h.controller.handle(wrong)
             assert isinstance(resp, BrokerRegistrationResponse)
             assert resp.error_code == 104  # INCONSISTENT_CLUSTER_ID
