@@ -171,7 +171,10 @@ class MetadataStateMachine:
         self.on_update(delta, self._image)
 
     def snapshot_records(self) -> Sequence[bytes]:
-        return list(image_records(self._image))
+        """The image's records, encoded lazily: iterating later (on another thread)
+        still yields the image as it is now, since images are immutable."""
+        image = self._image
+        return _LazyRecords(image)
 
     def load_snapshot(self, end_offset: Offset, records: Sequence[bytes], epoch: int = -1) -> None:
         """Replace the image with the snapshot's (covering the log below `end_offset`).
@@ -183,3 +186,25 @@ class MetadataStateMachine:
         new = image_from_records(records, end_offset - 1, epoch)
         self._image = new
         self.on_update(MetadataDelta.diff(old, new), new)
+
+
+class _LazyRecords(Sequence[bytes]):
+    """A snapshot's records, produced from one immutable image when first needed."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self._image = image
+        self._records: list[bytes] | None = None
+
+    def _all(self) -> list[bytes]:
+        if self._records is None:
+            self._records = list(image_records(self._image))
+        return self._records
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __getitem__(self, index: int) -> bytes:  # type: ignore[override]
+        return self._all()[index]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._all())

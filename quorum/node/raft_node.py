@@ -145,6 +145,7 @@ class RaftNode:
         self._last_role: tuple[Role, Epoch] | None = None
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = 0
+        self._snapshot_task: asyncio.Future[int] | None = None
         self.fatal_error: BaseException | None = None
         # Serves the APIs on the controller listener that are not the quorum's own.
         self.extra_api_handler: Callable[[int, bytes], Awaitable[bytes | None]] | None = None
@@ -446,6 +447,8 @@ class RaftNode:
     def _maybe_snapshot(self) -> None:
         core = self.core
         assert core is not None and self._snapshots is not None
+        if self._snapshot_task is not None:
+            return  # one snapshot at a time
         now = self.now_ms()
         due = self._bytes_since_snapshot >= self._snapshot_bytes or (
             self._snapshot_interval_ms > 0
@@ -456,16 +459,38 @@ class RaftNode:
         if not due or offset <= core.log.start_offset or offset > core.high_watermark:
             return
         sid = core.snapshot_id_at(offset)
-        if not self._snapshots.contains(sid):
-            last = core.log.batches[core.log.index_of(offset - 1)]
-            data = encode_snapshot(
-                sid, self.state_machine.snapshot_records(), last_contained_timestamp_ms=last.timestamp_ms
-            )
-            self._snapshots.create(sid, data)
-            log.info("node %d: wrote snapshot %s (%d bytes)", self.node_id, sid, len(data))
-        core.snapshot_created(sid)
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = now
+        if self._snapshots.contains(sid):
+            core.snapshot_created(sid)
+            return
+        timestamp = core.log.batches[core.log.index_of(offset - 1)].timestamp_ms
+        # The records are captured now (the state is immutable or copied); encoding and
+        # the fsynced write happen on a worker thread so the Raft loop keeps serving.
+        records = self.state_machine.snapshot_records()
+        store = self._snapshots
+
+        def write() -> int:
+            data = encode_snapshot(sid, records, last_contained_timestamp_ms=timestamp)
+            store.create(sid, data)
+            return len(data)
+
+        task = asyncio.get_running_loop().run_in_executor(None, write)
+        self._snapshot_task = task
+        task.add_done_callback(lambda done: self._snapshot_written(sid, done))
+
+    def _snapshot_written(self, sid: OffsetAndEpoch, done: asyncio.Future[int]) -> None:
+        self._snapshot_task = None
+        if done.cancelled() or self.core is None or self._closing:
+            return
+        error = done.exception()
+        if error is not None:
+            log.error("node %d: writing snapshot %s failed: %s", self.node_id, sid, error)
+            return
+        log.info("node %d: wrote snapshot %s (%d bytes)", self.node_id, sid, done.result())
+        if sid.offset <= self.core.high_watermark:
+            self.core.snapshot_created(sid)
+            self._wake.set()
 
     def _delete_before(self, offset: Offset) -> None:
         assert self._log is not None and self._snapshots is not None
