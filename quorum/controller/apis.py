@@ -44,7 +44,7 @@ class ControllerApis:
         try:
             decoded = admin_codec.decode_admin_request(frame)
         except codec.WireError as exc:
-            answer = codec.error_response_for(exc)
+            answer = admin_codec.admin_error_response_for(exc)
             if answer is None:
                 raise CloseConnection from exc
             return answer

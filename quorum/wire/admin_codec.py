@@ -16,10 +16,10 @@ As in `quorum.wire.codec`, entities and writers come from kio's schemas, and all
 reading goes through `quorum.wire._reader` (never kio's native reader, which can
 abort the process on hostile lengths). Decoders raise only `codec.WireError`.
 
-Version ranges (`ADMIN_API_VERSIONS`) are every version kio 0.6.5 has a schema for,
-which is also what Kafka 4.0 accepts (KIP-896 dropped the older ones): clients
-(kafka-python 3.0.12, librdkafka 2.x) negotiate the highest common version, and
-every version they pick inside these ranges parses.
+Version ranges (`ADMIN_API_VERSIONS`) are every version kio 0.6.5 has a schema for;
+kio follows Kafka 4.x, whose baselines (KIP-896) dropped the oldest versions. Clients
+negotiate the highest version both sides have, so every client in use lands inside
+them (see the comment on the table).
 
 What a version cannot carry is dropped on encode and defaulted on decode (e.g.
 DeleteTopics error messages before v5, topic ids before CreateTopics v7, broker
@@ -124,13 +124,15 @@ class AdminApiKey(IntEnum):
     UNREGISTER_BROKER = 64
 
 
-# (min, max) version served per api key: every version kio 0.6.5 has a schema for,
-# which is Kafka 4.0's accepted range (KIP-896 removed CreateTopics v0-1, DeleteTopics
-# v0, DescribeConfigs v0 and AlterPartition v0-1). librdkafka 2.x asks for at most
-# CreateTopics 4, DeleteTopics 4, DescribeConfigs 1, CreatePartitions 2,
-# IncrementalAlterConfigs 1, ElectLeaders 2 and DescribeCluster 0; kafka-python 3.0.12
-# for the schema maxima below; Kafka 3.9/4.0 brokers send BrokerRegistration v4,
-# BrokerHeartbeat v1 and AlterPartition v3. UnregisterBroker has only v0.
+# (min, max) version served per api key: every version kio 0.6.5 has a schema for (a
+# range wherever Kafka has more than one version; UnregisterBroker only has v0). The
+# minima are Kafka 4.0's (KIP-896 removed CreateTopics v0-1, DeleteTopics v0,
+# DescribeConfigs v0, AlterPartition v0-1). Negotiation picks min(client max, ours):
+# librdkafka 2.x (max CreateTopics 4, DeleteTopics 4, DescribeConfigs 1,
+# CreatePartitions 2, IncrementalAlterConfigs 1) and kafka-python 3.0.12 (schema maxima,
+# equal to ours for the seven client apis) both land inside, and so do the broker RPCs
+# of Kafka 3.9/4.0 brokers (kio's schemas are newer than theirs). BrokerHeartbeat v2
+# only adds a tagged field (cordoned log dirs), so serving it costs nothing.
 ADMIN_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     AdminApiKey.CREATE_TOPICS: (2, 7),
     AdminApiKey.DELETE_TOPICS: (1, 6),

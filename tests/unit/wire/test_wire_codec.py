@@ -56,6 +56,7 @@ from quorum.wire import (
     error_from_wire,
     error_response_for,
 )
+from quorum.wire.codec import advertised_api_versions
 
 RESPONSE_STRATEGY = {
     VoteRequest: ws.vote_responses,
@@ -418,8 +419,8 @@ def test_api_versions_every_version_with_kio(version):
     assert cls.__header_schema__.__version__ == 0  # KIP-511: always response header v0
     header, body = kio_parse(frame, cls, request=False)
     assert header.correlation_id == 11 and body.error_code == KioErrorCode.none
-    assert {k.api_key: (k.min_version, k.max_version) for k in body.api_keys} == API_VERSIONS
-    assert decode_response(18, version, frame[4:]) == (11, ApiVersionsResult(dict(API_VERSIONS)))
+    assert {k.api_key: (k.min_version, k.max_version) for k in body.api_keys} == advertised_api_versions()
+    assert decode_response(18, version, frame[4:]) == (11, ApiVersionsResult(advertised_api_versions()))
 
 
 def test_api_versions_unknown_version_gets_v0_unsupported_version():
@@ -435,12 +436,12 @@ def test_api_versions_unknown_version_gets_v0_unsupported_version():
     header, body = kio_parse(response, load_response_schema(18, 0), request=False)
     assert header.correlation_id == 77
     assert body.error_code == KioErrorCode.unsupported_version
-    assert {k.api_key: (k.min_version, k.max_version) for k in body.api_keys} == API_VERSIONS
+    assert {k.api_key: (k.min_version, k.max_version) for k in body.api_keys} == advertised_api_versions()
     # A client that asked for v3/v4 falls back to the v0 body on an error.
     for asked in (0, 3, 4):
         correlation_id, result = decode_response(18, asked, response[4:])
         assert correlation_id == 77
-        assert result == ApiVersionsResult(dict(API_VERSIONS), ErrorCode.UNSUPPORTED_VERSION)
+        assert result == ApiVersionsResult(advertised_api_versions(), ErrorCode.UNSUPPORTED_VERSION)
 
 
 # --------------------------------------------------------------------------- malformed requests
