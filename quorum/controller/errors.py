@@ -6,41 +6,9 @@ checks each one against ``kio.schema.errors.ErrorCode`` by name.
 
 from __future__ import annotations
 
-from enum import IntEnum
 from typing import ClassVar
 
-
-class ErrorCode(IntEnum):
-    """Kafka protocol error codes used by the controller's topic and partition logic."""
-
-    UNKNOWN_SERVER_ERROR = -1
-    NONE = 0
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    INVALID_TOPIC_EXCEPTION = 17
-    TOPIC_ALREADY_EXISTS = 36
-    INVALID_PARTITIONS = 37
-    INVALID_REPLICATION_FACTOR = 38
-    INVALID_REPLICA_ASSIGNMENT = 39
-    INVALID_CONFIG = 40
-    NOT_CONTROLLER = 41
-    INVALID_REQUEST = 42
-    POLICY_VIOLATION = 44
-    OPERATION_NOT_ATTEMPTED = 55
-    REASSIGNMENT_IN_PROGRESS = 60
-    TOPIC_DELETION_DISABLED = 73
-    FENCED_LEADER_EPOCH = 74
-    STALE_BROKER_EPOCH = 77
-    PREFERRED_LEADER_NOT_AVAILABLE = 80
-    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
-    ELECTION_NOT_NEEDED = 84
-    NO_REASSIGNMENT_IN_PROGRESS = 85
-    THROTTLING_QUOTA_EXCEEDED = 89
-    INVALID_UPDATE_VERSION = 95
-    UNKNOWN_TOPIC_ID = 100
-    DUPLICATE_BROKER_REGISTRATION = 101
-    BROKER_ID_NOT_REGISTERED = 102
-    INELIGIBLE_REPLICA = 107
-    NEW_LEADER_ELECTED = 108
+from quorum.kafka_errors import ErrorCode as ErrorCode  # re-exported
 
 
 class ControllerError(Exception):

@@ -564,7 +564,12 @@ class RaftCore:
             self._reply_vote(env, ErrorCode.FENCED_LEADER_EPOCH, False, req.pre_vote)
             return
         if req.candidate_epoch > self.epoch:
+            timer = self._election_timer()
             self._become_unattached(req.candidate_epoch)
+            if timer is not None and isinstance(self.state, UnattachedState):
+                # Only a granted vote restarts the election timer: a stale candidate that is
+                # refused must not keep an up-to-date voter from standing (livelock).
+                self.state.deadline = min(self.state.deadline, timer)
         up_to_date = self._log_up_to_date(req.last_offset_epoch, req.last_offset)
         if req.pre_vote:
             self._reply_vote(env, ErrorCode.NONE, up_to_date and self._can_grant_pre_vote(), True)
@@ -582,6 +587,15 @@ class RaftCore:
                 else:
                     s.deadline = self._election_deadline()
         self._reply_vote(env, ErrorCode.NONE, granted, False)
+
+    def _election_timer(self) -> int | None:
+        """When this voter would stand for election if nothing else happened."""
+        match self.state:
+            case UnattachedState() | ProspectiveState() | CandidateState() | ResignedState() as s:
+                return s.deadline
+            case FollowerState() as f:
+                return f.fetch_deadline
+        return None
 
     def _can_grant_pre_vote(self) -> bool:
         """Pre-votes change nothing; refuse them only while a leader is known to be alive."""

@@ -1,0 +1,299 @@
+"""`report.html`: the audit's findings for people, with plots (matplotlib, embedded as PNG).
+
+Plots, from the reference copy (a voter copy with the longest log) unless noted:
+leadership changes and ISR size over time, leaderless time per partition (from the
+`partition_leaderless` findings), leader imbalance per broker over time, and the controller
+epochs over offsets (every copy). Times are batch timestamps (the writing controller's
+clock, in ms), shown in seconds from the reference copy's first batch. The plot data is
+aggregated by Spark into at most a few hundred time buckets, so the report stays small
+whatever the log's size.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+__all__ = ["collect_plot_data", "write_report"]
+
+BUCKETS = 300
+
+
+def collect_plot_data(
+    partitions: DataFrame, imbalance: DataFrame, copies: Sequence[dict[str, Any]], reference: Sequence[str]
+) -> dict[str, Any]:
+    """Small, aggregated series for the plots (see the module docstring); one Spark job.
+
+    `copies`: the per-copy documents of findings.json (offsets, timestamps, LeaderChange records).
+    """
+    data: dict[str, Any] = {"reference": reference[0] if reference else None}
+    data["epochs"] = [
+        {"log_dir": c["log_dir"], "node_id": c["node_id"], "last": c["last_offset"], "changes": c["leader_changes"]}
+        for c in copies
+        if c["leader_changes"]
+    ]
+    ref = next((c for c in copies if reference and c["log_dir"] == reference[0]), None)
+    if ref is None or ref["first_timestamp_ms"] is None:
+        return data
+    t0, t1 = int(ref["first_timestamp_ms"]), int(ref["last_timestamp_ms"])
+    width = max(1, (t1 - t0) // BUCKETS + 1)
+    data["t0"], data["bucket_ms"] = t0, width
+    bucket = F.greatest(F.floor((F.col("batch_timestamp_ms") - F.lit(t0)) / F.lit(width)).cast("int"), F.lit(0))
+    w = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
+    removed = F.col("change") == "REMOVE_TOPIC"
+    p = partitions.where(F.col("log_dir") == ref["log_dir"]).select(
+        bucket.alias("bucket"),
+        F.when(removed, 0).otherwise(1).alias("live"),
+        F.when(removed, 0).otherwise(F.col("isr_size")).alias("isr"),
+        F.when(removed | (F.col("isr_size") >= F.size("replicas")), 0).otherwise(1).alias("urp"),
+        F.when(removed | (F.col("leader") >= 0), 0).otherwise(1).alias("leaderless"),
+        F.when((F.col("change") == "PARTITION_CHANGE_RECORD") & F.col("leader_changed"), 1)
+        .otherwise(0)
+        .alias("changes"),
+        "topic_id",
+        "partition_id",
+        "offset",
+    )
+    for name in ("live", "isr", "urp", "leaderless"):
+        p = p.withColumn(f"d_{name}", F.col(name) - F.coalesce(F.lag(name).over(w), F.lit(0)))
+    series = p.groupBy("bucket").agg(
+        F.lit("partitions").alias("kind"),
+        F.lit(None).cast("int").alias("broker_id"),
+        F.sum("d_live").alias("live"),
+        F.sum("d_isr").alias("isr"),
+        F.sum("d_urp").alias("urp"),
+        F.sum("d_leaderless").alias("leaderless"),
+        F.sum("changes").alias("changes"),
+        F.lit(None).cast("double").alias("ratio"),
+    )
+    imb = (
+        imbalance.where(F.col("log_dir") == ref["log_dir"])
+        .select("broker_id", bucket.alias("bucket"), "offset", "ratio")
+        .groupBy("broker_id", "bucket")
+        .agg(
+            F.lit("imbalance").alias("kind"),
+            F.lit(None).cast("bigint").alias("live"),
+            F.lit(None).cast("bigint").alias("isr"),
+            F.lit(None).cast("bigint").alias("urp"),
+            F.lit(None).cast("bigint").alias("leaderless"),
+            F.lit(None).cast("bigint").alias("changes"),
+            F.max_by("ratio", "offset").alias("ratio"),
+        )
+    )
+    rows = [r.asDict() for r in series.unionByName(imb).collect()]
+    data["partition_series"] = sorted((r for r in rows if r["kind"] == "partitions"), key=lambda r: r["bucket"])
+    data["imbalance"] = sorted(
+        (r for r in rows if r["kind"] == "imbalance"), key=lambda r: (r["broker_id"], r["bucket"])
+    )
+    return data
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out: list[tuple[str, str]] = []
+    width = data.get("bucket_ms", 1)
+    series = data.get("partition_series") or []
+    if series:
+        xs, live, isr, urp, leaderless, changes = [], [], [], [], [], []
+        acc: dict[str, int] = defaultdict(int)
+        for r in series:
+            for k in ("live", "isr", "urp", "leaderless"):
+                acc[k] += int(r[k] or 0)
+            xs.append(r["bucket"] * width / 1000)
+            live.append(acc["live"])
+            isr.append(acc["isr"] / acc["live"] if acc["live"] else 0)
+            urp.append(acc["urp"])
+            leaderless.append(acc["leaderless"])
+            changes.append(int(r["changes"] or 0))
+        fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
+        a1.bar(xs, changes, width=max(width / 1000, 1e-3), color="tab:orange")
+        a1.set_ylabel("leadership changes")
+        a1.set_title("Leadership changes and ISR size over time")
+        a2.step(xs, isr, where="post", label="mean ISR size")
+        a2.step(xs, urp, where="post", label="under-replicated partitions")
+        a2.step(xs, leaderless, where="post", label="leaderless partitions")
+        a2.set_xlabel("seconds since the first batch")
+        a2.legend(loc="best", fontsize="small")
+        out.append(("Leadership changes and ISR size", _png(fig)))
+    leaderless_time: dict[str, int] = defaultdict(int)
+    for f in doc["findings"]:
+        if f["check"] == "partition_leaderless" and f.get("duration_ms"):
+            leaderless_time[f["subject"]] += int(f["duration_ms"])
+    if leaderless_time:
+        top = sorted(leaderless_time.items(), key=lambda kv: -kv[1])[:30]
+        fig, ax = plt.subplots(figsize=(9, max(2.0, 0.28 * len(top) + 1)))
+        ax.barh([k for k, _ in reversed(top)], [v / 1000 for _, v in reversed(top)], color="tab:red")
+        ax.set_xlabel("seconds without a leader")
+        ax.set_title("Leaderless time per partition" + (" (top 30)" if len(leaderless_time) > 30 else ""))
+        out.append(("Leaderless time per partition", _png(fig)))
+    imb = data.get("imbalance") or []
+    if imb:
+        by_broker: dict[int, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+        for r in imb:
+            xs_b, ys_b = by_broker[int(r["broker_id"])]
+            xs_b.append(r["bucket"] * width / 1000)
+            ys_b.append(100 * float(r["ratio"]))
+        fig, ax = plt.subplots(figsize=(9, 3.5))
+        for broker, (xs_b, ys_b) in sorted(by_broker.items()):
+            ax.step(xs_b, ys_b, where="post", label=f"broker {broker}")
+        pct = doc["settings"].get("leader.imbalance.per.broker.percentage", 10)
+        ax.axhline(pct, color="grey", linestyle="--", label=f"threshold {pct}%")
+        ax.set_ylabel("leader imbalance %")
+        ax.set_xlabel("seconds since the first batch")
+        ax.set_title("Leader imbalance per broker")
+        ax.legend(loc="best", fontsize="small")
+        out.append(("Leader imbalance per broker", _png(fig)))
+    epochs = data.get("epochs") or []
+    if epochs:
+        fig, ax = plt.subplots(figsize=(9, 3.5))
+        for copy in sorted(epochs, key=lambda c: (c["node_id"] is None, c["node_id"] or 0)):
+            elections: list[dict[str, Any]] = sorted(copy["changes"], key=lambda lc: int(lc["offset"]))
+            xs_e = [lc["offset"] for lc in elections]
+            ys_e = [lc["leader_epoch"] for lc in elections]
+            if copy["last"] is not None and copy["last"] > xs_e[-1]:
+                xs_e.append(copy["last"])
+                ys_e.append(ys_e[-1])
+            label = f"node {copy['node_id']}" if copy["node_id"] is not None else copy["log_dir"]
+            ax.step(xs_e, ys_e, where="post", label=label, alpha=0.8)
+            for lc in elections:
+                ax.annotate(f"L{lc['leader']}", (lc["offset"], lc["leader_epoch"]), fontsize="x-small")
+        ax.set_xlabel("offset")
+        ax.set_ylabel("controller epoch")
+        ax.set_title("Controller epochs over offsets (LeaderChange records; L = leader)")
+        ax.legend(loc="best", fontsize="small")
+        out.append(("Controller epochs over offsets", _png(fig)))
+    return out
+
+
+# --------------------------------------------------------------------------- html
+
+_CSS = """
+body { font-family: sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f0f0f0; }
+.violation { color: #b00020; font-weight: bold; }
+.warning { color: #a65e00; }
+.info { color: #555; }
+.ok { color: #1b7f1b; font-weight: bold; }
+code { font-size: 0.9em; }
+"""
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _offsets(f: dict[str, Any]) -> str:
+    shown = ", ".join(str(o) for o in f["offsets"][:12])
+    more = f["offset_count"] - min(len(f["offsets"]), 12)
+    return html.escape(shown + (f" (+{more} more)" if more > 0 else ""))
+
+
+def write_report(path: Path, doc: dict[str, Any], data: dict[str, Any]) -> Path:
+    summary = doc["summary"]
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>pykraft metadata log audit</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>pykraft metadata log audit</h1>",
+        f"<p>Generated {html.escape(doc['generated_at'])} from {len(summary['copies'])} "
+        f"cop{'ies' if len(summary['copies']) != 1 else 'y'} ({summary['records']} records).</p>",
+    ]
+    if summary["violations"]:
+        parts.append(f"<p class='violation'>{summary['violations']} violation(s)</p>")
+    else:
+        parts.append("<p class='ok'>No violations.</p>")
+    parts.append(f"<p>{summary['warnings']} warning(s), {summary['info']} informational finding(s).</p>")
+    parts.append("<h2>Copies</h2>")
+    rows = []
+    for c in summary["copies"]:
+        replay = c.get("replay") or {}
+        stopped = replay.get("stopped")
+        rows.append(
+            [
+                html.escape(str(c["node_id"])),
+                "yes" if c["voter"] else "no",
+                html.escape(c["log_dir"]),
+                c["records"],
+                html.escape(f"{c['first_offset']}..{c['last_offset']}"),
+                c["last_epoch"],
+                len(c["segments"]),
+                len(c["snapshots"]),
+                c["invalid_rows"],
+                html.escape(stopped["reason"] if stopped else "complete"),
+            ]
+        )
+    parts.append(
+        _table(
+            ["node", "voter", "log dir", "rows", "offsets", "last epoch", "segments", "snapshots", "invalid", "replay"],
+            rows,
+        )
+    )
+    agreement = doc.get("agreement", {})
+    parts.append("<h2>Replica agreement</h2>")
+    parts.append(f"<p>{html.escape(doc['committed_rule'])}</p>")
+    parts.append(f"<p><code>{html.escape(json.dumps(agreement))}</code></p>")
+    for severity, title in (("violation", "Violations"), ("warning", "Warnings"), ("info", "Information")):
+        found = [f for f in doc["findings"] if f["severity"] == severity]
+        parts.append(f"<h2>{title} ({len(found)})</h2>")
+        if found:
+            parts.append(
+                _table(
+                    ["check", "subject", "message", "offsets", "nodes"],
+                    [
+                        [
+                            f"<span class='{severity}'>{html.escape(f['check'])}</span>",
+                            html.escape(f["subject"]),
+                            html.escape(f["message"]),
+                            _offsets(f),
+                            html.escape(", ".join(str(n) for n in f.get("nodes", []))),
+                        ]
+                        for f in found[:500]
+                    ],
+                )
+            )
+    plots = _plots(doc, data)
+    if plots:
+        parts.append("<h2>Plots</h2>")
+        if data.get("reference"):
+            parts.append(f"<p>Timelines of the reference copy {html.escape(str(data['reference']))}.</p>")
+        for title, png in plots:
+            parts.append(
+                f"<h3>{html.escape(title)}</h3><img alt='{html.escape(title)}' src='data:image/png;base64,{png}'>"
+            )
+    parts.append("<h2>Settings</h2>")
+    parts.append(
+        _table(["config", "value"], [[html.escape(k), html.escape(str(v))] for k, v in doc["settings"].items()])
+    )
+    parts.append("<h2>Checks</h2>")
+    parts.append(_table(["check", "meaning"], [[html.escape(k), html.escape(v)] for k, v in doc["checks"].items()]))
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path
