@@ -14,13 +14,13 @@ runs at start-up: every directory must be formatted, for this node, and for one 
 from __future__ import annotations
 
 import base64
-import os
 import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from quorum.node.config import NodeConfig, format_properties, parse_properties
+from quorum.storage.durable import atomic_write
 
 __all__ = [
     "META_PROPERTIES",
@@ -118,27 +118,13 @@ class MetaProperties:
         return props
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_meta_properties(directory: str | Path, meta: MetaProperties) -> Path:
     """Write ``directory/meta.properties`` atomically: temp file, fsync, rename, fsync the directory."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     target = d / META_PROPERTIES
-    tmp = d / (META_PROPERTIES + ".tmp")
     text = format_properties(meta.to_properties(), header="Written by pykraft storage format")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
-    _fsync_dir(d)
+    atomic_write(target, text.encode("utf-8"))
     return target
 
 

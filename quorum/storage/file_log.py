@@ -25,7 +25,6 @@ is truncated there and every later segment is deleted.
 from __future__ import annotations
 
 import bisect
-import errno
 import os
 import re
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from pathlib import Path
 from types import TracebackType
 
 from quorum.raft.types import Batch, Offset
+from quorum.storage.durable import fsync_dir, write_all
 from quorum.storage.record_batch import encode_batch, scan_batches
 
 __all__ = ["FileLog", "LogRecovery", "segment_file_name"]
@@ -45,23 +45,6 @@ _DEFAULT_SEGMENT_BYTES = 1 << 30
 def segment_file_name(base_offset: Offset) -> str:
     """`<20-digit zero-padded base offset>.log`, Kafka's segment file name."""
     return f"{base_offset:020d}.log"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        if written <= 0:  # pragma: no cover - os.write raises rather than returning 0
-            raise OSError(errno.EIO, "short write")
-        view = view[written:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +169,7 @@ class FileLog:
             segments.append(_Segment(0, path, end_offset=0))
             changed_dir = True
         if changed_dir:
-            _fsync_dir(directory)
+            fsync_dir(directory)
         log = cls(directory, segments, segment_bytes)
         log._batches = batches
         log._bases = [b.base_offset for b in batches]
@@ -299,7 +282,7 @@ class FileLog:
     def _write_chunk(self, fd: int, seg: _Segment, chunk: list[bytes], batches: list[Batch]) -> None:
         old_size = seg.size
         try:
-            _write_all(fd, b"".join(chunk) if len(chunk) > 1 else chunk[0])
+            write_all(fd, b"".join(chunk) if len(chunk) > 1 else chunk[0])
         except OSError:
             # Never leave a partial batch behind: cut the file back (best effort).
             try:
@@ -345,7 +328,7 @@ class FileLog:
             os.fsync(fd)
             self._dirty = False
         if self._dir_dirty:
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
             self._dir_dirty = False
 
     # ------------------------------------------------------------------ truncation / deletion
@@ -385,7 +368,7 @@ class FileLog:
         finally:
             os.close(fd)
         if removed:
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         del seg.offsets[batch_in_seg:]
         del seg.positions[batch_in_seg:]
         seg.size = position
@@ -411,7 +394,7 @@ class FileLog:
             os.fsync(fd)
         finally:
             os.close(fd)
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
         self._segments = [_Segment(start_offset, path, end_offset=start_offset)]
         self._batches.clear()  # in place: `batches` stays the live list
         self._bases.clear()
@@ -437,7 +420,7 @@ class FileLog:
         del self._segments[:count]
         for seg in removed:
             seg.path.unlink(missing_ok=True)
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
         first = bisect.bisect_left(self._bases, self._segments[0].base_offset)
         del self._batches[:first]
         del self._bases[:first]

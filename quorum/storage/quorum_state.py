@@ -14,12 +14,12 @@ has the same leaderId/leaderEpoch/votedId fields.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from quorum.raft.types import ElectionState
+from quorum.storage.durable import atomic_write
 
 __all__ = ["QUORUM_STATE_FILE", "QuorumStateError", "QuorumStateStore"]
 
@@ -100,24 +100,4 @@ class QuorumStateStore:
 
     def write(self, state: ElectionState) -> None:
         """Durably replace the stored state: write tmp, fsync, rename, fsync the directory."""
-        data = self.encode(state)
-        tmp = self.tmp_path
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-        except BaseException:
-            # The old file is untouched; do not leave a half-written temp file behind.
-            tmp.unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic_write(self.path, self.encode(state), tmp=self.tmp_path)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quorum.raft.types import Batch, ControlType, OffsetAndEpoch
+from quorum.storage.durable import atomic_write, fsync_dir, write_all
 from quorum.storage.record_batch import (
     CorruptRecordError,
     SnapshotHeader,
@@ -53,20 +54,6 @@ def snapshot_file_name(sid: OffsetAndEpoch) -> str:
     return f"{sid.offset:020d}-{sid.epoch:010d}{_SUFFIX}"
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 @dataclass(slots=True)
 class _Receive:
     """A snapshot being received: `received` bytes of `size` are in the `.part` file at `path`."""
@@ -88,7 +75,7 @@ class SnapshotStore:
         for path in stale:
             path.unlink(missing_ok=True)
         if stale:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
 
     # ------------------------------------------------------------------ naming / listing
 
@@ -155,21 +142,7 @@ class SnapshotStore:
 
     def create(self, sid: OffsetAndEpoch, data: bytes) -> Path:
         """Durably write a complete snapshot (replacing one with the same id); return its path."""
-        part = self._part_path(sid)
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            try:
-                _write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            final = self.path(sid)
-            os.replace(part, final)
-        except BaseException:
-            part.unlink(missing_ok=True)
-            raise
-        _fsync_dir(self.directory)
-        return final
+        return atomic_write(self.path(sid), data, tmp=self._part_path(sid))
 
     def begin_receive(self, sid: OffsetAndEpoch, size: int) -> None:
         """Start receiving snapshot `sid` of `size` bytes (restarting any receive of it)."""
@@ -194,7 +167,7 @@ class SnapshotStore:
             raise ValueError(f"snapshot {sid}: chunk at {position}, expected {rx.received}")
         if rx.received + len(data) > rx.size:
             raise ValueError(f"snapshot {sid}: chunk ends at {rx.received + len(data)}, past size {rx.size}")
-        _write_all(rx.fd, data)
+        write_all(rx.fd, data)
         rx.received += len(data)
 
     def finish_receive(self, sid: OffsetAndEpoch) -> Path:
@@ -215,7 +188,7 @@ class SnapshotStore:
         except BaseException:
             rx.path.unlink(missing_ok=True)
             raise
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         return final
 
     def abort_receive(self, sid: OffsetAndEpoch) -> None:
@@ -229,7 +202,7 @@ class SnapshotStore:
 
     def delete(self, sid: OffsetAndEpoch) -> None:
         self.path(sid).unlink(missing_ok=True)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
 
     def delete_before(self, sid: OffsetAndEpoch) -> builtins.list[OffsetAndEpoch]:
         """Delete every snapshot other than `sid` whose end offset is <= sid.offset; return them."""
@@ -237,7 +210,7 @@ class SnapshotStore:
         for s in doomed:
             self.path(s).unlink(missing_ok=True)
         if doomed:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         return doomed
 
     def close(self) -> None:
