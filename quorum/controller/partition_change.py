@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from enum import Enum, IntEnum
 
 from quorum.controller.errors import ErrorCode
+from quorum.controller.requests import IsrMember as IsrMember  # AlterPartition NewIsrWithEpochs entry
 
 NO_LEADER = -1
 """The partition has no leader."""
@@ -251,14 +252,6 @@ class BrokerRegistrationState:
     epoch: int
     fenced: bool = False
     in_controlled_shutdown: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class IsrMember:
-    """An entry of AlterPartition's ``NewIsrWithEpochs``; broker epoch -1 skips the epoch check."""
-
-    broker_id: int
-    broker_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -450,7 +450,7 @@ def alter_partition(image: MetadataImage, request: AlterPartitionRequest) -> Con
             broker_epoch=request.broker_epoch,
             leader_epoch=item.leader_epoch,
             partition_epoch=item.partition_epoch,
-            new_isr=tuple(pc.IsrMember(m.broker_id, m.broker_epoch) for m in item.new_isr),
+            new_isr=item.new_isr,
             leader_recovery_state=item.leader_recovery_state,
         )
         state = state_of(p)

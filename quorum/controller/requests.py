@@ -227,6 +227,8 @@ class BrokerHeartbeatResponse:
 
 @dataclass(frozen=True, slots=True)
 class IsrMember:
+    """An entry of AlterPartition's NewIsrWithEpochs; broker epoch -1 skips the epoch check."""
+
     broker_id: int
     broker_epoch: int = -1
 
