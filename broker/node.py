@@ -16,6 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
+from broker.isr import IsrExpander
 from broker.lifecycle import BrokerLifecycle
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import MetadataImage
@@ -69,7 +70,10 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
             events.emit("registration", fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown)
 
     sm.add_listener(on_metadata)
+    expander = IsrExpander(config.node_id, client, lambda: sm.image, lambda: lifecycle.broker_epoch)
+    sm.add_listener(expander.on_metadata)
     lifecycle.start()
+    expander.start()
     ctx = LocalNodeContext(config, cluster_id=meta.cluster_id, raft=node, state_machine=sm, client=client)
     rest = None
     address = config.rest_address
@@ -92,6 +96,7 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
     if node.fatal_error is None:
         log.info("broker %d: controlled shutdown", config.node_id)
         await lifecycle.controlled_shutdown(timeout_s=config.broker_session_timeout_ms / 1000 * 2)
+    await expander.stop()
     await lifecycle.stop()
     if rest is not None:
         with contextlib.suppress(Exception):

@@ -60,6 +60,9 @@ def _run(args: argparse.Namespace, *, export_only: bool) -> int:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         print(f"error: the audit needs pyspark, pyarrow and pandas ({exc})", file=sys.stderr)
         return EXIT_ERROR
+    from pyspark.sql import SparkSession
+
+    shared = SparkSession.getActiveSession() is not None  # e.g. a caller's session: leave it running
     spark = spark_session(args.master)
     try:
         result = run_audit(
@@ -74,7 +77,8 @@ def _run(args: argparse.Namespace, *, export_only: bool) -> int:
         print(f"error: the audit job failed: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:
-        spark.stop()
+        if not shared:
+            spark.stop()
     if export_only:
         for name in result.document["outputs"]:
             print(f"wrote {result.out_dir / name}")

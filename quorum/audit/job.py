@@ -77,6 +77,7 @@ def spark_session(master: str = "local[*]", app_name: str = "pykraft-audit") -> 
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.debug.maxToStringFields", "200")
     )
     if local:
         builder = (

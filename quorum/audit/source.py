@@ -145,6 +145,12 @@ class MetadataLogDataSource(DataSource):  # type: ignore[misc,unused-ignore]
         return MetadataLogReader(self._paths(), int(self.options.get("batchRows", "8192")))
 
 
+_REGISTERED: set[int] = set()
+
+
 def register(spark: SparkSession) -> None:
-    """Register the data source with `spark` (idempotent)."""
-    spark.dataSource.register(MetadataLogDataSource)
+    """Register the data source with `spark` (once per session)."""
+    key = id(spark)
+    if key not in _REGISTERED:
+        spark.dataSource.register(MetadataLogDataSource)
+        _REGISTERED.add(key)

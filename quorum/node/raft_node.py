@@ -269,7 +269,9 @@ class RaftNode:
         if core is None or not core.is_leader:
             raise NotLeaderError(core.leader_id if core else -1, core.epoch if core else 0)
         fut: asyncio.Future[Offset] = asyncio.get_running_loop().create_future()
-        first = core.propose(list(records), self.now_ms())
+        now = self.now_ms()
+        core.wall_clock_offset_ms = time.time_ns() // 1_000_000 - now
+        first = core.propose(list(records), now)
         self._waiters.append(_Waiter(first + len(records) - 1, core.epoch, fut))
         self._wake.set()
         return first, fut
@@ -333,6 +335,7 @@ class RaftNode:
         core = self.core
         assert core is not None
         now = self.now_ms()
+        core.wall_clock_offset_ms = time.time_ns() // 1_000_000 - now
         while self._inbox:
             core.handle(self._inbox.popleft(), now)
         if self._proposals:

@@ -120,6 +120,9 @@ class RaftCore:
         self._delete_before: Offset | None = None
         self._election_retries = 0
 
+        # Batch timestamps are wall-clock ms (as Kafka's CreateTime) while timers run on the
+        # driver's clock: timestamp = now_ms + wall_clock_offset_ms. The driver keeps it current.
+        self.wall_clock_offset_ms = 0
         self.role: Role = Role.UNATTACHED
         self.state: RoleState = UnattachedState(now_ms)
         self._initialize()
@@ -239,7 +242,7 @@ class RaftCore:
         step = self.config.max_batch_records
         for i in range(0, len(records), step):
             chunk = tuple(records[i : i + step])
-            self.log.append(Batch(self.log.end_offset, self.epoch, chunk, timestamp_ms=self._now))
+            self.log.append(Batch(self.log.end_offset, self.epoch, chunk, timestamp_ms=self._timestamp()))
         self._complete_parked(self.state, only_with_data=True)
         return first
 
@@ -260,6 +263,9 @@ class RaftCore:
             return
         self.log.delete_before(snapshot_id)
         self._delete_before = snapshot_id.offset
+
+    def _timestamp(self) -> int:
+        return self._now + self.wall_clock_offset_ms
 
     def snapshot_id_at(self, offset: Offset) -> OffsetAndEpoch:
         """The snapshot id for a snapshot of the log below `offset`."""
@@ -484,7 +490,7 @@ class RaftCore:
         self._enter(Role.LEADER, ls)
         # The first record of every epoch: once it commits, the HW is known.
         record = encode_leader_change(self.node_id, sorted(self.voters), sorted(granted))
-        self.log.append(Batch(epoch_start, self.epoch, (record,), self._now, ControlType.LEADER_CHANGE))
+        self.log.append(Batch(epoch_start, self.epoch, (record,), self._timestamp(), ControlType.LEADER_CHANGE))
         self._send_begin_quorum(ls)
         self._maybe_advance_hw(ls)
 
