@@ -12,9 +12,10 @@
    Every copy holding a committed offset (voter or observer) is compared. When fewer than q
    voter copies are given, the rule falls back to the offsets that every given copy holds.
 3. Semantic checks (`CopyReplayer`): one copy replayed in log order with the shared
-   `MetadataDelta.replay` (batch by batch, `apply()` at each batch end, as the
-   controller's state machine does), from the copy's snapshot when its log does not start
-   at 0. It emits the partition timeline (every partition's leader, ISR, leader epoch and
+   `MetadataDelta.replay` (one delta accumulates the records and answers for the current
+   state; `apply()` runs when topic configs are read and at the end, so that no map is
+   copied per batch), from the copy's snapshot (`image_from_records`) when its log does not
+   start at 0. It emits the partition timeline (every partition's leader, ISR, leader epoch and
    partition epoch after each change), the broker timeline (registration, fencing,
    unfencing, controlled shutdown), the leader imbalance per broker, and the findings:
    `leader_not_in_isr`, `isr_not_in_replicas`, `unclean_election` (a new leader outside the
@@ -342,7 +343,9 @@ class CopyReplayer:
         self._batch: int | None = None
         self._ts = 0
         self._epoch = -1
-        self._dirty = False
+        self._dirty = False  # the delta holds records the image does not
+        self._brokers_cache: Mapping[int, BrokerRegistration] | None = None
+        self._tid_text: dict[uuid.UUID, str] = {}
         self._touched: set[_Key] = set()
         self._touched_brokers: set[int] = set()
         self._fenced_in_batch: set[int] = set()
@@ -452,7 +455,7 @@ class CopyReplayer:
                 return
             after = delta.partition(rec.topic_id, rec.partition_id)
             assert after is not None
-            name = delta.topic_name(rec.topic_id) or kafka_uuid_string(rec.topic_id)
+            name = delta.topic_name(rec.topic_id) or self._tid(rec.topic_id)
             if t is PartitionRecord:
                 self._topic_rf.setdefault(rec.topic_id, len(after.replicas))
                 self._partition_update(key, name, None, after, "PARTITION_RECORD", offset, None, rec)
@@ -480,7 +483,7 @@ class CopyReplayer:
         return True
 
     def _subject(self, key: _Key, name: str | None) -> str:
-        return f"{name if name is not None else kafka_uuid_string(key[0])}-{key[1]}"
+        return f"{name if name is not None else self._tid(key[0])}-{key[1]}"
 
     def _copy_subject(self) -> str:
         return f"node {self.node_id}" if self.node_id is not None else self.log_dir
@@ -503,7 +506,7 @@ class CopyReplayer:
         if leader_set and leader >= 0 and before is not None:
             unclean = is_unclean_election(record) or (leader not in before.isr and leader in after.isr)
         self.sink.partition(
-            (self.node_id, self.log_dir, offset, self._ts, self._epoch, change, kafka_uuid_string(key[0]), name,
+            (self.node_id, self.log_dir, offset, self._ts, self._epoch, change, self._tid(key[0]), name,
              key[1], leader, prev_leader, before is None or leader != prev_leader, list(after.isr), len(after.isr),
              list(after.replicas), after.leader_epoch, after.partition_epoch, after.leader_recovery_state,
              leader_set, unclean)
@@ -545,7 +548,9 @@ class CopyReplayer:
         after: PartitionRegistration,
         offset: int,
     ) -> None:
-        image = self.delta.apply() if self.delta.changed_configs else self.image
+        if self.delta.changed_configs:
+            self._rebase()
+        image = self.image
         allowed = unclean_allowed(image, name, self._rs)
         topic_value = image.topic_config(name).get(UNCLEAN)
         source = "topic config" if topic_value is not None else "broker default"
@@ -596,18 +601,37 @@ class CopyReplayer:
                     f"racks {sorted(live_racks)}", offset, partition=subject,
                 )  # fmt: skip
 
+    def _rebase(self) -> None:
+        """Apply the delta: the image catches up with every record replayed so far."""
+        if self._dirty:
+            self.image = self.delta.apply()
+            self.delta = MetadataDelta(self.image)
+            self._dirty = False
+            self._brokers_cache = None
+
     def _brokers_now(self) -> Mapping[int, BrokerRegistration]:
-        """Every registered broker as of the record being replayed (image + this batch's changes)."""
+        """Every registered broker as of the record being replayed (image + the delta's changes)."""
+        if self._brokers_cache is not None:
+            return self._brokers_cache
         changed = self.delta.changed_brokers
         if not changed:
-            return self.image.cluster.brokers
-        brokers = dict(self.image.cluster.brokers)
-        for broker_id, reg in changed.items():
-            if reg is None:
-                brokers.pop(broker_id, None)
-            else:
-                brokers[broker_id] = reg
+            brokers: Mapping[int, BrokerRegistration] = self.image.cluster.brokers
+        else:
+            merged = dict(self.image.cluster.brokers)
+            for broker_id, reg in changed.items():
+                if reg is None:
+                    merged.pop(broker_id, None)
+                else:
+                    merged[broker_id] = reg
+            brokers = merged
+        self._brokers_cache = brokers
         return brokers
+
+    def _tid(self, topic_id: uuid.UUID) -> str:
+        text = self._tid_text.get(topic_id)
+        if text is None:
+            text = self._tid_text[topic_id] = kafka_uuid_string(topic_id)
+        return text
 
     def _index(self, key: _Key, reg: PartitionRegistration | None) -> None:
         if reg is None:
@@ -639,6 +663,7 @@ class CopyReplayer:
 
     def _broker_update(self, rec: Any, offset: int) -> None:
         broker_id = rec.broker_id
+        self._brokers_cache = None
         after = self.delta.broker(broker_id)
         t = type(rec)
         events: list[str] = []
@@ -686,7 +711,7 @@ class CopyReplayer:
             key = (rec.topic_id, pid)
             self.sink.partition(
                 (self.node_id, self.log_dir, offset, self._ts, self._epoch, "REMOVE_TOPIC",
-                 kafka_uuid_string(rec.topic_id), name, pid, None, reg.leader, reg.leader >= 0, None, None,
+                 self._tid(rec.topic_id), name, pid, None, reg.leader, reg.leader >= 0, None, None,
                  list(reg.replicas), reg.leader_epoch, reg.partition_epoch, reg.leader_recovery_state, None, False)
             )  # fmt: skip
             self._unindex(key, reg)
@@ -699,12 +724,10 @@ class CopyReplayer:
     # ------------------------------------------------------------------ batch ends
 
     def _end_batch(self) -> None:
-        if self._dirty:
-            self.image = self.delta.apply()
-            self.delta = MetadataDelta(self.image)
-            self._dirty = False
-        image = self.image
-        brokers = image.cluster.brokers
+        # The state is the delta's: it accumulates every record (apply() runs only when configs
+        # are read and at the end), which is the same replay without copying maps per batch.
+        delta = self.delta
+        brokers = self._brokers_now()
         offset = self.last_offset if self.last_offset >= 0 else self.start_offset - 1
         # No fenced broker leads (checked after whole batches: the controller writes a fence and
         # the leadership moves it implies in one batch).
@@ -712,7 +735,7 @@ class CopyReplayer:
         for b in self._fenced_in_batch:
             check.update(self._leads.get(b, ()))
         for key in check:
-            reg = image.partition(*key)
+            reg = delta.partition(*key)
             if reg is None or reg.leader < 0:
                 self._fenced_leader.discard(key)
                 continue
@@ -721,8 +744,7 @@ class CopyReplayer:
                 self._fenced_leader.discard(key)
             elif key not in self._fenced_leader:
                 self._fenced_leader.add(key)
-                topic = image.topics.by_id.get(key[0])
-                subject = self._subject(key, topic.name if topic is not None else None)
+                subject = self._subject(key, delta.topic_name(key[0]))
                 state = "fenced" if leader is not None else "not registered"
                 self._add(
                     "fenced_leader", VIOLATION, subject, f"{subject} is led by broker {reg.leader}, which is {state}",
@@ -811,6 +833,7 @@ class CopyReplayer:
     def finish(self) -> dict[str, Any]:
         """Close the replay: open intervals end at the last batch timestamp; emit every finding."""
         self._end_batch()
+        self._rebase()
         end = self.last_offset if self.last_offset >= 0 else self.start_offset - 1
         for key in list(self._leaderless_since):
             self._close_leaderless(key, end, ongoing=True)

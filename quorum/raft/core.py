@@ -918,7 +918,11 @@ class RaftCore:
             progress.last_caught_up_ms = self._now
         if is_voter:
             self._maybe_advance_hw(ls)
-        if req.fetch_offset >= self.log.end_offset and req.max_wait_ms > 0:
+        exposed_hw = self.high_watermark if ls.hw_known else -1
+        # Park only a replica that has all the data and already knows the current HW; the
+        # ack that just moved the HW must come back at once, or that replica (and whoever
+        # waits on it) learns of the commit only when the long poll expires.
+        if req.fetch_offset >= self.log.end_offset and req.max_wait_ms > 0 and progress.hw_sent == exposed_hw:
             deadline = self._now + req.max_wait_ms
             ls.parked.append(ParkedFetch(source, env.request_id, req.fetch_offset, req.max_bytes, deadline))
             return
@@ -940,6 +944,11 @@ class RaftCore:
     def _answer_fetch(self, source: NodeId, request_id: int, fetch_offset: Offset, max_bytes: int) -> None:
         batches = self.log.read(fetch_offset, max_bytes)
         resp = self._fetch_response(batches=batches)
+        ls = self.state
+        if isinstance(ls, LeaderState):
+            progress = ls.voters.get(source) or ls.observers.get(source)
+            if progress is not None:
+                progress.hw_sent = resp.high_watermark
         self._out.append(Envelope(self.node_id, source, request_id, resp))
 
     def _complete_parked(self, ls: LeaderState, *, only_with_data: bool) -> None:

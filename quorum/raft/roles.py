@@ -99,6 +99,7 @@ class ReplicaProgress:
     end_offset: Offset = -1
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
+    hw_sent: Offset = -2  # the high watermark in the last answer sent to it (-1 = unknown)
 
 
 @dataclass(slots=True)

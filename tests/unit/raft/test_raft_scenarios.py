@@ -134,7 +134,11 @@ def test_isolated_leader_resigns_within_check_quorum_timeout(voters: int, seed: 
     assert c.now - t0 <= c.config.check_quorum_timeout_ms  # 1.5 x fetch timeout
     assert old.core.role is Role.RESIGNED
     # The majority side elects someone else meanwhile, in a later epoch.
-    assert c.run_until(lambda: leader(c).core.epoch > old.core.epoch, 10_000)  # type: ignore[union-attr]
+    def newer_leader() -> bool:
+        current = c.leader()
+        return current is not None and current.core is not None and current.core.epoch > old.core.epoch  # type: ignore[union-attr]
+
+    assert c.run_until(newer_leader, 10_000)
 
 
 def test_leader_fetched_by_a_minority_only_resigns() -> None:
@@ -144,7 +148,9 @@ def test_leader_fetched_by_a_minority_only_resigns() -> None:
     c.partition([old.id, buddy], [v for v in c.voter_ids if v not in (old.id, buddy)])
     t0 = c.now
     assert c.run_until(lambda: old.core is not None and old.core.role is Role.RESIGNED, 10_000)
-    assert c.now - t0 <= c.config.check_quorum_timeout_ms
+    # A voter that fetched just before the partition and the buddy's next fetch still make a
+    # majority contact (Kafka's rule), so allow one long-poll round past the timeout.
+    assert c.now - t0 <= c.config.check_quorum_timeout_ms + c.config.fetch_max_wait_ms + 2 * c.max_delay_ms
 
 
 @pytest.mark.parametrize("observers", [0, 2])
@@ -194,7 +200,7 @@ def test_graceful_shutdown_of_every_leader_in_turn() -> None:
         c.shutdown(old.id)
         down.append(old.id)
         t0 = c.now
-        assert c.run_until(lambda: c.leader() is not None and leader(c).core.epoch > epoch, 10_000)  # type: ignore[union-attr]
+        assert c.run_until(lambda e=epoch: c.leader() is not None and leader(c).core.epoch > e, 10_000)  # type: ignore[misc,union-attr]
         assert c.now - t0 <= 3_000
         c.run_for(300, propose_every_ms=10)
     for nid in down:
@@ -231,7 +237,9 @@ def test_follower_behind_log_start_catches_up_from_a_snapshot(seed: int) -> None
     answers = [m for m in mine if isinstance(m, FetchResponse) and m.snapshot_id is not None]
     assert answers and answers[0].snapshot_id is not None and answers[0].snapshot_id.offset >= sid.offset
     for answer in answers:
-        positions = [m.position for m in mine if isinstance(m, FetchSnapshotRequest) and m.snapshot_id == answer.snapshot_id]
+        positions = [
+            m.position for m in mine if isinstance(m, FetchSnapshotRequest) and m.snapshot_id == answer.snapshot_id
+        ]
         assert positions == list(range(0, len(positions) * 256, 256)) and len(positions) >= 4
     assert all(m.error == 0 for m in mine if isinstance(m, FetchSnapshotResponse))
     last = answers[-1].snapshot_id
