@@ -1,0 +1,123 @@
+"""Run the REST app with uvicorn inside the node's own asyncio loop.
+
+``handle = await serve_rest(ctx, host, port)`` binds the listening socket itself (so a
+port in use raises ``OSError`` here, instead of uvicorn's ``sys.exit`` inside a task),
+starts ``uvicorn.Server.serve`` as a task of the running loop, waits until it accepts
+connections and returns a `RestServer`; ``await handle.stop()`` shuts it down. uvicorn
+is told not to install signal handlers: the node owns SIGINT/SIGTERM. Port 0 picks a
+free port (see ``handle.port``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Generator
+
+import uvicorn
+
+from api.context import NodeContext
+from api.rest.app import create_app
+
+log = logging.getLogger(__name__)
+
+_START_TIMEOUT_S = 10.0
+_GRACEFUL_SHUTDOWN_S = 5
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """A uvicorn server that leaves the process's signal handlers alone."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET
+    if host and host not in ("0.0.0.0", "localhost"):  # noqa: S104 - the caller's chosen address
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        if infos:
+            family = infos[0][0]
+    bind_host = host.strip("[]") if host else "0.0.0.0"  # noqa: S104 - "" means every interface
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((bind_host, port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class RestServer:
+    """A running REST server: its bound address, and `stop()`."""
+
+    def __init__(self, server: uvicorn.Server, sock: socket.socket, task: asyncio.Task[None]) -> None:
+        self.server = server
+        self.task = task
+        self._sock = sock
+        address = sock.getsockname()
+        self.host: str = address[0]
+        self.port: int = address[1]
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.server.started and not self.task.done()
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop accepting, let in-flight requests finish (bounded), and wait for the task."""
+        self.server.should_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self.task), timeout_s)
+        except TimeoutError:
+            self.server.force_exit = True
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        finally:
+            self._sock.close()
+
+
+async def _run(server: uvicorn.Server, sock: socket.socket) -> None:
+    try:
+        await server.serve(sockets=[sock])
+    except SystemExit as exc:  # uvicorn exits on startup failure; never let that stop the node's loop
+        log.error("REST server exited during startup (code %s)", exc.code)
+    except Exception:
+        log.exception("REST server failed")
+
+
+async def serve_rest(ctx: NodeContext, host: str, port: int) -> RestServer:
+    """Start serving `create_app(ctx)` on host:port in the running loop; return the handle."""
+    app = create_app(ctx)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        loop="none",
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
+    )
+    server = _EmbeddedServer(config)
+    sock = _bind(host, port)
+    task = asyncio.get_running_loop().create_task(_run(server, sock), name=f"rest-server-{host}:{port}")
+    handle = RestServer(server, sock, task)
+    deadline = asyncio.get_running_loop().time() + _START_TIMEOUT_S
+    while not server.started:
+        if task.done() or asyncio.get_running_loop().time() > deadline:
+            await handle.stop(timeout_s=1.0)
+            raise RuntimeError(f"the REST server on {host}:{port} did not start")
+        await asyncio.sleep(0.01)
+    return handle
