@@ -299,7 +299,7 @@ class ListSink:
 
 # --------------------------------------------------------------------------- 3. the replay
 
-_Key = tuple[uuid.UUID, int]
+_Key = tuple[int, int]  # (topic id as an int, partition id): cheap to hash, unlike UUID
 _BROKER_RECORDS = (
     RegisterBrokerRecord,
     BrokerRegistrationChangeRecord,
@@ -345,7 +345,7 @@ class CopyReplayer:
         self._epoch = -1
         self._dirty = False  # the delta holds records the image does not
         self._brokers_cache: Mapping[int, BrokerRegistration] | None = None
-        self._tid_text: dict[uuid.UUID, str] = {}
+        self._tid_text: dict[int, str] = {}
         self._touched: set[_Key] = set()
         self._touched_brokers: set[int] = set()
         self._fenced_in_batch: set[int] = set()
@@ -354,7 +354,8 @@ class CopyReplayer:
         self._not_led: dict[int, int] = defaultdict(int)
         self._fixable: dict[int, int] = defaultdict(int)
         self._leads: dict[int, set[_Key]] = defaultdict(set)
-        self._topic_rf: dict[uuid.UUID, int] = {}
+        self._topic_rf: dict[int, int] = {}
+        self._uuids: dict[int, uuid.UUID] = {}
         self._last_ratio: dict[int, tuple[float, bool]] = {}
         self._imbalanced_since: dict[int, tuple[int, int]] = {}  # broker -> (offset, ts)
         self._leaderless_since: dict[_Key, tuple[int, int, str]] = {}  # key -> (offset, ts, subject)
@@ -387,8 +388,8 @@ class CopyReplayer:
                  broker.in_controlled_shutdown, broker.rack)
             )  # fmt: skip
         for topic, pid, reg in image.iter_partitions():
-            key = (topic.id, pid)
-            self._topic_rf.setdefault(topic.id, len(reg.replicas))
+            key = (self._key_id(topic.id), pid)
+            self._topic_rf.setdefault(key[0], len(reg.replicas))
             self._partition_update(key, topic.name, None, reg, "SNAPSHOT", offset, leader_set=None, record=None)
         self._end_batch()
         return True
@@ -449,15 +450,15 @@ class CopyReplayer:
         t = type(rec)
         delta = self.delta
         if t is PartitionChangeRecord or t is PartitionRecord:
-            key = (rec.topic_id, rec.partition_id)
+            key = (self._key_id(rec.topic_id), rec.partition_id)
             before = delta.partition(rec.topic_id, rec.partition_id) if t is PartitionChangeRecord else None
             if not self._replay(rec, offset, epoch):
                 return
             after = delta.partition(rec.topic_id, rec.partition_id)
             assert after is not None
-            name = delta.topic_name(rec.topic_id) or self._tid(rec.topic_id)
+            name = delta.topic_name(rec.topic_id) or self._tid(key[0])
             if t is PartitionRecord:
-                self._topic_rf.setdefault(rec.topic_id, len(after.replicas))
+                self._topic_rf.setdefault(key[0], len(after.replicas))
                 self._partition_update(key, name, None, after, "PARTITION_RECORD", offset, None, rec)
             else:
                 self._partition_update(
@@ -627,10 +628,18 @@ class CopyReplayer:
         self._brokers_cache = brokers
         return brokers
 
-    def _tid(self, topic_id: uuid.UUID) -> str:
-        text = self._tid_text.get(topic_id)
+    def _key_id(self, topic_id: uuid.UUID) -> int:
+        """The topic id as an int (keys of the indexes); remembers the UUID."""
+        value = topic_id.int
+        if value not in self._uuids:
+            self._uuids[value] = topic_id
+        return value
+
+    def _tid(self, topic: int) -> str:
+        """Kafka's text form of a topic id (cached)."""
+        text = self._tid_text.get(topic)
         if text is None:
-            text = self._tid_text[topic_id] = kafka_uuid_string(topic_id)
+            text = self._tid_text[topic] = kafka_uuid_string(self._uuids[topic])
         return text
 
     def _index(self, key: _Key, reg: PartitionRegistration | None) -> None:
@@ -707,11 +716,12 @@ class CopyReplayer:
             partitions.update(td.partitions)
         if not self._replay(rec, offset, epoch):
             return
+        tint = self._key_id(rec.topic_id)
         for pid, reg in sorted(partitions.items()):
-            key = (rec.topic_id, pid)
+            key = (tint, pid)
             self.sink.partition(
                 (self.node_id, self.log_dir, offset, self._ts, self._epoch, "REMOVE_TOPIC",
-                 self._tid(rec.topic_id), name, pid, None, reg.leader, reg.leader >= 0, None, None,
+                 self._tid(tint), name, pid, None, reg.leader, reg.leader >= 0, None, None,
                  list(reg.replicas), reg.leader_epoch, reg.partition_epoch, reg.leader_recovery_state, None, False)
             )  # fmt: skip
             self._unindex(key, reg)
@@ -719,7 +729,7 @@ class CopyReplayer:
                 self._close_leaderless(key, offset, ongoing=False, removed=True)
             self._fenced_leader.discard(key)
             self._touched.discard(key)
-        self._topic_rf.pop(rec.topic_id, None)
+        self._topic_rf.pop(tint, None)
 
     # ------------------------------------------------------------------ batch ends
 
@@ -735,7 +745,7 @@ class CopyReplayer:
         for b in self._fenced_in_batch:
             check.update(self._leads.get(b, ()))
         for key in check:
-            reg = delta.partition(*key)
+            reg = delta.partition(self._uuids[key[0]], key[1])
             if reg is None or reg.leader < 0:
                 self._fenced_leader.discard(key)
                 continue
@@ -744,7 +754,7 @@ class CopyReplayer:
                 self._fenced_leader.discard(key)
             elif key not in self._fenced_leader:
                 self._fenced_leader.add(key)
-                subject = self._subject(key, delta.topic_name(key[0]))
+                subject = self._subject(key, delta.topic_name(self._uuids[key[0]]))
                 state = "fenced" if leader is not None else "not registered"
                 self._add(
                     "fenced_leader", VIOLATION, subject, f"{subject} is led by broker {reg.leader}, which is {state}",

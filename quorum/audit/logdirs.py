@@ -282,13 +282,27 @@ def _scan(data: bytes) -> Iterator[tuple[int, Batch | None, str | None, str | No
         pos = bad + head[1]
 
 
+_UUID_TEXT: dict[int, str] = {}
+
+
+def _uuid_text(value: Any) -> str:
+    """kafka_uuid_string, cached by the id's int (topic ids repeat on every partition record)."""
+    key = value.int
+    text = _UUID_TEXT.get(key)
+    if text is None:
+        if len(_UUID_TEXT) > 1 << 16:
+            _UUID_TEXT.clear()
+        text = _UUID_TEXT[key] = kafka_uuid_string(value)
+    return text
+
+
 def _typed(record: Any) -> tuple[Any, ...]:
     """The typed columns (broker_id .. voters) of a decoded data record."""
     t = type(record)
     if t is PartitionChangeRecord:
         return (
             None, None, None, None, None,
-            kafka_uuid_string(record.topic_id), None, record.partition_id, record.leader,
+            _uuid_text(record.topic_id), None, record.partition_id, record.leader,
             None if record.isr is None else list(record.isr),
             None if record.replicas is None else list(record.replicas),
             record.leader_recovery_state,
@@ -297,7 +311,7 @@ def _typed(record: Any) -> tuple[Any, ...]:
     if t is PartitionRecord:
         return (
             None, None, None, None, None,
-            kafka_uuid_string(record.topic_id), None, record.partition_id, record.leader,
+            _uuid_text(record.topic_id), None, record.partition_id, record.leader,
             list(record.isr), list(record.replicas), record.leader_recovery_state,
             None, None, None, None, None, None, None,
         )  # fmt: skip
@@ -314,9 +328,9 @@ def _typed(record: Any) -> tuple[Any, ...]:
     if t is UnregisterBrokerRecord or t is ProducerIdsRecord:
         return (record.broker_id, record.broker_epoch) + (None,) * 17
     if t is TopicRecord:
-        return (None,) * 5 + (kafka_uuid_string(record.topic_id), record.name) + (None,) * 12
+        return (None,) * 5 + (_uuid_text(record.topic_id), record.name) + (None,) * 12
     if t is RemoveTopicRecord:
-        return (None,) * 5 + (kafka_uuid_string(record.topic_id),) + (None,) * 13
+        return (None,) * 5 + (_uuid_text(record.topic_id),) + (None,) * 13
     if t is ConfigRecord:
         return (None,) * 12 + (record.resource_type, record.resource_name, record.name, record.value) + (None,) * 3
     if t is FeatureLevelRecord:

@@ -53,6 +53,7 @@ from quorum.storage.quorum_state import QuorumStateStore
 from quorum.storage.snapshots import SnapshotStore, decode_snapshot, encode_snapshot
 from quorum.wire import codec
 from quorum.wire.transport import CloseConnection, PeerClient, PeerUnavailable, close_server, serve
+from quorum.wire.transport import request as one_shot_request
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ ResponseTypes = (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse,
 RequestTypes = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest, FetchSnapshotRequest)
 
 METADATA_PARTITION_DIR = "__cluster_metadata-0"
+RELAY_CLIENT_ID = "pykraft-describe-relay"
 
 
 def raft_config_of(config: NodeConfig) -> RaftConfig:
@@ -563,6 +565,30 @@ class RaftNode:
         self._inbox.append(Envelope(env.destination, self.node_id, env.request_id, response))
         self._wake.set()
 
+    async def _relay_describe(self, leader_id: NodeId) -> QuorumDescription | None:
+        """A follower answers DescribeQuorum with its leader's answer, so that any
+        controller can be the CLI's bootstrap (relayed once: never relayed again)."""
+        address = self.voters.get(leader_id)
+        if address is None or leader_id == self.node_id:
+            return None
+        api_key = codec.api_key_of(codec.DescribeQuorumCall())
+        version = codec.REQUEST_VERSIONS[api_key]
+        frame = codec.encode_request(
+            codec.DescribeQuorumCall(),
+            correlation_id=1,
+            client_id=RELAY_CLIENT_ID,
+            cluster_id=self.cluster_id,
+            source_id=self.node_id,
+            destination_id=leader_id,
+            api_version=version,
+        )
+        try:
+            raw = await asyncio.wait_for(one_shot_request(address.host, address.port, frame), 2.0)
+            _, answer = codec.decode_response(api_key, version, raw)
+        except (PeerUnavailable, codec.WireError, TimeoutError, OSError):
+            return None
+        return answer if isinstance(answer, QuorumDescription) else None
+
     async def _handle_frame(self, frame: bytes) -> bytes | None:
         if self.extra_api_handler is not None and len(frame) >= 2:
             api_key = int.from_bytes(frame[:2], "big", signed=True)
@@ -590,11 +616,14 @@ class RaftNode:
             return codec.encode_response(request, codec.ApiVersionsResult(), cluster_id=self.cluster_id)
         if isinstance(message, codec.DescribeQuorumCall):
             core = self.core
-            if core is None or not core.is_leader:
+            described: QuorumDescription | None = None
+            if core is not None and core.is_leader:
+                described = self.describe()
+            elif core is not None and request.client_id != RELAY_CLIENT_ID:
+                described = await self._relay_describe(core.leader_id)
+            if described is None:
                 return codec.encode_response(request, ErrorCode.NOT_LEADER_OR_FOLLOWER, cluster_id=self.cluster_id)
-            return codec.encode_response(
-                request, self.describe(), cluster_id=self.cluster_id, endpoints=self._endpoints
-            )
+            return codec.encode_response(request, described, cluster_id=self.cluster_id, endpoints=self._endpoints)
         if self._closing or self.core is None:
             return codec.encode_response(request, ErrorCode.BROKER_NOT_AVAILABLE, cluster_id=self.cluster_id)
         request_id = self._next_inbound_id

@@ -123,6 +123,7 @@ class RaftCore:
         # Batch timestamps are wall-clock ms (as Kafka's CreateTime) while timers run on the
         # driver's clock: timestamp = now_ms + wall_clock_offset_ms. The driver keeps it current.
         self.wall_clock_offset_ms = 0
+        self._shutting_down = False
         self.role: Role = Role.UNATTACHED
         self.state: RoleState = UnattachedState(now_ms)
         self._initialize()
@@ -194,7 +195,7 @@ class RaftCore:
             case LeaderState() as ls:
                 self._tick_leader(ls)
             case ResignedState() as r:
-                if self._now >= r.deadline:
+                if self._now >= r.deadline and not self._shutting_down:
                     self._start_election()
                 elif r.unacked and self._now >= r.resend_ms:
                     self._send_end_quorum(r)
@@ -247,8 +248,13 @@ class RaftCore:
         return first
 
     def resign(self, now_ms: int) -> None:
-        """Graceful shutdown: a leader hands leadership to its most caught-up voter."""
+        """Graceful shutdown: a leader hands leadership to its most caught-up voter.
+
+        The node is going away: it stays Resigned (it never stands again in this life)
+        until a higher epoch reaches it, as Kafka's pollResigned does while shutting down.
+        """
         self._now = max(self._now, now_ms)
+        self._shutting_down = True
         if isinstance(self.state, LeaderState):
             self._become_resigned(self.state)
 
@@ -295,7 +301,8 @@ class RaftCore:
                     d = min(d, parked.deadline)
                 return d
             case ResignedState() as r:
-                return min(r.deadline, r.resend_ms) if r.unacked else r.deadline
+                deadline = r.deadline if not self._shutting_down else 1 << 62
+                return min(deadline, r.resend_ms) if r.unacked else deadline
         raise AssertionError("unreachable")
 
     def has_ready(self) -> bool:
@@ -393,12 +400,13 @@ class RaftCore:
             # Never lead again in the same epoch: unflushed records may have been lost.
             state = ResignedState(self._election_deadline(), (), set(), self._now)
             self._enter(Role.RESIGNED, state, check=False)
+        elif e.leader_id != NO_LEADER:
+            # A known leader wins over our own vote: we stood in this epoch and someone else won.
+            self._enter(Role.FOLLOWER, FollowerState(e.leader_id, self._fetch_deadline()), check=False)
+            self._maybe_send_fetch()
         elif e.voted_id == self.node_id and self.is_voter:
             self._enter(Role.CANDIDATE, CandidateState(self._election_deadline(), {self.node_id}), check=False)
             self._send_votes(pre_vote=False)
-        elif e.leader_id != NO_LEADER:
-            self._enter(Role.FOLLOWER, FollowerState(e.leader_id, self._fetch_deadline()), check=False)
-            self._maybe_send_fetch()
         else:
             deadline = self._election_deadline() if self.is_voter else self._now
             self._enter(Role.UNATTACHED, UnattachedState(deadline), check=False)
@@ -912,10 +920,15 @@ class RaftCore:
             self._reply(env, self._fetch_response(snapshot=verdict.position))
             return
         progress = (ls.voters if is_voter else ls.observers).setdefault(source, ReplicaProgress())
+        end = self.log.end_offset
+        if req.fetch_offset >= end:
+            progress.last_caught_up_ms = self._now
+        elif progress.last_fetch_ms >= 0 and req.fetch_offset >= progress.leader_end_at_last_fetch:
+            # It holds everything the leader had when it last fetched: caught up as of then.
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms, progress.last_fetch_ms)
         progress.end_offset = req.fetch_offset
         progress.last_fetch_ms = self._now
-        if req.fetch_offset >= self.log.end_offset:
-            progress.last_caught_up_ms = self._now
+        progress.leader_end_at_last_fetch = end
         if is_voter:
             self._maybe_advance_hw(ls)
         exposed_hw = self.high_watermark if ls.hw_known else -1

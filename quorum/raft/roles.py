@@ -100,6 +100,7 @@ class ReplicaProgress:
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
     hw_sent: Offset = -2  # the high watermark in the last answer sent to it (-1 = unknown)
+    leader_end_at_last_fetch: Offset = -1  # the leader's log end when it last fetched
 
 
 @dataclass(slots=True)

@@ -98,6 +98,8 @@ async def serve(
                 frame = await reader.readexactly(size)
                 response = await handler(frame)
                 if response is not None:
+                    if writer.is_closing():
+                        return  # the peer or the server went away while we worked on it
                     writer.write(response)
                     await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
