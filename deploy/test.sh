@@ -15,6 +15,8 @@ source deploy/env.sh
 setup_env
 # kcat is a Kafka client used by the compatibility tests (they skip without it).
 ensure_debian_package kcat
+# PySpark (the metadata-log audit) runs on a JVM: Java 17 or newer.
+ensure_debian_package java openjdk-17-jre-headless
 
 static_failed=0
 if [ "${PYKRAFT_SKIP_LINT:-0}" != 1 ]; then
