@@ -70,6 +70,18 @@ from quorum.metadata.records import (
 TOPIC = ConfigResourceType.TOPIC
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
 
+# One client operation may write at most this many records (Kafka's controller bounds a
+# user operation the same way), so that no request can stall the controller's one thread.
+MAX_RECORDS_PER_OPERATION = 10_000
+TOO_LARGE = "Unable to perform excessively large batch operation."
+
+
+class OperationTooLargeError(ControllerError):
+    code = ErrorCode.POLICY_VIOLATION
+
+    def __init__(self) -> None:
+        super().__init__(TOO_LARGE)
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicationSettings:
@@ -170,10 +182,14 @@ def create_topics(
                         "Both numPartitions or replicationFactor and replicasAssignments were set. "
                         "Both cannot be used at the same time."
                     )
+                if len(records) + len(topic.assignments) + len(configs) + 1 > MAX_RECORDS_PER_OPERATION:
+                    raise OperationTooLargeError()
                 assignment = validate_manual_assignment(sorted(topic.assignments.items()), registered, active)
             else:
                 partitions = topic.num_partitions if topic.num_partitions != -1 else settings.num_partitions
                 rf = topic.replication_factor if topic.replication_factor != -1 else settings.default_replication_factor
+                if len(records) + partitions + len(configs) + 1 > MAX_RECORDS_PER_OPERATION:
+                    raise OperationTooLargeError()
                 assignment = assign_replicas(placements(image), partitions, rf, rng=settings.rng)
         except ControllerError as e:
             code, message = _error(e)
@@ -240,6 +256,8 @@ def create_partitions(
         current = len(topic.partitions)
         try:
             check_partition_increase(inc.name, current, inc.count)
+            if len(records) + inc.count - current > MAX_RECORDS_PER_OPERATION:
+                raise OperationTooLargeError()
             existing = {pid: p.replicas for pid, p in topic.partitions.items()}
             if inc.assignments is not None:
                 new = validate_manual_new_partitions(

@@ -378,3 +378,25 @@ def test_restart_replays_the_log_into_the_same_image(tmp_path: Path) -> None:
             await stop(h2)
 
     run(scenario())
+
+
+def test_an_excessively_large_operation_is_refused_at_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        h = await start(tmp_path)
+        try:
+            await h.unfenced_brokers(0, 1, 2)
+            huge = CreateTopicsRequest((CreatableTopic("huge", 2**31 - 1, 3), CreatableTopic("small", 2, 2)))
+            resp = await asyncio.wait_for(h.controller.handle(huge), 5)
+            assert isinstance(resp, CreateTopicsResponse)
+            codes = {r.name: (r.error_code, r.message) for r in resp.topics}
+            assert codes["huge"] == (ErrorCode.POLICY_VIOLATION, "Unable to perform excessively large batch operation.")
+            assert codes["small"][0] == 0
+            grow = await asyncio.wait_for(
+                h.controller.handle(CreatePartitionsRequest((PartitionsIncrease("small", 2**31 - 1),))), 5
+            )
+            assert grow.topics[0].error_code == ErrorCode.POLICY_VIOLATION  # type: ignore[union-attr]
+            assert len(h.sm.image.topics.by_name["small"].partitions) == 2
+        finally:
+            await stop(h)
+
+    run(scenario())
