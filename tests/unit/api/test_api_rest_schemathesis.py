@@ -107,5 +107,8 @@ def test_schemathesis_reached_the_handlers():
     if not operations <= {(m, p) for m, p, _ in STATUSES}:
         pytest.skip("runs after the schemathesis test of every operation")
     succeeded = {(m, p) for (m, p, status) in STATUSES if 200 <= status < 300}
-    assert succeeded == operations
+    # One partition's reassignment is 404 unless a reassignment is in progress, and pykraft
+    # never starts one: whether a generated case hits a 2xx there depends on the test image.
+    optional = {("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/reassignment")}
+    assert operations - optional <= succeeded <= operations
     assert {status for (m, p, status) in STATUSES if (m, p) not in operations} == {405}
