@@ -17,7 +17,8 @@ from __future__ import annotations
 import heapq
 import json
 import random
-from collections.abc import Callable, Iterable
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from quorum.raft.config import RaftConfig
@@ -104,6 +105,8 @@ class Node:
         self.snapshot_every = snapshot_every
         self._since_snapshot = 0
         self.last_hw = 0
+        self.incarnation = 0  # how many times the node was started
+        self.armed_crash: int | None = None  # crash after this many steps of the next Ready
         # Called with every committed batch before it is applied (the cluster records it).
         self.on_commit: Callable[[Node, Batch], None] | None = None
 
@@ -132,9 +135,11 @@ class Node:
         )
         self.last_hw = self.core.high_watermark
         self._since_snapshot = 0
+        self.incarnation += 1
 
     def crash(self) -> None:
         self.core = None
+        self.armed_crash = None
         self.disk.receiving.clear()
 
     def drain(self, crash_after_steps: int | None = None) -> list[Envelope]:
@@ -145,6 +150,8 @@ class Node:
         """
         core = self.core
         assert core is not None
+        if crash_after_steps is None and self.armed_crash is not None and core.has_ready():
+            crash_after_steps, self.armed_crash = self.armed_crash, None
         out: list[Envelope] = []
         while core.has_ready():
             ready = core.ready()
@@ -265,12 +272,20 @@ class Cluster:
         self.stale_ticks = 0  # ticks after which next_deadline() was still not in the future
         # History for the invariants.
         self.leaders: dict[int, int] = {}  # epoch -> leader id
+        self.votes: dict[tuple[int, int], int] = {}  # (voter, epoch) -> the candidate it voted for
+        self.leader_runs: dict[int, tuple[int, int]] = {}  # epoch -> (leader, its incarnation)
         self.max_epoch: dict[int, int] = {}
         self.committed: dict[Offset, tuple[int, bytes]] = {}  # offset -> (epoch, record)
         self.committed_epoch: dict[Offset, int] = {}  # offset -> epoch of the leader that committed it
         self.max_committed: Offset = 0
         # Deadlines a tick could not move (see `_next_event_time`): node -> (deadline, now).
         self._stale: dict[int, tuple[int, int]] = {}
+        # Log matching, checked incrementally: every (base offset, epoch) ever seen -> its
+        # (records, predecessor key); and each log as it was at the last check.
+        self._seen: dict[tuple[int, int], tuple[tuple[bytes, ...], tuple[int, int] | None]] = {}
+        self._verified: dict[tuple[int, str], list[Batch]] = {}
+        self._log_owner: dict[int, int] = {}  # node -> incarnation whose core log `_verified` holds
+        self._hw_checked: dict[int, tuple[int, int]] = {}  # node -> (incarnation, committed checked below)
         for node in self.nodes.values():
             node.on_commit = self._on_commit
             node.start(self.now, self.rng)
@@ -282,10 +297,7 @@ class Cluster:
         """Only nodes in the same group can talk."""
         sets = [set(g) for g in groups]
         self.blocked = {
-            (a, b)
-            for a in self.nodes
-            for b in self.nodes
-            if a != b and not any(a in s and b in s for s in sets)
+            (a, b) for a in self.nodes for b in self.nodes if a != b and not any(a in s and b in s for s in sets)
         }
 
     def block(self, source: int, destination: int) -> None:
@@ -300,11 +312,15 @@ class Cluster:
         self.nodes[node_id].crash()
 
     def crash_mid_ready(self, node_id: int, steps: int) -> None:
+        """Crash the node after `steps` persistence steps of its next Ready: at once if
+        one is pending, else during the next one it produces (after a message, a tick
+        or a proposal). The driver drains every Ready after every event, so between
+        events none is pending: without arming, this would be a plain crash."""
         node = self.nodes[node_id]
         if node.up and node.core is not None and node.core.has_ready():
             node.drain(crash_after_steps=steps)
-        else:
-            node.crash()
+        elif node.up:
+            node.armed_crash = steps
 
     def restart(self, node_id: int) -> None:
         node = self.nodes[node_id]
@@ -451,8 +467,28 @@ class Cluster:
                 prev = self.leaders.setdefault(epoch, node.id)
                 if prev != node.id:
                     raise InvariantViolation(f"two leaders in epoch {epoch}: {prev} and {node.id}")
+            # ... and a leader never leads again in its epoch after a restart (it comes back Resigned).
+            if core is not None and core.role is Role.LEADER:
+                term = self.leader_runs.setdefault(core.epoch, (node.id, node.incarnation))
+                if term != (node.id, node.incarnation):
+                    raise InvariantViolation(f"node {node.id} leads epoch {core.epoch} again after a restart")
+            # At most one vote per epoch: a durable vote is never changed or forgotten.
+            election = node.disk.election
+            if election is not None and election.voted_id != -1 and node.id in self.voter_ids:
+                key = (node.id, election.epoch)
+                voted = self.votes.setdefault(key, election.voted_id)
+                if voted != election.voted_id:
+                    raise InvariantViolation(
+                        f"node {node.id} voted for {voted} and {election.voted_id} in epoch {election.epoch}"
+                    )
+            elif election is not None and (node.id, election.epoch) in self.votes:
+                raise InvariantViolation(f"node {node.id} forgot its vote in epoch {election.epoch}")
             if core is None:
                 continue
+            # Persist before send: once a Ready is carried out, disk and memory agree.
+            state = core.election_state
+            if state is not election and state != (election or ElectionState(epoch=0)) and not core.has_ready():
+                raise InvariantViolation(f"node {node.id} runs {core.election_state}, disk has {election}")
             # A node's high watermark never decreases while it runs.
             if core.high_watermark < node.last_hw:
                 raise InvariantViolation(f"node {node.id} HW went back {node.last_hw} -> {core.high_watermark}")
@@ -472,24 +508,58 @@ class Cluster:
         return b.epoch, b.records[offset - b.base_offset]
 
     def _check_log_matching(self) -> None:
-        """Same (base offset, epoch) batch => same content and same predecessor everywhere."""
-        seen: dict[tuple[int, int], tuple[tuple[bytes, ...], tuple[int, int] | None]] = {}
-        for node in self.nodes.values():
-            for batches in self._logs_of(node):
-                prev: tuple[int, int] | None = None
-                for b in batches:
-                    key = (b.base_offset, b.epoch)
-                    val = (b.records, prev)
-                    other = seen.setdefault(key, val)
-                    if other[0] != val[0] or (other[1] is not None and val[1] is not None and other[1] != val[1]):
-                        raise InvariantViolation(f"log matching broken at {key} on node {node.id}")
-                    prev = key
+        """Same (base offset, epoch) batch => same content and same predecessor, in every
+        log (memory and disk) and at every time: a leader writes each (offset, epoch) once.
+        And a running node never changes its log below its high watermark.
 
-    def _logs_of(self, node: Node) -> list[list[Batch]]:
-        logs = [node.disk.batches]
-        if node.core is not None:
-            logs.append(list(node.core.log.batches))
-        return logs
+        Incremental: each log is compared with what it was at the previous check; only
+        batches appended since are examined, unless the log was truncated or rebuilt."""
+        for node in self.nodes.values():
+            self._match_log((node.id, "disk"), node.disk.batches, node.id)
+            core = node.core
+            if core is not None:
+                changed = self._match_log((node.id, "core"), core.log.batches, node.id)
+                if (
+                    changed is not None
+                    and changed < core.high_watermark
+                    and self._log_owner.get(node.id) == node.incarnation
+                ):
+                    raise InvariantViolation(
+                        f"node {node.id} changed its log at {changed}, below its HW {core.high_watermark}"
+                    )
+                self._log_owner[node.id] = node.incarnation
+
+    def _match_log(self, name: tuple[int, str], batches: Sequence[Batch], node_id: int) -> int | None:
+        """Check the batches new since the last check; return the offset from which the
+        log differs from then, if it was changed other than by appending or deleting a prefix."""
+        memo = self._verified.get(name)
+        start = 0
+        changed: int | None = None
+        if memo and batches:
+            # Skip the prefix unchanged since the last check (the head may have been deleted).
+            j = 0 if batches[0] is memo[0] else bisect_left(memo, batches[0].base_offset, key=_base_offset)
+            n = len(memo) - j
+            if n > 0 and len(batches) >= n and batches[n - 1] is memo[-1] and batches[:n] == memo[j:]:
+                start = n
+            else:
+                k = 0
+                while k < len(batches) and j + k < len(memo) and batches[k] == memo[j + k]:
+                    k += 1
+                if j + k < len(memo):  # something we had was cut
+                    changed = memo[j + k].base_offset
+        seen = self._seen
+        prev: tuple[int, int] | None = None
+        if start:
+            b = batches[start - 1]
+            prev = (b.base_offset, b.epoch)
+        for b in batches[start:]:
+            key = (b.base_offset, b.epoch)
+            other = seen.setdefault(key, (b.records, prev))
+            if other[0] != b.records or (other[1] is not None and prev is not None and other[1] != prev):
+                raise InvariantViolation(f"log matching broken at {key} on node {node_id}")
+            prev = key
+        self._verified[name] = list(batches)
+        return changed
 
     def _on_commit(self, node: Node, batch: Batch) -> None:
         """Every batch a node applies is committed: record it, and it must never differ."""
@@ -528,27 +598,37 @@ class Cluster:
         sid = node.disk.latest_snapshot()
         if sid is not None and sid.offset > offset:
             return True
-        for b in node.disk.batches:
-            if b.base_offset <= offset < b.end_offset:
-                mine = (b.epoch, b.records[offset - b.base_offset])
-                log = leader.log
-                if log.start_offset <= offset < log.end_offset:
-                    lb = log.batches[log.index_of(offset)]
-                    return mine == (lb.epoch, lb.records[offset - lb.base_offset])
-                return True
-        return False
+        b = _batch_at(node.disk.batches, offset)
+        if b is None:
+            return False
+        mine = (b.epoch, b.records[offset - b.base_offset])
+        log = leader.log
+        if log.start_offset <= offset < log.end_offset:
+            lb = log.batches[log.index_of(offset)]
+            return mine == (lb.epoch, lb.records[offset - lb.base_offset])
+        return True
 
     def _check_committed(self) -> None:
         for node in self.nodes.values():
             core = node.core
             if core is None:
                 continue
-            # Everything below this node's HW matches the global committed record.
-            for offset in range(max(core.log.start_offset, core.high_watermark - 64), core.high_watermark):
-                entry = self._entry(node, offset)
-                want = self.committed.get(offset)
-                if entry is not None and want is not None and entry != want:
-                    raise InvariantViolation(f"node {node.id} has different committed data at {offset}")
+            # Everything below this node's HW matches the committed record. Checked as the
+            # HW moves: below it the log cannot change (see `_check_log_matching`).
+            log = core.log
+            inc, upto = self._hw_checked.get(node.id, (-1, 0))
+            lo = max(log.start_offset, upto if inc == node.incarnation else 0)
+            hw = min(core.high_watermark, log.end_offset)
+            self._hw_checked[node.id] = (node.incarnation, max(hw, lo))
+            if lo < hw:
+                for b in log.batches[log.index_of(lo) :]:
+                    if b.base_offset >= hw:
+                        break
+                    for i, record in enumerate(b.records):
+                        offset = b.base_offset + i
+                        want = self.committed.get(offset)
+                        if lo <= offset < hw and want is not None and want != (b.epoch, record):
+                            raise InvariantViolation(f"node {node.id} has different committed data at {offset}")
             # Leader completeness: a leader of a later epoch holds every committed entry.
             if core.role is Role.LEADER and self.max_committed > 0:
                 last = self.max_committed - 1
@@ -569,14 +649,24 @@ class Cluster:
                 if sid is not None and sid.offset > last:
                     holders += 1
                     continue
-                for b in node.disk.batches:
-                    if b.base_offset <= last < b.end_offset:
-                        if (b.epoch, b.records[last - b.base_offset]) == self.committed.get(last):
-                            holders += 1
-                        break
+                b = _batch_at(node.disk.batches, last)
+                if b is not None and (b.epoch, b.records[last - b.base_offset]) == self.committed.get(last):
+                    holders += 1
             if holders < majority and last in self.committed:
                 raise InvariantViolation(f"committed offset {last} is durable on only {holders} voters")
 
     def committed_values(self) -> list[str]:
         """Data values below the highest committed offset, from the committed record."""
         return [r.decode() for off, (_, r) in sorted(self.committed.items()) if r.startswith(b"v")]
+
+
+def _base_offset(batch: Batch) -> int:
+    return batch.base_offset
+
+
+def _batch_at(batches: Sequence[Batch], offset: Offset) -> Batch | None:
+    """The batch holding `offset` in a contiguous list of batches, or None."""
+    i = bisect_right(batches, offset, key=_base_offset) - 1
+    if i >= 0 and offset < batches[i].end_offset:
+        return batches[i]
+    return None

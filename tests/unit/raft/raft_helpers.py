@@ -201,9 +201,7 @@ def of_type(kind: type[Message] | tuple[type[Message], ...], *, src: int | None 
 
     def match(e: Envelope) -> bool:
         return (
-            isinstance(e.message, kind)
-            and (src is None or e.source == src)
-            and (dst is None or e.destination == dst)
+            isinstance(e.message, kind) and (src is None or e.source == src) and (dst is None or e.destination == dst)
         )
 
     return match

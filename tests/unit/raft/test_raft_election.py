@@ -182,8 +182,11 @@ def test_candidate_persists_its_self_vote_before_asking() -> None:
     net = Net([1, 2, 3])
     net.fire(1)
     net.stabilize(of_type((VoteRequest, VoteResponse)))
-    standard = [r for r in net.readies[1] if any(isinstance(e.message, VoteRequest) and not e.message.pre_vote
-                                                   for e in r.messages)]
+    standard = [
+        r
+        for r in net.readies[1]
+        if any(isinstance(e.message, VoteRequest) and not e.message.pre_vote for e in r.messages)
+    ]
     assert standard and standard[0].election is not None and standard[0].election.voted_id == 1
     assert standard[0].election.epoch == 1
 

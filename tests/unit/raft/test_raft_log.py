@@ -82,7 +82,9 @@ def test_validate_offset_and_epoch(offset: int, epoch: int, kind: Validity, posi
         (16, 4, Validity.DIVERGING, OE(epoch=4, offset=15)),
     ],
 )
-def test_validate_offset_and_epoch_with_a_snapshot(offset: int, epoch: int, kind: Validity, position: OE | None) -> None:
+def test_validate_offset_and_epoch_with_a_snapshot(
+    offset: int, epoch: int, kind: Validity, position: OE | None
+) -> None:
     verdict = snapshot_log().validate_offset_and_epoch(offset, epoch)
     assert (verdict.kind, verdict.position) == (kind, position)
 
@@ -227,7 +229,9 @@ def naive_end_offset_for_epoch(epochs: list[int], start: int, snapshot_epoch: in
 
 
 @given(runs, st.integers(0, 30), st.data())
-def test_end_offset_for_epoch_matches_a_brute_force_scan(steps: list[tuple[int, int]], probe: int, data: st.DataObject) -> None:
+def test_end_offset_for_epoch_matches_a_brute_force_scan(
+    steps: list[tuple[int, int]], probe: int, data: st.DataObject
+) -> None:
     log, epochs = build(steps)
     start, snapshot_epoch = 0, 0
     # Optionally drop a suffix, then a prefix (as truncation and snapshots do).
@@ -258,7 +262,9 @@ def test_divergence_resolution_truncates_exactly_to_the_common_prefix(
     pool = list(range(last + 1, top))
     follower_epochs = sorted(data.draw(st.sets(st.sampled_from(pool), max_size=len(mine)), label="follower epochs"))
     leader_epochs = sorted(
-        data.draw(st.sets(st.sampled_from([e for e in pool if e not in follower_epochs]), max_size=4), label="leader epochs")
+        data.draw(
+            st.sets(st.sampled_from([e for e in pool if e not in follower_epochs]), max_size=4), label="leader epochs"
+        )
     )
     continues = data.draw(st.sampled_from(["none", "leader", "follower"]), label="continues last epoch")
     follower_epochs = ([last] if continues == "follower" else []) + follower_epochs
