@@ -32,6 +32,7 @@ __all__ = ["PythonAudit", "audit_python", "copy_order"]
 
 _OFFSET = FIELD_INDEX["offset"]
 _BASE = FIELD_INDEX["batch_base_offset"]
+_LAST = FIELD_INDEX["batch_last_offset"]
 _EPOCH = FIELD_INDEX["leader_epoch"]
 _TS = FIELD_INDEX["batch_timestamp_ms"]
 _CONTROL = FIELD_INDEX["is_control"]
@@ -108,7 +109,7 @@ def audit_python(paths: Sequence[str | Path] | Sequence[LogCopy], settings: Audi
                 offset = r[_OFFSET]
                 valid = r[_VALID]
                 checker.row(r[_FILE], offset, r[_EPOCH], valid, r[_KIND])
-                replayer.feed(offset, r[_BASE], r[_EPOCH], r[_TS], r[_CONTROL], valid, r[_KIND], r[_VALUE])
+                replayer.feed(offset, r[_BASE], r[_LAST], r[_EPOCH], r[_TS], r[_CONTROL], valid, r[_KIND], r[_VALUE])
                 if valid:
                     last_offset = offset
                     if compare:

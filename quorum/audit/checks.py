@@ -69,6 +69,7 @@ __all__ = [
     "CHECKS",
     "COMMITTED_RULE",
     "FINDING_FIELDS",
+    "IMBALANCE_DELTA_FIELDS",
     "IMBALANCE_FIELDS",
     "MAX_OFFSETS",
     "PARTITION_FIELDS",
@@ -79,6 +80,7 @@ __all__ = [
     "epoch_findings",
     "log_findings",
     "merge_findings",
+    "merge_shards",
 ]
 
 VIOLATION = "violation"
@@ -184,6 +186,7 @@ class Finding:
     node_id: int | None = None
     duration_ms: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    accumulated: bool = False  # one finding collecting every offset of (check, subject) in a copy
 
     def add_offset(self, offset: int) -> None:
         self.offset_count += 1
@@ -254,6 +257,17 @@ IMBALANCE_FIELDS: tuple[tuple[str, str], ...] = (
     ("ratio", "DOUBLE"),
     ("live", "BOOLEAN"),
 )
+IMBALANCE_DELTA_FIELDS: tuple[tuple[str, str], ...] = (
+    ("node_id", "INT"),
+    ("log_dir", "STRING"),
+    ("offset", "BIGINT"),
+    ("batch_timestamp_ms", "BIGINT"),
+    ("broker_id", "INT"),
+    ("d_preferred", "INT"),
+    ("d_not_led", "INT"),
+    ("d_fixable", "INT"),
+    ("live", "BOOLEAN"),  # set on liveness rows (shard 0), NULL on count changes
+)
 FINDING_FIELDS: tuple[tuple[str, str], ...] = (
     ("node_id", "INT"),
     ("log_dir", "STRING"),
@@ -265,6 +279,7 @@ FINDING_FIELDS: tuple[tuple[str, str], ...] = (
     ("offset_count", "BIGINT"),
     ("duration_ms", "BIGINT"),
     ("details", "STRING"),
+    ("accumulated", "BOOLEAN"),
 )
 
 
@@ -272,6 +287,7 @@ class ReplaySink(Protocol):
     def partition(self, row: tuple[Any, ...]) -> None: ...
     def broker(self, row: tuple[Any, ...]) -> None: ...
     def imbalance(self, row: tuple[Any, ...]) -> None: ...
+    def imbalance_delta(self, row: tuple[Any, ...]) -> None: ...
     def finding(self, finding: Finding) -> None: ...
 
 
@@ -282,6 +298,7 @@ class ListSink:
         self.partitions: list[tuple[Any, ...]] = []
         self.brokers: list[tuple[Any, ...]] = []
         self.imbalances: list[tuple[Any, ...]] = []
+        self.imbalance_deltas: list[tuple[Any, ...]] = []
         self.findings: list[Finding] = []
 
     def partition(self, row: tuple[Any, ...]) -> None:
@@ -292,6 +309,9 @@ class ListSink:
 
     def imbalance(self, row: tuple[Any, ...]) -> None:
         self.imbalances.append(row)
+
+    def imbalance_delta(self, row: tuple[Any, ...]) -> None:
+        self.imbalance_deltas.append(row)
 
     def finding(self, finding: Finding) -> None:
         self.findings.append(finding)
@@ -316,15 +336,35 @@ class CopyReplayer:
     file order, then `finish`. Rows below the replay start (the snapshot's end offset) are
     skipped. The replay stops at the first invalid row (the state after it is unknown) or
     when the log does not start where the replay must (history missing); `finish` says so.
+
+    Sharding (the Spark job's parallel replay of one copy): with `shard` / `shards`, the
+    caller gives this replayer every record except the partition records of topics another
+    shard owns (of those it gets the first row of their batch, marked `foreign`, so that it
+    sees every batch). It replays the records it owns plus every broker, topic, config and
+    control record, so its partitions' checks are exact; broker timeline rows and findings
+    about non-partition records come from shard 0 only. With `imbalance_deltas`, the leader
+    imbalance is not judged here but emitted as per-batch changes of the per-broker counts
+    (`IMBALANCE_DELTA_FIELDS`, liveness from shard 0) for the caller to sum over shards.
     """
 
     def __init__(
-        self, log_dir: str, node_id: int | None, settings: AuditSettings, sink: ReplaySink, start_offset: int = 0
+        self,
+        log_dir: str,
+        node_id: int | None,
+        settings: AuditSettings,
+        sink: ReplaySink,
+        start_offset: int = 0,
+        *,
+        shard: int = 0,
+        imbalance_deltas: bool = False,
     ) -> None:
         self.log_dir = log_dir
         self.node_id = node_id
         self.settings = settings
         self.sink = sink
+        self.shard = shard
+        self._lead_shard = shard == 0
+        self._deltas = imbalance_deltas
         self._rs = settings.replication_settings()
         self._pct = settings.imbalance_percentage
         self._interval_ms = settings.imbalance_interval_ms
@@ -341,6 +381,7 @@ class CopyReplayer:
         self.last_offset = -1
         # the batch being replayed
         self._batch: int | None = None
+        self._floor = start_offset  # rows of the current batch below this were replayed already
         self._ts = 0
         self._epoch = -1
         self._dirty = False  # the delta holds records the image does not
@@ -357,6 +398,8 @@ class CopyReplayer:
         self._topic_rf: dict[int, int] = {}
         self._uuids: dict[int, uuid.UUID] = {}
         self._last_ratio: dict[int, tuple[float, bool]] = {}
+        self._emitted: dict[int, tuple[int, int, int]] = {}  # broker -> counts last emitted as deltas
+        self._broker_records: set[int] = set()  # brokers changed by a broker record in this batch
         self._imbalanced_since: dict[int, tuple[int, int]] = {}  # broker -> (offset, ts)
         self._leaderless_since: dict[_Key, tuple[int, int, str]] = {}  # key -> (offset, ts, subject)
         self._fenced_leader: set[_Key] = set()
@@ -375,38 +418,47 @@ class CopyReplayer:
         self.snapshot = name
         self.image = image
         self.delta = MetadataDelta(image)
-        self.next_offset = self.start_offset = end_offset
-        self._batch = None
+        self.next_offset = self.start_offset = self._floor = end_offset
         offset = end_offset - 1
+        self._batch = offset  # the snapshot is replayed as one batch at its last offset
+        self.last_offset = offset
         self._ts = ts if ts is not None else 0
         self._epoch = epoch
         self.first_ts = self.last_ts = ts
         for broker in image.cluster.brokers.values():
             self._touched_brokers.add(broker.id)
-            self.sink.broker(
-                (self.node_id, self.log_dir, offset, ts, epoch, broker.id, broker.epoch, "snapshot", broker.fenced,
-                 broker.in_controlled_shutdown, broker.rack)
-            )  # fmt: skip
+            self._broker_records.add(broker.id)
+            if self._lead_shard:
+                self.sink.broker(
+                    (self.node_id, self.log_dir, offset, ts, epoch, broker.id, broker.epoch, "snapshot",
+                     broker.fenced, broker.in_controlled_shutdown, broker.rack)
+                )  # fmt: skip
         for topic, pid, reg in image.iter_partitions():
             key = (self._key_id(topic.id), pid)
             self._topic_rf.setdefault(key[0], len(reg.replicas))
             self._partition_update(key, topic.name, None, reg, "SNAPSHOT", offset, leader_set=None, record=None)
         self._end_batch()
+        self._batch = None
         return True
 
     def feed(
         self,
         offset: int | None,
         batch_base: int | None,
+        batch_last: int | None,
         epoch: int | None,
         ts: int | None,
         is_control: bool | None,
         valid: bool,
         error_kind: str | None,
         value: bytes | None,
+        foreign: bool = False,
     ) -> None:
-        """One segment row, in file order (an invalid row's header fields may be None)."""
-        if self.stopped is not None or (offset is not None and offset < self.next_offset):
+        """One segment row, in file order (an invalid row's header fields may be None).
+
+        `foreign`: a partition record another shard replays (only its batch is noted).
+        """
+        if self.stopped is not None or (offset is not None and offset < self.start_offset):
             return
         if not valid or offset is None or batch_base is None or epoch is None or ts is None:
             self._end_batch()
@@ -414,33 +466,39 @@ class CopyReplayer:
             reason = f"unreadable batch ({error_kind}): the state after it is unknown"
             self.stopped = {"offset": where, "reason": reason}
             return
-        if offset > self.next_offset:
-            self._end_batch()
-            if self.records == 0 and self.snapshot is None:
-                reason = f"the log starts at {offset} and no snapshot covers the offsets before it"
-            else:
-                reason = f"offset {offset} follows {self.next_offset - 1}: records are missing"
-            self.stopped = {"offset": offset, "reason": reason}
-            return
         if batch_base != self._batch:
             self._end_batch()
+            first = max(batch_base, offset)
+            if first > self.next_offset:
+                if self.records == 0 and self.snapshot is None:
+                    reason = f"the log starts at {first} and no snapshot covers the offsets before it"
+                else:
+                    reason = f"offset {first} follows {self.next_offset - 1}: records are missing"
+                self.stopped = {"offset": first, "reason": reason}
+                return
             self._batch = batch_base
+            self._floor = self.next_offset
             self._ts = ts
             self._epoch = epoch
             if self.first_ts is None:
                 self.first_ts = ts
             if self.last_ts is None or ts > self.last_ts:
                 self.last_ts = ts
-        self.next_offset = offset + 1
-        self.last_offset = offset
-        self.records += 1
+            last = batch_last if batch_last is not None and batch_last >= offset else offset
+            if last >= self.next_offset:
+                self.records += last - self.next_offset + 1
+                self.next_offset = last + 1
+            self.last_offset = max(self.last_offset, last)
+        if offset < self._floor or foreign:
+            return
         if is_control or value is None:
             self.delta.set_provenance(offset, epoch)
             return
         try:
             record = decode_record(value)
         except RecordDecodeError as exc:  # the data source marks these invalid; kept for direct callers
-            self._add("undecodable_record", VIOLATION, self._copy_subject(), str(exc), offset)
+            if self._lead_shard:
+                self._add("undecodable_record", VIOLATION, self._copy_subject(), str(exc), offset)
             return
         self._record(record, offset, epoch)
 
@@ -477,8 +535,10 @@ class CopyReplayer:
         try:
             self.delta.replay(rec, offset, epoch)
         except MetadataReplayError as exc:
-            name = record_type_name(rec)
-            self._add("replay_error", VIOLATION, name, f"{name} does not apply: {exc}", offset)
+            # Every shard replays the non-partition records: shard 0 speaks for them.
+            if self._lead_shard or type(rec) is PartitionChangeRecord or type(rec) is PartitionRecord:
+                name = record_type_name(rec)
+                self._add("replay_error", VIOLATION, name, f"{name} does not apply: {exc}", offset)
             return False
         self._dirty = True
         return True
@@ -696,6 +756,9 @@ class CopyReplayer:
         if after is None or after.fenced:
             self._fenced_in_batch.add(broker_id)
         self._touched_brokers.add(broker_id)
+        self._broker_records.add(broker_id)
+        if not self._lead_shard:
+            return
         for event in events:
             self.sink.broker(
                 (self.node_id, self.log_dir, offset, self._ts, self._epoch, broker_id, rec.broker_epoch, event,
@@ -734,13 +797,16 @@ class CopyReplayer:
     # ------------------------------------------------------------------ batch ends
 
     def _end_batch(self) -> None:
+        """Checks that hold for whole batches (a batch is atomic), at the batch's base offset."""
+        if self._batch is None:
+            return
         # The state is the delta's: it accumulates every record (apply() runs only when configs
         # are read and at the end), which is the same replay without copying maps per batch.
         delta = self.delta
         brokers = self._brokers_now()
-        offset = self.last_offset if self.last_offset >= 0 else self.start_offset - 1
-        # No fenced broker leads (checked after whole batches: the controller writes a fence and
-        # the leadership moves it implies in one batch).
+        offset = self._batch
+        # No fenced broker leads (the controller writes a fence and the leadership moves it
+        # implies in one batch).
         check = set(self._touched)
         for b in self._fenced_in_batch:
             check.update(self._leads.get(b, ()))
@@ -760,12 +826,27 @@ class CopyReplayer:
                     "fenced_leader", VIOLATION, subject, f"{subject} is led by broker {reg.leader}, which is {state}",
                     offset, leader=reg.leader,
                 )  # fmt: skip
-        # Leader imbalance per broker (Kafka's ratio: preferred partitions it does not lead).
+        if self._deltas:
+            self._imbalance_deltas(brokers, offset)
+        else:
+            self._imbalance(brokers, offset)
+        self._touched.clear()
+        self._touched_brokers.clear()
+        self._fenced_in_batch.clear()
+        self._broker_records.clear()
+
+    def _live(self, brokers: Mapping[int, BrokerRegistration], broker_id: int) -> bool:
+        registration = brokers.get(broker_id)
+        return registration is not None and registration.is_active
+
+    def _imbalance(self, brokers: Mapping[int, BrokerRegistration], offset: int) -> None:
+        """Leader imbalance per broker (Kafka's ratio: the share of its preferred partitions it does
+        not lead), judged here: an episode is a live broker above the threshold (with the auto
+        rebalance on: while one of those partitions has it in the ISR, so the rebalance could act)."""
         for b in self._touched_brokers:
             pref = self._pref.get(b, 0)
             ratio = self._not_led.get(b, 0) / pref if pref > 0 else 0.0
-            registration = brokers.get(b)
-            live = registration is not None and registration.is_active
+            live = self._live(brokers, b)
             if self._last_ratio.get(b) != (ratio, live):
                 self._last_ratio[b] = (ratio, live)
                 self.sink.imbalance(
@@ -778,9 +859,22 @@ class CopyReplayer:
                 self._imbalanced_since[b] = (offset, self._ts)
             elif not over and b in self._imbalanced_since:
                 self._close_imbalance(b, offset, ongoing=False)
-        self._touched.clear()
-        self._touched_brokers.clear()
-        self._fenced_in_batch.clear()
+
+    def _imbalance_deltas(self, brokers: Mapping[int, BrokerRegistration], offset: int) -> None:
+        """The per-broker counts' changes in this batch (and, from shard 0, liveness) as rows."""
+        emit = self.sink.imbalance_delta
+        for b in self._touched_brokers:
+            now = (self._pref.get(b, 0), self._not_led.get(b, 0), self._fixable.get(b, 0))
+            before = self._emitted.get(b, (0, 0, 0))
+            if now != before:
+                self._emitted[b] = now
+                emit(
+                    (self.node_id, self.log_dir, offset, self._ts, b, now[0] - before[0], now[1] - before[1],
+                     now[2] - before[2], None)
+                )  # fmt: skip
+        if self._lead_shard:
+            for b in self._broker_records:
+                emit((self.node_id, self.log_dir, offset, self._ts, b, 0, 0, 0, self._live(brokers, b)))
 
     def _close_leaderless(self, key: _Key, offset: int, *, ongoing: bool, removed: bool = False) -> None:
         start, start_ts, subject = self._leaderless_since.pop(key)
@@ -831,7 +925,14 @@ class CopyReplayer:
         finding = self._acc.get(key)
         if finding is None:
             finding = self._acc[key] = Finding(
-                check, severity, subject, message, log_dir=self.log_dir, node_id=self.node_id, details=details
+                check,
+                severity,
+                subject,
+                message,
+                log_dir=self.log_dir,
+                node_id=self.node_id,
+                details=details,
+                accumulated=True,
             )
         finding.add_offset(offset)
 
@@ -855,6 +956,8 @@ class CopyReplayer:
         return {
             "log_dir": self.log_dir,
             "node_id": self.node_id,
+            "shard": self.shard,
+            "last_timestamp_ms": self.last_ts,
             "snapshot": self.snapshot,
             "replay_start_offset": self.start_offset,
             "records_replayed": self.records,
@@ -1061,6 +1164,28 @@ def epoch_findings(
 
 
 # --------------------------------------------------------------------------- merging
+
+
+def merge_shards(findings: Iterable[Finding]) -> list[Finding]:
+    """Join the accumulated findings that shards of one copy's replay reported separately
+    (same copy, check and subject): offsets united, the first one's message and details."""
+    out: list[Finding] = []
+    merged: dict[tuple[str | None, str, str], Finding] = {}
+    for f in sorted(findings, key=lambda f: (f.offsets[:1], f.check, f.subject)):
+        if not f.accumulated:
+            out.append(f)
+            continue
+        key = (f.log_dir, f.check, f.subject)
+        into = merged.get(key)
+        if into is None:
+            merged[key] = f
+            out.append(f)
+            continue
+        union = sorted(set(into.offsets) | set(f.offsets))
+        duplicates = len(into.offsets) + len(f.offsets) - len(union)
+        into.offset_count = max(into.offset_count, len(into.offsets)) + max(f.offset_count, len(f.offsets)) - duplicates
+        into.offsets = union[:MAX_OFFSETS]
+    return out
 
 
 def merge_findings(findings: Iterable[Finding], copy_order: Sequence[str]) -> list[dict[str, Any]]:

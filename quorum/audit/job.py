@@ -36,6 +36,7 @@ from quorum.audit.checks import (
     CHECKS,
     COMMITTED_RULE,
     FINDING_FIELDS,
+    IMBALANCE_DELTA_FIELDS,
     IMBALANCE_FIELDS,
     MAX_OFFSETS,
     PARTITION_FIELDS,
@@ -45,9 +46,10 @@ from quorum.audit.checks import (
     copy_label,
     majority,
     merge_findings,
+    merge_shards,
 )
 from quorum.audit.logdirs import LogCopy, resolve_copies
-from quorum.audit.source import SOURCE_NAME, arrow_schema, register, spark_schema, to_arrow
+from quorum.audit.source import SOURCE_NAME, arrow_schema, register, spark_schema
 
 __all__ = ["AuditResult", "run_audit", "spark_session"]
 
@@ -80,9 +82,11 @@ def spark_session(master: str = "local[*]", app_name: str = "pykraft-audit") -> 
         .config("spark.sql.debug.maxToStringFields", "200")
     )
     if local:
+        # The local driver is the executor too: room for the cached replay output of large logs.
+        builder = builder.config("spark.driver.memory", "2g")
+    if local:
         builder = (
             builder.config("spark.sql.shuffle.partitions", "4")
-            .config("spark.default.parallelism", "4")
             .config("spark.ui.enabled", "false")
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
@@ -98,33 +102,36 @@ def spark_session(master: str = "local[*]", app_name: str = "pykraft-audit") -> 
 
 def _union_fields() -> tuple[tuple[str, str], ...]:
     fields: dict[str, str] = {"row_kind": "STRING"}
-    for group in (PARTITION_FIELDS, BROKER_FIELDS, IMBALANCE_FIELDS, FINDING_FIELDS):
+    for group in (PARTITION_FIELDS, BROKER_FIELDS, IMBALANCE_DELTA_FIELDS, FINDING_FIELDS, _SUMMARY_FIELDS):
         for name, kind in group:
             assert fields.setdefault(name, kind) == kind, name
     return tuple(fields.items())
 
 
+_SUMMARY_FIELDS = (("node_id", "INT"), ("log_dir", "STRING"), ("details", "STRING"))
 REPLAY_FIELDS = _union_fields()
-_REPLAY_INDEX = {name: i for i, (name, _) in enumerate(REPLAY_FIELDS)}
 _KIND_FIELDS = {
     "partition": PARTITION_FIELDS,
     "broker": BROKER_FIELDS,
-    "imbalance": IMBALANCE_FIELDS,
+    "imbalance_delta": IMBALANCE_DELTA_FIELDS,
     "finding": FINDING_FIELDS,
-    "summary": (("node_id", "INT"), ("log_dir", "STRING"), ("details", "STRING")),
+    "summary": _SUMMARY_FIELDS,
 }
+# The replay's input columns (after the shuffle: small, numeric but for the record bytes).
 _REPLAY_INPUT = (
-    "log_dir",
-    "node_id",
-    "source_kind",
+    "_copy",
+    "_snapshot",
     "offset",
     "batch_base_offset",
+    "batch_last_offset",
     "leader_epoch",
     "batch_timestamp_ms",
     "is_control",
     "valid",
     "error_kind",
     "value",
+    "shard",
+    "foreign",
 )
 
 
@@ -143,14 +150,17 @@ class _ArrowSink:
         self.rows["broker"].append(row)
         self.pending += 1
 
-    def imbalance(self, row: tuple[Any, ...]) -> None:
-        self.rows["imbalance"].append(row)
+    def imbalance(self, row: tuple[Any, ...]) -> None:  # pragma: no cover - imbalance_deltas mode only
+        raise AssertionError("the Spark replay emits imbalance deltas")
+
+    def imbalance_delta(self, row: tuple[Any, ...]) -> None:
+        self.rows["imbalance_delta"].append(row)
         self.pending += 1
 
     def finding(self, f: Finding) -> None:
         self.rows["finding"].append(
             (f.node_id, f.log_dir, f.check, f.severity, f.subject, f.message, list(f.offsets),
-             max(f.offset_count, len(f.offsets)), f.duration_ms, json.dumps(f.details, default=str))
+             max(f.offset_count, len(f.offsets)), f.duration_ms, json.dumps(f.details, default=str), f.accumulated)
         )  # fmt: skip
         self.pending += 1
 
@@ -159,30 +169,34 @@ class _ArrowSink:
         self.pending += 1
 
     def drain(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        width = len(REPLAY_FIELDS)
+        """One Arrow batch per kind: its own columns from its rows, nulls in the others."""
         for kind, rows in self.rows.items():
             if not rows:
                 continue
-            index = [_REPLAY_INDEX[name] for name, _ in _KIND_FIELDS[kind]]
-            out = []
-            for row in rows:
-                full: list[Any] = [None] * width
-                full[0] = kind
-                for i, value in zip(index, row, strict=True):
-                    full[i] = value
-                out.append(tuple(full))
+            n = len(rows)
+            own = dict(zip([name for name, _ in _KIND_FIELDS[kind]], zip(*rows, strict=True), strict=True))
+            arrays = []
+            for f in schema:
+                if f.name == "row_kind":
+                    arrays.append(pa.array([kind] * n, type=f.type))
+                elif f.name in own:
+                    arrays.append(pa.array(own[f.name], type=f.type))
+                else:
+                    arrays.append(pa.nulls(n, type=f.type))
             rows.clear()
-            yield to_arrow(out, schema)
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
         self.pending = 0
 
 
-def _replay_function(plans: dict[str, tuple[int | None, str | None, int, int]], settings: AuditSettings) -> Any:
-    """The mapInArrow function: replays every copy whose rows arrive (contiguous, in log order)."""
+def _replay_function(
+    plans: list[tuple[str, int | None, str | None, int, int]], settings: AuditSettings, shards: int
+) -> Any:
+    """The mapInArrow function: replays every (copy, shard) whose rows arrive, contiguous and in log order."""
     schema = arrow_schema(REPLAY_FIELDS)
 
     def replay(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         sink = _ArrowSink()
-        current: str | None = None
+        current: tuple[int, int] | None = None
         replayer: CopyReplayer | None = None
         snapshot_values: list[bytes] = []
         snapshot_ok = True
@@ -193,7 +207,7 @@ def _replay_function(plans: dict[str, tuple[int | None, str | None, int, int]], 
             nonlocal started
             started = True
             assert replayer is not None and current is not None
-            _node, name, end, epoch = plans[current]
+            _dir, _node, name, end, epoch = plans[current[0]]
             if name is None:
                 return
             if snapshot_ok and (snapshot_values or snapshot_ts is not None):
@@ -206,20 +220,23 @@ def _replay_function(plans: dict[str, tuple[int | None, str | None, int, int]], 
                 return
             if not started:
                 start_segments()
-            sink.summary(plans[current][0], current, replayer.finish())
+            sink.summary(plans[current[0]][1], plans[current[0]][0], replayer.finish())
 
         for batch in batches:
             cols = {name: batch.column(name).to_pylist() for name in _REPLAY_INPUT}
+            copy_col = cols["_copy"]
+            shard_col = cols["shard"]
+            foreign_col = cols["foreign"]
             for i in range(batch.num_rows):
-                log_dir = cols["log_dir"][i]
-                if log_dir != current:
+                key = (copy_col[i], shard_col[i])
+                if key != current:
                     finish()
-                    current = log_dir
-                    node_id = plans[log_dir][0]
-                    replayer = CopyReplayer(log_dir, node_id, settings, sink)
+                    current = key
+                    log_dir, node_id = plans[key[0]][:2]
+                    replayer = CopyReplayer(log_dir, node_id, settings, sink, shard=key[1], imbalance_deltas=True)
                     snapshot_values, snapshot_ok, snapshot_ts, started = [], True, None, False
                 assert replayer is not None
-                if cols["source_kind"][i] == "snapshot":
+                if cols["_snapshot"][i]:
                     if not cols["valid"][i]:
                         snapshot_ok = False
                     else:
@@ -233,12 +250,14 @@ def _replay_function(plans: dict[str, tuple[int | None, str | None, int, int]], 
                 replayer.feed(
                     cols["offset"][i],
                     cols["batch_base_offset"][i],
+                    cols["batch_last_offset"][i],
                     cols["leader_epoch"][i],
                     cols["batch_timestamp_ms"][i],
                     cols["is_control"][i],
                     bool(cols["valid"][i]),
                     cols["error_kind"][i],
                     cols["value"][i],
+                    bool(foreign_col[i]),
                 )
             if sink.pending >= 20_000:
                 yield from sink.drain(schema)
@@ -248,25 +267,193 @@ def _replay_function(plans: dict[str, tuple[int | None, str | None, int, int]], 
     return replay
 
 
-def replay_dataframe(records: DataFrame, copies: Sequence[LogCopy], settings: AuditSettings) -> DataFrame:
-    """Every copy replayed by `CopyReplayer` (one task per copy): rows of REPLAY_FIELDS."""
-    plans: dict[str, tuple[int | None, str | None, int, int]] = {}
+def replay_shards(spark: SparkSession, copies: int) -> int:
+    """Shards per copy: enough to keep every core busy when there are fewer copies than cores."""
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    return max(1, min(8, cores // max(1, copies)))
+
+
+def _partition_keys(spark: SparkSession, n: int) -> list[int]:
+    """Keys k_0..k_{n-1} that Spark's hash partitioning into n partitions sends to partitions 0..n-1
+    (so that every replay task gets one (copy, shard) group, without a range-sampling pass)."""
+    if n == 1:
+        return [0]
+    found: dict[int, int] = {}
+    for r in (
+        spark.range(0, 64 * n)
+        .select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p"))
+        .groupBy("p")
+        .agg(F.min("id").alias("id"))
+        .collect()
+    ):
+        found[int(r["p"])] = int(r["id"])
+    return [found[p] for p in range(n)] if len(found) == n else list(range(n))
+
+
+def replay_dataframe(
+    records: DataFrame, copies: Sequence[LogCopy], settings: AuditSettings, shards: int = 1
+) -> DataFrame:
+    """Every copy replayed by `CopyReplayer`, in `shards` tasks per copy: rows of REPLAY_FIELDS.
+
+    A shard owns the partition records of the topics whose id hashes to it, gets every other
+    record, and the first row of every batch (marked foreign when another shard owns it).
+    """
+    plans: list[tuple[str, int | None, str | None, int, int]] = []
     keep: Column = F.col("source_kind") == F.lit("segment")
     for copy in copies:
         snap = copy.replay_snapshot()
         if snap is None:
-            plans[copy.log_dir] = (copy.node_id, None, 0, -1)
+            plans.append((copy.log_dir, copy.node_id, None, 0, -1))
         else:
-            plans[copy.log_dir] = (copy.node_id, snap.name, snap.end_offset, snap.epoch)
+            plans.append((copy.log_dir, copy.node_id, snap.name, snap.end_offset, snap.epoch))
             keep = keep | ((F.col("log_dir") == F.lit(copy.log_dir)) & (F.col("source_file") == F.lit(snap.name)))
-    rows = (
-        records.where(keep)
-        .select(*_REPLAY_INPUT, "source_file", "position")
-        .withColumn("_snapshot_first", F.when(F.col("source_kind") == "snapshot", 0).otherwise(1))
-        .repartition(max(1, len(copies)), "log_dir")
-        .sortWithinPartitions("log_dir", "_snapshot_first", "source_file", "position", "offset")
+    snapshot = F.col("source_kind") == "snapshot"
+    rows = records.where(keep).select(
+        copy_index(copies).alias("_copy"),
+        snapshot.alias("_snapshot"),
+        # the file's base (segment) or end (snapshot) offset orders the files of a copy
+        F.substring("source_file", 1, 20).cast("bigint").alias("_file"),
+        "position",
+        "offset",
+        "batch_base_offset",
+        "batch_last_offset",
+        "leader_epoch",
+        "batch_timestamp_ms",
+        "is_control",
+        "valid",
+        "error_kind",
+        "value",
+        "record_type",
+        "topic_id",
     )
-    return rows.mapInArrow(_replay_function(plans, settings), spark_schema(REPLAY_FIELDS))
+    if shards > 1:
+        owned = F.col("record_type").isin("PARTITION_RECORD", "PARTITION_CHANGE_RECORD") & F.col("valid")
+        owner = F.pmod(F.xxhash64("topic_id"), F.lit(shards)).cast("int")
+        every = F.array(*[F.lit(i) for i in range(shards)])
+        first_of_batch = ~F.col("_snapshot") & (F.col("offset") == F.col("batch_base_offset"))
+        targets = F.when(owned & first_of_batch, every).when(owned, F.array(owner)).otherwise(every)
+        rows = rows.withColumn("shard", F.explode(targets)).withColumn("foreign", owned & (F.col("shard") != owner))
+    else:
+        rows = rows.withColumn("shard", F.lit(0)).withColumn("foreign", F.lit(False))
+    rows = rows.drop("record_type", "topic_id")
+    groups = max(1, len(copies) * shards)
+    keys = _partition_keys(records.sparkSession, groups)
+    group = F.col("_copy") * shards + F.col("shard")
+    key: Column = F.lit(keys[0]).cast("bigint")
+    for g in range(1, groups):
+        key = F.when(group == g, F.lit(keys[g]).cast("bigint")).otherwise(key)
+    rows = (
+        rows.withColumn("_group", key)
+        .repartition(groups, "_group")
+        .sortWithinPartitions("_group", F.col("_snapshot").desc(), "_file", "position", "offset")
+    )
+    return rows.mapInArrow(_replay_function(plans, settings, shards), spark_schema(REPLAY_FIELDS))
+
+
+def imbalance_dataframes(deltas: DataFrame, ends: DataFrame, settings: AuditSettings) -> tuple[DataFrame, DataFrame]:
+    """The leader imbalance timeline (IMBALANCE_FIELDS) and its episodes, from the shards' count changes.
+
+    Per copy and broker, in offset order: running sums of the preferred / not-led / fixable
+    counts and the last known liveness (window functions) give Kafka's ratio after every
+    batch that changed it; an episode is a run of batches where the broker is live, above
+    the threshold and (with the auto rebalance) has a fixable partition; episodes longer
+    than the check interval are returned with their start, end and duration (an episode
+    still open at the end of the copy lasts until its last batch timestamp, `ends`).
+    """
+    per_batch = deltas.groupBy("node_id", "log_dir", "broker_id", "offset", "batch_timestamp_ms").agg(
+        F.sum("d_preferred").alias("d_pref"),
+        F.sum("d_not_led").alias("d_not_led"),
+        F.sum("d_fixable").alias("d_fixable"),
+        F.max("live").alias("live_now"),
+    )
+    w = Window.partitionBy("log_dir", "broker_id").orderBy("offset")
+    upto = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    state = per_batch.select(
+        "node_id",
+        "log_dir",
+        "broker_id",
+        "offset",
+        "batch_timestamp_ms",
+        F.sum("d_pref").over(upto).cast("int").alias("preferred"),
+        F.sum("d_not_led").over(upto).cast("int").alias("not_led"),
+        F.sum("d_fixable").over(upto).alias("fixable"),
+        F.coalesce(F.last("live_now", ignorenulls=True).over(upto), F.lit(False)).alias("live"),
+    ).withColumn(
+        "ratio",
+        F.when(F.col("preferred") > 0, F.col("not_led") / F.col("preferred")).otherwise(F.lit(0.0)).cast("double"),
+    )
+    over = F.col("live") & (F.col("ratio") > F.lit(settings.imbalance_percentage / 100))
+    if settings.auto_rebalance:
+        over = over & (F.col("fixable") > 0)
+    state = state.withColumn("over", over).select(
+        "*",
+        (
+            F.lag("ratio").over(w).isNull()
+            | (F.lag("ratio").over(w) != F.col("ratio"))
+            | (F.lag("live").over(w) != F.col("live"))
+        ).alias("changed"),
+        (F.col("over") != F.coalesce(F.lag("over").over(w), F.lit(False))).alias("flips"),
+    )
+    state = state.persist(StorageLevel.MEMORY_AND_DISK)  # for the timeline and the episodes
+    timeline = state.where(F.col("changed")).select(*[name for name, _ in IMBALANCE_FIELDS])
+    transitions = (
+        state.where(F.col("flips"))
+        .select(
+            "node_id",
+            "log_dir",
+            "broker_id",
+            "offset",
+            "batch_timestamp_ms",
+            "over",
+            F.lead("offset").over(w).alias("end_offset"),
+            F.lead("batch_timestamp_ms").over(w).alias("end_ts"),
+        )
+        .where(F.col("over"))
+    )
+    episodes = (
+        transitions.join(ends, "log_dir")
+        .select(
+            "node_id",
+            "log_dir",
+            "broker_id",
+            F.col("offset").alias("start_offset"),
+            F.coalesce(F.col("end_offset"), F.col("last_offset")).alias("end_offset"),
+            (F.coalesce(F.col("end_ts"), F.col("last_ts")) - F.col("batch_timestamp_ms")).alias("duration_ms"),
+            F.col("end_offset").isNull().alias("ongoing"),
+        )
+        .where(F.col("duration_ms") > F.lit(settings.imbalance_interval_ms))
+    )
+    return timeline, episodes
+
+
+def _imbalance_findings(episodes: list[Any], settings: AuditSettings) -> list[Finding]:
+    pct = settings.imbalance_percentage
+    interval_s = settings.imbalance_interval_ms // 1000
+    out = []
+    for r in episodes:
+        b, start, end, duration = r["broker_id"], int(r["start_offset"]), int(r["end_offset"]), int(r["duration_ms"])
+        out.append(
+            Finding(
+                "leader_imbalance",
+                "violation" if settings.auto_rebalance else "warning",
+                f"broker {b}",
+                f"broker {b}: leader imbalance above {pct}% for {duration} ms (offsets {start}..{end}), longer "
+                f"than the {interval_s} s check interval"
+                + ("" if settings.auto_rebalance else " (auto.leader.rebalance.enable=false)"),
+                offsets=[start, end],
+                offset_count=2,
+                log_dir=r["log_dir"],
+                node_id=r["node_id"],
+                duration_ms=duration,
+                details={
+                    "from_offset": start,
+                    "to_offset": end,
+                    "ongoing": bool(r["ongoing"]),
+                    "threshold_percentage": pct,
+                },
+            )
+        )
+    return out
 
 
 def _select(df: DataFrame, kind: str, fields: Sequence[tuple[str, str]]) -> DataFrame:
@@ -291,70 +478,132 @@ def _error_check(column: Column) -> Column:
     return expr
 
 
-def log_check_dataframe(records: DataFrame) -> DataFrame:
-    """(log_dir, node_id, check, offset) events of the per-copy log checks (window functions)."""
-    w = Window.partitionBy("log_dir").orderBy("source_file", "position", "offset")
+def copy_index(copies: Sequence[LogCopy]) -> Column:
+    """The index of a row's copy in `copies` (from its log_dir): shuffles carry this int, not the path."""
+    index: Column = F.lit(0)
+    for i, copy in enumerate(copies):
+        index = F.when(F.col("log_dir") == F.lit(copy.log_dir), F.lit(i)).otherwise(index)
+    return index
+
+
+def log_check_dataframe(records: DataFrame, copies: Sequence[LogCopy]) -> DataFrame:
+    """(_copy, check, offset) events of the per-copy log checks (window functions); `_copy` indexes `copies`.
+
+    Along each copy in file order (file, position, offset), each row against the one before:
+    offsets rise by one, batch leader epochs do not decrease, and the first row of a segment
+    has the segment's base offset; an invalid row is its own event. The window runs per
+    segment file (one task each, like the read), and a second, tiny window over the files
+    pairs each file's first row with the previous file's last row.
+    """
     seg = records.where(F.col("source_kind") == "segment").select(
-        "log_dir",
-        "node_id",
-        "source_file",
+        copy_index(copies).alias("_copy"),
+        F.substring("source_file", 1, 20).cast("bigint").alias("_file"),
+        "position",
         "offset",
         "leader_epoch",
         "valid",
         "error_kind",
-        F.lag("offset").over(w).alias("p_offset"),
-        F.lag("leader_epoch").over(w).alias("p_epoch"),
-        F.lag("valid").over(w).alias("p_valid"),
-        F.lag("source_file").over(w).alias("p_file"),
+    )
+    in_file = Window.partitionBy("_copy", "_file").orderBy("position", "offset")
+    rows = seg.select(
+        "*",
+        F.lag("offset").over(in_file).alias("p_offset"),
+        F.lag("leader_epoch").over(in_file).alias("p_epoch"),
+        F.lag("valid").over(in_file).alias("p_valid"),
+    )
+    # The previous row of each file's first row: the last row of the previous file of the copy.
+    files = seg.groupBy("_copy", "_file").agg(
+        F.min_by(F.struct("offset", "leader_epoch", "valid"), F.struct("position", "offset")).alias("first"),
+        F.max_by(F.struct("offset", "leader_epoch", "valid"), F.struct("position", "offset")).alias("last"),
+    )
+    by_file = Window.partitionBy("_copy").orderBy("_file")
+    boundaries = files.select("_copy", "_file", F.lag("last").over(by_file).alias("prev"))
+    rows = (
+        rows.join(F.broadcast(boundaries), ["_copy", "_file"], "left")
+        .withColumn("first_in_file", F.col("p_offset").isNull() & F.col("p_valid").isNull())
+        .withColumn("p_offset", F.when(F.col("first_in_file"), F.col("prev.offset")).otherwise(F.col("p_offset")))
+        .withColumn("p_epoch", F.when(F.col("first_in_file"), F.col("prev.leader_epoch")).otherwise(F.col("p_epoch")))
+        .withColumn("p_valid", F.when(F.col("first_in_file"), F.col("prev.valid")).otherwise(F.col("p_valid")))
     )
     valid = F.col("valid")
     both = valid & F.coalesce(F.col("p_valid"), F.lit(False))
-    first_in_file = F.col("p_file").isNull() | (F.col("p_file") != F.col("source_file"))
-    file_base = F.substring("source_file", 1, 20).cast("bigint")
     check = (
         F.when(~valid, _error_check(F.col("error_kind")))
-        .when(first_in_file & (F.col("offset") != file_base), F.lit("offsets_not_contiguous"))
+        .when(F.col("first_in_file") & (F.col("offset") != F.col("_file")), F.lit("offsets_not_contiguous"))
         .otherwise(F.lit(None))
     )
     # A row can raise two events (e.g. a gap that is also a file-base mismatch): one column each.
-    events = seg.select(
-        "log_dir",
-        "node_id",
+    events = rows.select(
+        "_copy",
         "offset",
         F.array(
             check,
             F.when(both & (F.col("offset") != F.col("p_offset") + 1), F.lit("offsets_not_contiguous")),
             F.when(both & (F.col("leader_epoch") < F.col("p_epoch")), F.lit("leader_epoch_decreasing")),
         ).alias("checks"),
-    ).select("log_dir", "node_id", F.explode("checks").alias("check"), "offset")
+    ).select("_copy", F.explode("checks").alias("check"), "offset")
     snapshots = records.where((F.col("source_kind") == "snapshot") & ~valid).select(
-        "log_dir", "node_id", _error_check(F.col("error_kind")).alias("check"), "offset"
+        copy_index(copies).alias("_copy"), _error_check(F.col("error_kind")).alias("check"), "offset"
     )
     return events.where(F.col("check").isNotNull()).unionByName(snapshots)
 
 
-def epoch_check_dataframe(partitions: DataFrame) -> DataFrame:
-    """(log_dir, node_id, check, subject, offset, expected, found) of the epoch checks (window functions)."""
-    w = Window.partitionBy("log_dir", "topic_id", "partition_id").orderBy("offset")
-    p = partitions.select(
-        "log_dir",
-        "node_id",
+def lag_timeline(partitions: DataFrame, copies: Sequence[LogCopy]) -> DataFrame:
+    """The partition timeline with each row's predecessor values (one window: per copy and partition,
+    by offset), for the epoch checks and the report's series; `_copy` indexes `copies`."""
+    w = Window.partitionBy("_copy", "topic_id", "partition_id").orderBy("offset")
+    removed = F.col("change") == "REMOVE_TOPIC"
+    derived = partitions.select(
+        copy_index(copies).alias("_copy"),
+        "offset",
+        "batch_timestamp_ms",
+        "change",
+        "topic_id",
+        "topic_name",
+        "partition_id",
+        "leader_epoch",
+        "partition_epoch",
+        "leader_set",
+        F.when(removed, 0).otherwise(1).alias("live"),
+        F.when(removed, 0).otherwise(F.col("isr_size")).alias("isr"),
+        F.when(removed | (F.col("isr_size") >= F.size("replicas")), 0).otherwise(1).alias("urp"),
+        F.when(removed | (F.col("leader") >= 0), 0).otherwise(1).alias("leaderless"),
+        F.when((F.col("change") == "PARTITION_CHANGE_RECORD") & F.col("leader_changed"), 1)
+        .otherwise(0)
+        .alias("changes"),
+    )
+    return derived.select(
+        "*",
+        F.lag("change").over(w).alias("p_change"),
+        F.lag("leader_epoch").over(w).alias("p_le"),
+        F.lag("partition_epoch").over(w).alias("p_pe"),
+        *[
+            (F.col(n) - F.coalesce(F.lag(n).over(w), F.lit(0))).alias(f"d_{n}")
+            for n in ("live", "isr", "urp", "leaderless")
+        ],
+    )
+
+
+def epoch_check_dataframe(lagged: DataFrame) -> DataFrame:
+    """(_copy, check, subject, offset, expected, found) of the epoch checks, on `lag_timeline`."""
+    p = lagged.select(
+        "_copy",
         "offset",
         "change",
         "leader_epoch",
         "partition_epoch",
         "leader_set",
         F.concat_ws("-", F.col("topic_name"), F.col("partition_id").cast("string")).alias("subject"),
-        F.lag("change").over(w).alias("p_change"),
-        F.lag("leader_epoch").over(w).alias("p_le"),
-        F.lag("partition_epoch").over(w).alias("p_pe"),
+        "p_change",
+        "p_le",
+        "p_pe",
     ).where(
         (F.col("change") == "PARTITION_CHANGE_RECORD")
         & F.col("p_change").isNotNull()
         & (F.col("p_change") != "REMOVE_TOPIC")
     )
     expected_le = F.col("p_le") + F.when(F.coalesce(F.col("leader_set"), F.lit(False)), 1).otherwise(0)
-    cols = ("log_dir", "node_id", "subject", "offset")
+    cols = ("_copy", "subject", "offset")
     pe = p.where(F.col("partition_epoch") != F.col("p_pe") + 1).select(
         *cols,
         F.lit("partition_epoch_not_plus_one").alias("check"),
@@ -370,11 +619,10 @@ def epoch_check_dataframe(partitions: DataFrame) -> DataFrame:
     return pe.unionByName(le)
 
 
-def _check_findings(records: DataFrame, partitions: DataFrame) -> list[Finding]:
+def _check_findings(records: DataFrame, lagged: DataFrame, copies: Sequence[LogCopy]) -> list[Finding]:
     """The per-copy log checks and the epoch checks: one Spark job, one finding per (copy, check, subject)."""
-    log_events = log_check_dataframe(records).select(
-        "log_dir",
-        "node_id",
+    log_events = log_check_dataframe(records, copies).select(
+        "_copy",
         "check",
         F.lit(None).cast("string").alias("subject"),
         "offset",
@@ -382,8 +630,8 @@ def _check_findings(records: DataFrame, partitions: DataFrame) -> list[Finding]:
         F.lit(None).cast("int").alias("found"),
     )
     rows = (
-        log_events.unionByName(epoch_check_dataframe(partitions).select(*log_events.columns))
-        .groupBy("log_dir", "node_id", "check", "subject")
+        log_events.unionByName(epoch_check_dataframe(lagged).select(*log_events.columns))
+        .groupBy("_copy", "check", "subject")
         .agg(
             F.count_distinct(F.coalesce(F.col("offset"), F.lit(-1))).alias("n"),
             F.slice(F.array_sort(F.collect_set("offset")), 1, MAX_OFFSETS).alias("offsets"),
@@ -396,11 +644,12 @@ def _check_findings(records: DataFrame, partitions: DataFrame) -> list[Finding]:
     for r in rows:
         n = int(r["n"])
         offsets = [int(o) for o in r["offsets"]]
+        log_dir, node_id = copies[r["_copy"]].log_dir, copies[r["_copy"]].node_id
         if r["subject"] is None:
-            label = copy_label(r["node_id"], r["log_dir"])
+            label = copy_label(node_id, log_dir)
             severity = "info" if r["check"] == "torn_tail" else "violation"
             message = f"{label}: {CHECKS[r['check']]} ({n} time{'s' if n != 1 else ''})"
-            out.append(Finding(r["check"], severity, label, message, offsets, n, r["log_dir"], r["node_id"]))
+            out.append(Finding(r["check"], severity, label, message, offsets, n, log_dir, node_id))
         else:
             what = "partition epoch" if r["check"].startswith("partition") else "leader epoch"
             message = f"{r['subject']}: {what} {r['found']} where {r['expected']} was expected"
@@ -413,8 +662,8 @@ def _check_findings(records: DataFrame, partitions: DataFrame) -> list[Finding]:
                     message,
                     offsets,
                     n,
-                    r["log_dir"],
-                    r["node_id"],
+                    log_dir,
+                    node_id,
                     None,
                     details,
                 )
@@ -530,6 +779,21 @@ def _agreement(records: DataFrame, copies: Sequence[LogCopy], voters: set[int]) 
 # --------------------------------------------------------------------------- the job
 
 
+def _merge_summaries(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One copy's replay summary from its shards' (shard 0 has the copy-wide figures)."""
+    docs = sorted(docs, key=lambda d: d["shard"])
+    merged = dict(docs[0])
+    merged.pop("shard", None)
+    merged["shards"] = len(docs)
+    merged["partitions"] = sum(d["partitions"] for d in docs)
+    merged["last_offset"] = max(d["last_offset"] for d in docs)
+    stamps = [d["last_timestamp_ms"] for d in docs if d["last_timestamp_ms"] is not None]
+    merged["last_timestamp_ms"] = max(stamps) if stamps else None
+    stops = [d["stopped"] for d in docs if d["stopped"]]
+    merged["stopped"] = min(stops, key=lambda x: x["offset"]) if stops else None
+    return merged
+
+
 @dataclass
 class AuditResult:
     out_dir: Path
@@ -559,8 +823,12 @@ def run_audit(
     *,
     export_only: bool = False,
     report: bool = True,
+    shards: int | None = None,
 ) -> AuditResult:
-    """Run the audit (or, with `export_only`, only write the Parquet tables) into `out_dir`."""
+    """Run the audit (or, with `export_only`, only write the Parquet tables) into `out_dir`.
+
+    `shards`: replay tasks per copy (default: enough to use every core, see `replay_shards`).
+    """
     settings = settings or AuditSettings()
     settings.validate()
     copies = resolve_copies(paths)
@@ -581,25 +849,25 @@ def run_audit(
     read_records(spark, copies).write.mode("overwrite").parquet(uri(RECORDS))
     lap("read_and_export_records")
     records = spark.read.parquet(uri(RECORDS))
-    replay = replay_dataframe(records, copies, settings).persist(StorageLevel.MEMORY_AND_DISK)
+    shards = shards or replay_shards(spark, len(copies))
+    replay = replay_dataframe(records, copies, settings, shards).persist(StorageLevel.MEMORY_AND_DISK)
     _select(replay, "partition", PARTITION_FIELDS).write.mode("overwrite").parquet(uri(PARTITIONS))
     _select(replay, "broker", BROKER_FIELDS).write.mode("overwrite").parquet(uri(BROKERS))
     if export_only:
         replay.unpersist()
         lap("replay")
         return AuditResult(out, [], {"outputs": [RECORDS, PARTITIONS, BROKERS]}, timings)
-    _select(replay, "imbalance", IMBALANCE_FIELDS).write.mode("overwrite").parquet(uri(IMBALANCE))
     side = replay.where(F.col("row_kind").isin("finding", "summary")).collect()
-    replay.unpersist()
     lap("replay")
 
-    raw: list[Finding] = []
-    summaries: list[dict[str, Any]] = []
+    replayed: list[Finding] = []
+    shard_summaries: dict[str, list[dict[str, Any]]] = {}
     for r in side:
         if r["row_kind"] == "summary":
-            summaries.append(json.loads(r["details"]))
+            doc = json.loads(r["details"])
+            shard_summaries.setdefault(doc["log_dir"], []).append(doc)
             continue
-        raw.append(
+        replayed.append(
             Finding(
                 r["check"],
                 r["severity"],
@@ -611,13 +879,27 @@ def run_audit(
                 node_id=r["node_id"],
                 duration_ms=r["duration_ms"],
                 details=json.loads(r["details"]) if r["details"] else {},
+                accumulated=bool(r["accumulated"]),
             )
         )
+    raw = merge_shards(replayed)
+    summaries = [_merge_summaries(docs) for docs in shard_summaries.values()]
+    ends = spark.createDataFrame(
+        [(d["log_dir"], d["last_offset"], d["last_timestamp_ms"]) for d in summaries],
+        "log_dir STRING, last_offset BIGINT, last_ts BIGINT",
+    )
+    timeline, episodes = imbalance_dataframes(
+        _select(replay, "imbalance_delta", IMBALANCE_DELTA_FIELDS), ends, settings
+    )
+    timeline.write.mode("overwrite").parquet(uri(IMBALANCE))
+    raw.extend(_imbalance_findings(episodes.collect(), settings))
+    replay.unpersist()
+    lap("imbalance")
     stats = _copy_stats(records)
     voters = {int(v) for st in stats.values() for v in st["voters"] or []}
     lap("copy_stats")
-    partitions = spark.read.parquet(uri(PARTITIONS))
-    raw.extend(_check_findings(records, partitions))
+    lagged = lag_timeline(spark.read.parquet(uri(PARTITIONS)), copies).persist(StorageLevel.MEMORY_AND_DISK)
+    raw.extend(_check_findings(records, lagged, copies))
     lap("log_and_epoch_checks")
     agreement_found, agreement = _agreement(records, copies, voters)
     raw.extend(agreement_found)
@@ -672,8 +954,9 @@ def run_audit(
     if report:
         from quorum.audit.report import collect_plot_data, write_report
 
-        data = collect_plot_data(partitions, spark.read.parquet(uri(IMBALANCE)), copy_docs, order[:1])
+        data = collect_plot_data(lagged, spark.read.parquet(uri(IMBALANCE)), copy_docs, order[:1], copies)
         write_report(out / REPORT, document, data)
         lap("report")
+    lagged.unpersist()
     document["timings"] = timings
     return AuditResult(out, findings, document, timings)

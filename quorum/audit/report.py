@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 __all__ = ["collect_plot_data", "write_report"]
@@ -29,11 +29,17 @@ BUCKETS = 300
 
 
 def collect_plot_data(
-    partitions: DataFrame, imbalance: DataFrame, copies: Sequence[dict[str, Any]], reference: Sequence[str]
+    lagged: DataFrame,
+    imbalance: DataFrame,
+    copies: Sequence[dict[str, Any]],
+    reference: Sequence[str],
+    log_copies: Sequence[Any],
 ) -> dict[str, Any]:
     """Small, aggregated series for the plots (see the module docstring); one Spark job.
 
-    `copies`: the per-copy documents of findings.json (offsets, timestamps, LeaderChange records).
+    `lagged`: the partition timeline with per-row changes (`quorum.audit.job.lag_timeline`), whose
+    `_copy` indexes `log_copies`; `copies`: the per-copy documents of findings.json (offsets,
+    timestamps, LeaderChange records).
     """
     data: dict[str, Any] = {"reference": reference[0] if reference else None}
     data["epochs"] = [
@@ -48,23 +54,10 @@ def collect_plot_data(
     width = max(1, (t1 - t0) // BUCKETS + 1)
     data["t0"], data["bucket_ms"] = t0, width
     bucket = F.greatest(F.floor((F.col("batch_timestamp_ms") - F.lit(t0)) / F.lit(width)).cast("int"), F.lit(0))
-    w = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
-    removed = F.col("change") == "REMOVE_TOPIC"
-    p = partitions.where(F.col("log_dir") == ref["log_dir"]).select(
-        bucket.alias("bucket"),
-        F.when(removed, 0).otherwise(1).alias("live"),
-        F.when(removed, 0).otherwise(F.col("isr_size")).alias("isr"),
-        F.when(removed | (F.col("isr_size") >= F.size("replicas")), 0).otherwise(1).alias("urp"),
-        F.when(removed | (F.col("leader") >= 0), 0).otherwise(1).alias("leaderless"),
-        F.when((F.col("change") == "PARTITION_CHANGE_RECORD") & F.col("leader_changed"), 1)
-        .otherwise(0)
-        .alias("changes"),
-        "topic_id",
-        "partition_id",
-        "offset",
+    index = next(i for i, c in enumerate(log_copies) if c.log_dir == ref["log_dir"])
+    p = lagged.where(F.col("_copy") == index).select(
+        bucket.alias("bucket"), "d_live", "d_isr", "d_urp", "d_leaderless", "changes"
     )
-    for name in ("live", "isr", "urp", "leaderless"):
-        p = p.withColumn(f"d_{name}", F.col(name) - F.coalesce(F.lag(name).over(w), F.lit(0)))
     series = p.groupBy("bucket").agg(
         F.lit("partitions").alias("kind"),
         F.lit(None).cast("int").alias("broker_id"),

@@ -42,22 +42,46 @@ def _has_error(value: object, code: int) -> bool:
 
 
 class ControllerClient:
-    def __init__(self, node: RaftNode, *, client_id: str, retry_backoff_ms: int = 50) -> None:
+    def __init__(self, node: RaftNode, *, client_id: str, retry_backoff_ms: int = 50, connections: int = 8) -> None:
         self.node = node
         self.client_id = client_id
         self.retry_backoff_s = retry_backoff_ms / 1000
-        self._peers: dict[int, PeerClient] = {}
+        # A controller answers one request per connection at a time (Kafka's ordering), so
+        # concurrent callers get a few connections: their writes can share a commit.
+        self.connections = connections
+        self._peers: dict[int, list[PeerClient]] = {}
+        self._busy: dict[PeerClient, int] = {}
         self._correlation = 0
 
     def _peer(self, node_id: int) -> PeerClient | None:
-        peer = self._peers.get(node_id)
-        if peer is None:
+        """The least busy connection to `node_id` (opened lazily, up to `connections`)."""
+        pool = self._peers.setdefault(node_id, [])
+        idle = [p for p in pool if self._busy.get(p, 0) == 0]
+        if idle:
+            return idle[0]
+        if len(pool) < self.connections:
             address = self.node.voters.get(node_id)
             if address is None:
                 return None
             peer = PeerClient(address.host, address.port, connect_timeout_s=2.0, request_timeout_s=30.0)
-            self._peers[node_id] = peer
-        return peer
+            pool.append(peer)
+            return peer
+        return min(pool, key=lambda p: self._busy.get(p, 0))
+
+    async def send(self, node_id: int, frame: bytes, correlation_id: int, api_key: int, api_version: int) -> bytes:
+        """Send one framed request to `node_id` over a pooled connection; its raw answer."""
+        peer = self._peer(node_id)
+        if peer is None:
+            raise PeerUnavailable(f"node {node_id} is not a controller")
+        self._busy[peer] = self._busy.get(peer, 0) + 1
+        try:
+            return await peer.send(frame, correlation_id, api_key, api_version)
+        finally:
+            self._busy[peer] -= 1
+
+    def next_correlation_id(self) -> int:
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        return self._correlation
 
     def leader_id(self) -> int:
         core = self.node.core
@@ -68,16 +92,15 @@ class ControllerClient:
         last_error = "no quorum leader known"
         while time.monotonic() < deadline:
             leader = self.leader_id()
-            peer = self._peer(leader) if leader >= 0 else None
-            if peer is None:
+            if leader < 0 or leader not in self.node.voters:
                 await asyncio.sleep(self.retry_backoff_s)
                 continue
-            self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+            correlation = self.next_correlation_id()
             frame, api_key, api_version = admin_codec.encode_admin_request(
-                request, correlation_id=self._correlation, client_id=self.client_id
+                request, correlation_id=correlation, client_id=self.client_id
             )
             try:
-                raw = await peer.send(frame, self._correlation, api_key, api_version)
+                raw = await self.send(leader, frame, correlation, api_key, api_version)
                 response = admin_codec.decode_admin_response(api_key, api_version, raw, request)
             except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
                 last_error = f"controller {leader}: {exc}"
@@ -91,6 +114,8 @@ class ControllerClient:
         raise ControllerUnavailableError(last_error)
 
     async def close(self) -> None:
-        for peer in self._peers.values():
-            await peer.close()
+        for pool in self._peers.values():
+            for peer in pool:
+                await peer.close()
         self._peers.clear()
+        self._busy.clear()

@@ -23,7 +23,7 @@ from quorum.node.controller_client import ControllerClient, ControllerUnavailabl
 from quorum.node.raft_node import RaftNode
 from quorum.raft.describe import QuorumDescription
 from quorum.wire import codec
-from quorum.wire.transport import PeerUnavailable, request
+from quorum.wire.transport import PeerUnavailable
 
 # Broker configs that topic config defaults and creation defaults come from.
 _BROKER_DEFAULT_KEYS = (
@@ -133,9 +133,10 @@ class LocalNodeContext:
             raise NotAvailableError("the metadata quorum has no leader")
         api_key = codec.api_key_of(codec.DescribeQuorumCall())
         version = codec.REQUEST_VERSIONS[api_key]
+        correlation = self.client.next_correlation_id()
         frame = codec.encode_request(
             codec.DescribeQuorumCall(),
-            correlation_id=1,
+            correlation_id=correlation,
             client_id=f"pykraft-rest-{self.node_id}",
             cluster_id=self._cluster_id,
             source_id=self.node_id,
@@ -143,7 +144,8 @@ class LocalNodeContext:
             api_version=version,
         )
         try:
-            raw = await asyncio.wait_for(request(address.host, address.port, frame), 5.0)
+            # Over the controller client's pooled connections: no new TCP connection per write.
+            raw = await asyncio.wait_for(self.client.send(leader, frame, correlation, api_key, version), 5.0)
             _, answer = codec.decode_response(api_key, version, raw)
         except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
             raise NotAvailableError(f"quorum leader {leader} did not answer: {exc}") from exc
