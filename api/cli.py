@@ -187,6 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_commands(commands, _non_negative)
 
+    # audit and export of the metadata log (PySpark is imported only when they run)
+    from quorum.audit.cli import add_audit_commands
+
+    add_audit_commands(commands)
+
     # cluster
     cluster = commands.add_parser("cluster", help="a local cluster of background processes")
     cluster_cmds = cluster.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND", required=True)

@@ -23,15 +23,19 @@
    `unclean.leader.election.enable`, resolved as the controller does, forbids it),
    `fenced_leader` (checked at batch ends: a batch is atomic), `partition_leaderless` (with
    its duration in batch-timestamp ms), `replication_factor`, `duplicate_replicas`,
-   `replicas_on_one_rack`, `leader_imbalance` (a live broker's ratio above
-   leader.imbalance.per.broker.percentage, while the auto rebalance could act on it,
-   for longer than leader.imbalance.check.interval.seconds), and `replay_error`.
+   `replicas_on_one_rack`, `leader_imbalance` (Kafka's ratio of a broker's preferred
+   partitions it does not lead, above leader.imbalance.per.broker.percentage while the
+   broker is live and, with auto.leader.rebalance.enable, while one of those partitions has
+   it in its ISR so that the rebalance could act, for longer than
+   leader.imbalance.check.interval.seconds of batch timestamps), and `replay_error`.
    `partition_epoch_not_plus_one` / `leader_epoch_not_plus_one` are checked on the
    partition timeline (`epoch_findings`).
 
 The Spark job (`quorum.audit.job`) runs 1 and 2 as Spark SQL (window functions, a join on
-offset) and 3 through `CopyReplayer` per copy; `quorum.audit.baseline` runs all of them
-through the Python functions here. Both produce the same findings.
+offset), 3 through `CopyReplayer` per copy (split by topic into shards when there are
+fewer copies than cores, the leader imbalance then summed over shards in Spark SQL);
+`quorum.audit.baseline` runs all of them through the Python functions here in one loop.
+Both produce the same findings and timelines (tests/audit checks it).
 """
 
 from __future__ import annotations

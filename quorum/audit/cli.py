@@ -11,7 +11,9 @@ imbalance_timeline.parquet, findings.json and report.html, and exits 0 when ther
 violations, 1 when there are (2 for bad arguments or a failed job). `export` writes only the
 Parquet tables (records, partitions and brokers timelines).
 
-Importing this module needs no Spark: pyspark is imported when a command runs.
+With `--master` other than local, the log directories and `--out` must be paths every Spark
+node can read and write (a shared file system), and the executors must run this Python
+environment. Importing this module needs no Spark: pyspark is imported when a command runs.
 """
 
 from __future__ import annotations

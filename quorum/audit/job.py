@@ -5,12 +5,19 @@
 2. Replay each copy in log order: the rows of a copy (its replay snapshot, then its
    segments) are put in one partition (`repartition` by copy + `sortWithinPartitions`) and
    `mapInArrow` runs `quorum.audit.checks.CopyReplayer` (the shared `MetadataDelta` replay)
-   over them, emitting `partitions_timeline.parquet`, `brokers_timeline.parquet`,
-   `imbalance_timeline.parquet` and the semantic findings as rows.
-3. Per-copy log checks as window functions (lag over file, position, offset), agreement
-   between copies as a self-join on offset restricted to committed offsets, the epoch
-   checks as window functions over the partition timeline.
+   over them, emitting `partitions_timeline.parquet`, `brokers_timeline.parquet` and the
+   semantic findings as rows. With fewer copies than cores, a copy is split into shards by
+   topic id (each shard replays every non-partition record and the partition records of
+   its topics), and the per-broker leader counts the shards emit are summed by window
+   functions into `imbalance_timeline.parquet` and the `leader_imbalance` findings.
+3. Per-copy log checks as window functions (lag over file, position, offset, per segment
+   file, then across files), agreement between copies as a self-join on offset restricted
+   to committed offsets, the epoch checks as window functions over the partition timeline.
 4. `findings.json` and `report.html` (`quorum.audit.report`).
+
+Runs on `local[*]` by default and on any cluster given `--master`: the log directories
+(read by the executors) and the output directory must then be on storage every node sees,
+and the executors need this Python environment (PYSPARK_PYTHON is set to it).
 """
 
 from __future__ import annotations
