@@ -649,8 +649,8 @@ class Cluster:
                 if sid is not None and sid.offset > last:
                     holders += 1
                     continue
-                b = _batch_at(node.disk.batches, last)
-                if b is not None and (b.epoch, b.records[last - b.base_offset]) == self.committed.get(last):
+                held = _batch_at(node.disk.batches, last)
+                if held is not None and (held.epoch, held.records[last - held.base_offset]) == self.committed.get(last):
                     holders += 1
             if holders < majority and last in self.committed:
                 raise InvariantViolation(f"committed offset {last} is durable on only {holders} voters")

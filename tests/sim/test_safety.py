@@ -34,8 +34,8 @@ from tests.sim.harness import Cluster, InvariantViolation, Node
 
 # ------------------------------------------------------------------ profiles
 
-LONG = settings.default.max_examples >= 1000 or os.environ.get("HYPOTHESIS_PROFILE") == "long"
-STATEFUL_EXAMPLES = 3000 if LONG else 500
+LONG = settings().max_examples >= 1000 or os.environ.get("HYPOTHESIS_PROFILE") == "long"
+STATEFUL_EXAMPLES = 5000 if LONG else 800
 STATEFUL_STEPS = 60 if LONG else 40
 SCENARIO_SEEDS = range(60 if LONG else 5)
 
@@ -166,22 +166,33 @@ class RaftSafety(RuleBasedStateMachine):
         max_delay_ms=st.sampled_from([1, 5, 20]),
         pre_vote=st.booleans(),
         seed=st.integers(0, 2**16),
+        warmup_ms=st.sampled_from([3_000, 0]),
     )
     def start(
-        self, voters: int, observers: int, snapshot_every: int, max_delay_ms: int, pre_vote: bool, seed: int
+        self,
+        voters: int,
+        observers: int,
+        snapshot_every: int,
+        max_delay_ms: int,
+        pre_vote: bool,
+        seed: int,
+        warmup_ms: int,
     ) -> None:
+        """A new cluster; with a warm-up (usually), it has elected a leader and committed a little."""
         config = dataclasses.replace(BASE_CONFIG, pre_vote=pre_vote)
         self.c = Cluster(seed, voters, observers, config, snapshot_every, max_delay_ms)
         self.expect_liveness = pre_vote or LIVENESS_WITHOUT_PRE_VOTE
+        with self.step(f"warm up {warmup_ms}ms with proposals") as c:
+            c.run_for(warmup_ms, propose_every_ms=50)
 
     # ----------------------------------------------------------------- rules
 
-    @rule(ms=st.sampled_from([5, 50, 300, 1_000, 3_000]))
+    @rule(ms=st.sampled_from([10, 300, 1_000, 3_000, 8_000]))
     def run(self, ms: int) -> None:
         with self.step(f"run {ms}ms") as c:
             c.run_for(ms)
 
-    @rule(ms=st.sampled_from([20, 200, 1_000]), propose_every_ms=st.sampled_from([10, 40]))
+    @rule(ms=st.sampled_from([50, 500, 2_000, 5_000]), propose_every_ms=st.sampled_from([20, 100]))
     def run_with_proposals(self, ms: int, propose_every_ms: int) -> None:
         with self.step(f"run {ms}ms, proposing every {propose_every_ms}ms") as c:
             c.run_for(ms, propose_every_ms=propose_every_ms)
@@ -203,11 +214,37 @@ class RaftSafety(RuleBasedStateMachine):
         with self.step(f"crash {nid} after {steps} persistence steps of its next Ready") as c:
             c.crash_mid_ready(nid, steps)
 
+    @rule(mid_ready_steps=st.none() | st.integers(0, 4))
+    def crash_leader(self, mid_ready_steps: int | None) -> None:
+        """Leader changes are where the bugs are: crash the leader (maybe during its next write)."""
+        leader = self.cluster.leader()
+        what = "now" if mid_ready_steps is None else f"after {mid_ready_steps} persistence steps of its next Ready"
+        with self.step(f"crash the leader ({leader.id if leader else 'none'}) {what}") as c:
+            if leader is None:
+                return
+            if mid_ready_steps is None:
+                c.crash(leader.id)
+            else:
+                c.crash_mid_ready(leader.id, mid_ready_steps)
+
+    @rule()
+    def isolate_leader(self) -> None:
+        leader = self.cluster.leader()
+        with self.step(f"isolate the leader ({leader.id if leader else 'none'})") as c:
+            if leader is not None:
+                c.partition([leader.id], [i for i in c.nodes if i != leader.id])
+
     @rule(node=NODE)
     def restart(self, node: int) -> None:
         nid = self.node(node)
         with self.step(f"restart {nid}") as c:
             c.restart(nid)
+
+    @rule()
+    def restart_all(self) -> None:
+        with self.step("restart every crashed node") as c:
+            for nid in c.nodes:
+                c.restart(nid)
 
     @rule(node=NODE)
     def shutdown(self, node: int) -> None:
@@ -579,7 +616,7 @@ def test_stateful_machine_catches_a_mutant(monkeypatch: pytest.MonkeyPatch) -> N
                 stateful_step_count=10,
                 deadline=None,
                 derandomize=True,
-                phases=[p for p in settings.default.phases if p.name != "shrink"],
+                phases=[p for p in settings().phases if p.name != "shrink"],
                 print_blob=False,
                 suppress_health_check=list(HealthCheck),
             ),

@@ -1,0 +1,7 @@
+"""Loaded by Python at start-up when this directory is on PYTHONPATH (diag_commit_latency.py
+puts it there for the node processes it starts, and only for those)."""
+
+import os
+
+if os.environ.get("PYKRAFT_DIAG_OUT"):
+    import pykraft_diag_hooks  # noqa: F401 - installs the hooks
