@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from raft_helpers import CONFIG, Net, log_of, of_type
+from raft_helpers import CONFIG, Net, log_of, of_type  # type: ignore[import-not-found,unused-ignore]  # a sibling module on pytest's path
 
 from quorum.raft.errors import ErrorCode
 from quorum.raft.messages import EndQuorumEpochRequest, Envelope, FetchRequest, FetchResponse

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from raft_helpers import CONFIG, Net, log_of, new_core, of_type
+from raft_helpers import CONFIG, Net, log_of, new_core, of_type  # type: ignore[import-not-found,unused-ignore]  # a sibling module on pytest's path
 
 from quorum.raft.errors import ErrorCode
 from quorum.raft.messages import (
@@ -18,7 +18,7 @@ from quorum.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from quorum.raft.roles import Role
+from quorum.raft.roles import CandidateState, Role
 from quorum.raft.types import NO_LEADER, NO_VOTE, ControlType, ElectionState
 
 NO_PRE_VOTE = dataclasses.replace(CONFIG, pre_vote=False)
@@ -37,9 +37,9 @@ def replies(net: Net, nid: int) -> list[VoteResponse]:
 
 def test_single_voter_elects_itself_without_pre_vote() -> None:
     net = Net([1])
-    core = net[1]
-    assert core.role is Role.UNATTACHED and core.epoch == 0
+    assert net[1].role is Role.UNATTACHED and net[1].epoch == 0
     net.fire(1)
+    core = net[1]
     assert core.role is Role.LEADER and core.epoch == 1 and core.leader_id == 1
     assert not net.pending  # nobody to ask
     # The first record of the epoch is the LeaderChange control record; alone, it commits at once.
@@ -99,7 +99,8 @@ def test_split_vote_then_resolution() -> None:
     assert net.leaders() == []
     assert net[3].voted_id == 1 and net[4].voted_id == 2
     for c in (1, 2):
-        assert net[c].role is Role.CANDIDATE and net[c].state.backing_off  # type: ignore[union-attr]
+        state = net[c].state
+        assert isinstance(state, CandidateState) and state.backing_off
     # Time heals it: keep firing the earliest deadline and delivering everything.
     for _ in range(50):
         if net.leaders():
@@ -293,9 +294,11 @@ def test_restarted_leader_comes_back_resigned() -> None:
 
 def test_single_voter_restarted_leader_leads_a_new_epoch() -> None:
     net = Net([1], elections={1: ElectionState(epoch=2, voted_id=1, leader_id=1)}, logs={1: log_of((2, 3))})
-    assert net[1].role is Role.RESIGNED
+    core = net[1]
+    assert core.role is Role.RESIGNED
     net.fire(1)
-    assert net[1].role is Role.LEADER and net[1].epoch == 3
+    core = net[1]
+    assert core.role is Role.LEADER and core.epoch == 3
 
 
 def test_restart_with_vote_for_self_is_candidate_again() -> None:

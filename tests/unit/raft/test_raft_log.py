@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from raft_helpers import batch, log_of
+from raft_helpers import batch, log_of  # type: ignore[import-not-found,unused-ignore]  # a sibling module on pytest's path
 
 from quorum.raft.log import RaftLog, Validity, batch_size_estimate
 from quorum.raft.types import Batch, OffsetAndEpoch

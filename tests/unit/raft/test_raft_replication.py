@@ -4,7 +4,7 @@ and the leader's bookkeeping of voters and observers. Hand-driven, no clocks."""
 from __future__ import annotations
 
 import pytest
-from raft_helpers import Net, batch, log_of, of_type
+from raft_helpers import Net, batch, log_of, of_type  # type: ignore[import-not-found,unused-ignore]  # a sibling module on pytest's path
 
 from quorum.raft.errors import ErrorCode, FatalQuorumError, NotLeaderError
 from quorum.raft.messages import (

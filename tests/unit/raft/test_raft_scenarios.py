@@ -113,7 +113,8 @@ def test_without_pre_vote_a_rejoining_follower_disrupts_the_quorum() -> None:
     away = next(v for v in c.voter_ids if v != old.id)
     c.partition([away], [v for v in c.voter_ids if v != away])
     c.run_for(10_000)
-    assert c.nodes[away].core is not None and c.nodes[away].core.epoch > epoch
+    away_core = c.nodes[away].core
+    assert away_core is not None and away_core.epoch > epoch
     c.heal()
     c.run_for(5_000)
     assert leader(c).core.epoch > epoch  # type: ignore[union-attr]
@@ -133,6 +134,7 @@ def test_isolated_leader_resigns_within_check_quorum_timeout(voters: int, seed: 
     assert c.run_until(lambda: old.core is not None and old.core.role is not Role.LEADER, 10_000)
     assert c.now - t0 <= c.config.check_quorum_timeout_ms  # 1.5 x fetch timeout
     assert old.core.role is Role.RESIGNED
+
     # The majority side elects someone else meanwhile, in a later epoch.
     def newer_leader() -> bool:
         current = c.leader()
@@ -200,7 +202,7 @@ def test_graceful_shutdown_of_every_leader_in_turn() -> None:
         c.shutdown(old.id)
         down.append(old.id)
         t0 = c.now
-        assert c.run_until(lambda e=epoch: c.leader() is not None and leader(c).core.epoch > e, 10_000)  # type: ignore[misc,union-attr]
+        assert c.run_until(lambda e=epoch: c.leader() is not None and leader(c).core.epoch > e, 10_000)  # type: ignore[union-attr]
         assert c.now - t0 <= 3_000
         c.run_for(300, propose_every_ms=10)
     for nid in down:
