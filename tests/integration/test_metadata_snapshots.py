@@ -136,11 +136,13 @@ def test_broker_with_empty_metadata_log_installs_a_snapshot(make_md: Callable[..
     assert int(installed[0][1]) >= hw
     assert snapshot_offsets(node.partition_dir), "the installed snapshot is not on disk"
     assert_topics(md, broker, expected)
-    # Its whole image agrees with the active controller's (leadership and ISRs included).
+    # Its whole image agrees with the active controller's (leadership and ISRs included), once
+    # the ISR changes its own return sets off (its partitions' leaders take it back) have settled.
+    def view(node_id: int) -> dict[Any, Any]:
+        return {k: (p["replica_ids"], p["isr"], p["leader_id"]) for k, p in md.all_partitions(node_id).items()}
+
+    wait_until("the broker's image to agree with the controller's", lambda: view(broker) == view(leader), 20.0)
     mine = md.all_partitions(broker)
-    assert {k: (p["replica_ids"], p["isr"], p["leader_id"]) for k, p in mine.items()} == {
-        k: (p["replica_ids"], p["isr"], p["leader_id"]) for k, p in md.all_partitions(leader).items()
-    }
     assert set(mine) == set(reference)
     # And it follows the log from there on.
     md.create_topic(md.controller_ids[0], "after-install")
