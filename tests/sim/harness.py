@@ -7,9 +7,13 @@ append, fsync, then send and apply), and a crash can stop it half-way through a
 Ready, which loses whatever was not yet fsynced.
 
 `Cluster.check()` asserts the safety invariants after every event:
-single leader per epoch, monotonic epochs, log matching, monotonic high
-watermarks that are on a majority of voters, leader completeness, and that
-every committed entry is identical wherever it exists and never lost.
+single leader per epoch (and no second reign of a restarted leader in its epoch),
+monotonic epochs, at most one durable vote per voter and epoch, persisted election
+state equal to the running one once a Ready is carried out, log matching (across all
+logs and all time), no change to a running node's log below its high watermark,
+monotonic high watermarks that are on a majority of voters, leader completeness,
+and that every committed entry is identical wherever it exists (and in whatever any
+state machine applied) and never lost.
 """
 
 from __future__ import annotations
