@@ -90,6 +90,7 @@ def analyse(leader: dict[str, Any], followers: dict[int, dict[str, Any]], warmup
         }
 
     segs: list[list[float]] = []
+    windows: list[tuple[float, float, int]] = []  # (propose, HW, records) of each proposal followed
     for t_p, first, count in props:
         if t_p < t_start:
             continue
@@ -137,12 +138,26 @@ def analyse(leader: dict[str, Any], followers: dict[int, dict[str, Any]], warmup
         seg = [max(0.0, (marks[i + 1] - marks[i]) * 1000) for i in range(len(marks) - 1)]
         seg.append((h[0] - t_p) * 1000)
         segs.append(seg)
+        windows.append((t_p, h[0], count))
     if not segs:
         raise RuntimeError("no proposal could be followed along the commit path")
     totals = [s[-1] for s in segs]
     cut = pct(totals, 0.99)
     slow = [s for s in segs if s[-1] >= cut]
+    slow_windows = [w for w, s in zip(windows, segs, strict=True) if s[-1] >= cut]
     out: dict[str, Any] = {"proposals": len(segs), "segments": {}, "slowest_1pct": {"n": len(slow)}}
+    # Per record (as the synthetic load weighs it): a proposal made after a stall carries
+    # every record that fell due during the stall.
+    weighted = sorted((s[-1], w[2]) for s, w in zip(segs, windows, strict=True))
+    total_records = sum(n for _, n in weighted)
+    seen = 0
+    for value, n in weighted:
+        seen += n
+        if seen >= 0.99 * total_records:
+            out["per_record_p99"] = round(value, 3)
+            break
+    out["records_per_proposal"] = round(total_records / len(weighted), 2)
+    out["slow_windows"] = slow_windows
     for i, (name, _) in enumerate([*SEGMENTS, ("total", "")]):
         xs = [s[i] for s in segs]
         out["segments"][name] = {
@@ -156,10 +171,42 @@ def analyse(leader: dict[str, Any], followers: dict[int, dict[str, Any]], warmup
     return out
 
 
+def _cum_at(rows: list[list[Any]], times: list[float], t: float) -> float:
+    """A cumulative counter sampled at `times`: its value at the last sample <= t."""
+    i = bisect.bisect_right(times, t) - 1
+    return rows[i][1] if i >= 0 else (rows[0][1] if rows else 0)
+
+
+def stalls(dumps: dict[int, dict[str, Any]], windows: list[tuple[float, float, int]]) -> dict[str, Any]:
+    """For commit windows (propose -> HW): per node, ms spent waiting for a CPU (run queue)
+    and in cyclic GC during the window; mean over the windows."""
+    out: dict[str, Any] = {}
+    for nid, d in sorted(dumps.items()):
+        rq = d.get("runq", [])
+        rq_t = [r[0] for r in rq]
+        gcs = d.get("gc", [])
+        waits, gcms = [], []
+        for t0, t1, _ in windows:
+            waits.append((_cum_at(rq, rq_t, t1) - _cum_at(rq, rq_t, t0)) / 1e6 if rq else 0.0)
+            gcms.append(sum(ms for ts, ms, _ in gcs if t0 <= ts <= t1))
+        out[str(nid)] = {
+            "runq_wait_ms": round(statistics.fmean(waits), 2) if waits else None,
+            "gc_ms": round(statistics.fmean(gcms), 2) if gcms else None,
+        }
+    return out
+
+
 def node_stats(d: dict[str, Any]) -> dict[str, Any]:
     fs = [x[1] for x in d["fsync"]]
     st = [x[1] for x in d["step"]]
+    gcs = d.get("gc", [])
+    rq = d.get("runq", [])
+    span = (rq[-1][0] - rq[0][0]) if len(rq) > 1 else 0.0
     return {
+        "gc_count": len(gcs),
+        "gc_total_ms": round(sum(g[1] for g in gcs), 1),
+        "gc_max_ms": round(max((g[1] for g in gcs), default=0.0), 2),
+        "runq_wait_share": round((rq[-1][1] - rq[0][1]) / 1e9 / span, 3) if span > 0 else None,
         "fsyncs": len(fs),
         "fsync_p50": round(pct(fs, 0.5), 3),
         "fsync_p99": round(pct(fs, 0.99), 3),
@@ -233,6 +280,8 @@ def main() -> int:
         if args.controllers > 1:
             followers = {nid: d for nid, d in dumps.items() if nid != leader}
             result["path"] = analyse(dumps[leader], followers, args.warmup)
+            slow_windows = result["path"].pop("slow_windows")
+            result["stalls_in_slowest_1pct"] = stalls(dumps, slow_windows)
         else:
             # One voter: commit = leader fsync; propose -> HW only.
             d = dumps[leader]
@@ -273,6 +322,13 @@ def render(r: dict[str, Any]) -> str:
             f"{n['fsync_p99']:<6.2f}  {n['fsync_max']:<6.2f}  {n['fsync_over_5ms']:<4}  {n['steps']:<6}  "
             f"{n['step_p50']:<8.3f}  {n['step_p99']:<6.2f}  {n['step_max']:.2f}"
         )
+    lines.append("")
+    lines.append("node  GC: count  total ms  max ms   waiting for a CPU (share of the run)")
+    for nid, n in sorted(r["nodes"].items()):
+        lines.append(
+            f"{nid:<4}  {n['gc_count']:>9}  {n['gc_total_ms']:>8.1f}  {n['gc_max_ms']:>6.2f}   "
+            f"{bq._pct(n['runq_wait_share'])}"
+        )
     if "path" in r:
         p = r["path"]
         lines += [
@@ -286,6 +342,19 @@ def render(r: dict[str, Any]) -> str:
                 f"{name:<16}{s['p50']:>8.2f}{s['p90']:>8.2f}{s['p99']:>8.2f}{s['max']:>8.2f}{s['mean']:>8.2f}"
                 f"{p['slowest_1pct'][name]:>9.2f}  {what}"
             )
+    if "path" in r:
+        p = r["path"]
+        lines.append(
+            f"per-record p99 (as the load weighs it: {p['records_per_proposal']} records per proposal): "
+            f"{p['per_record_p99']:.2f} ms"
+        )
+        st = r["stalls_in_slowest_1pct"]
+        lines.append(
+            "slowest 1 % of commits, mean per commit: "
+            + "; ".join(
+                f"node {nid} waited {x['runq_wait_ms']} ms for a CPU, {x['gc_ms']} ms in GC" for nid, x in st.items()
+            )
+        )
     if "propose_to_hw" in r:
         x = r["propose_to_hw"]
         lines.append(f"propose -> HW: p50 {x['p50']:.2f} ms, p99 {x['p99']:.2f} ms, max {x['max']:.2f} ms")

@@ -53,7 +53,33 @@ rec: dict[str, list] = {
     "hw": [],  # [t, hw]  (every node, when it moves)
     "step": [],  # [t_start, ms]
     "control": [],  # [t, "recv"|"send", kind, peer, detail...] for Vote / EndQuorumEpoch
+    "gc": [],  # [t_start, ms, generation]  cyclic-GC collections
+    "runq": [],  # [t, ns]  cumulative run-queue wait of the main thread (/proc/self/schedstat), per step
 }
+
+import gc  # noqa: E402
+
+_gc_t0 = [0.0, 0.0]
+
+
+def _gc_cb(phase: str, info: dict) -> None:
+    if phase == "start":
+        _gc_t0[0] = now()
+        _gc_t0[1] = time.perf_counter()
+    else:
+        rec["gc"].append([_gc_t0[0], (time.perf_counter() - _gc_t0[1]) * 1000, info.get("generation")])
+
+
+gc.callbacks.append(_gc_cb)
+
+
+def _runq_ns() -> int:
+    try:
+        with open("/proc/self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
 
 _fsync = os.fsync
 
@@ -167,6 +193,7 @@ def step(self):
     hw0 = self.core.high_watermark if self.core is not None else None
     _step(self)
     rec["step"].append([w, (time.perf_counter() - t0) * 1000])
+    rec["runq"].append([w, _runq_ns()])
     if self.core is not None and self.core.high_watermark != hw0:
         rec["hw"].append([now(), self.core.high_watermark])
 
