@@ -349,6 +349,21 @@ class NodeConfig:
     initial_broker_registration_timeout_ms: int = 60_000
     broker_rack: str | None = None
     replica_lag_time_max_ms: int = 30_000
+    # The data plane: replica fetchers (Kafka's ReplicaFetcherThread settings), checkpoints, logs.
+    replica_fetch_max_bytes: int = MIB  # per partition, at least one batch
+    replica_fetch_response_max_bytes: int = 10 * MIB  # per fetch response
+    replica_fetch_wait_max_ms: int = 500  # a follower's long poll; keep below replica.lag.time.max.ms
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_backoff_ms: int = 1000  # after a failed fetch
+    replica_socket_timeout_ms: int = 30_000
+    num_replica_fetchers: int = 1  # fetcher connections per source broker
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
+    replica_selector_class: str | None = None  # KIP-392: ...RackAwareReplicaSelector enables follower reads
+    log_retention_check_interval_ms: int = 300_000
+    log_flush_offset_checkpoint_interval_ms: int = 60_000
+    log_flush_start_offset_checkpoint_interval_ms: int = 60_000
+    fetch_max_bytes: int = 55 * MIB  # broker cap on one consumer fetch response
+    auto_create_topics_enable: bool = True
     # Topic defaults.
     num_partitions: int = 1
     default_replication_factor: int = 1
@@ -418,6 +433,18 @@ _INT_KEYS: dict[str, _IntSpec] = {
     "broker.session.timeout.ms": (1, None),
     "initial.broker.registration.timeout.ms": (1, None),
     "replica.lag.time.max.ms": (1, None),
+    "replica.fetch.max.bytes": (0, None),
+    "replica.fetch.response.max.bytes": (0, None),
+    "replica.fetch.wait.max.ms": (0, None),
+    "replica.fetch.min.bytes": (1, None),
+    "replica.fetch.backoff.ms": (0, None),
+    "replica.socket.timeout.ms": (1, None),
+    "num.replica.fetchers": (1, None),
+    "replica.high.watermark.checkpoint.interval.ms": (1, None),
+    "log.retention.check.interval.ms": (1, None),
+    "log.flush.offset.checkpoint.interval.ms": (0, None),
+    "log.flush.start.offset.checkpoint.interval.ms": (0, None),
+    "fetch.max.bytes": (1024, None),
     "num.partitions": (1, None),
     "default.replication.factor": (1, None),
     "min.insync.replicas": (1, None),
@@ -426,7 +453,7 @@ _INT_KEYS: dict[str, _IntSpec] = {
     "leader.imbalance.check.interval.seconds": (1, None),
     "leader.imbalance.per.broker.percentage": (0, 100),
 }
-_BOOL_KEYS = ("unclean.leader.election.enable", "auto.leader.rebalance.enable")
+_BOOL_KEYS = ("unclean.leader.election.enable", "auto.leader.rebalance.enable", "auto.create.topics.enable")
 _OTHER_KEYS = frozenset(
     {
         "process.roles",
@@ -446,6 +473,7 @@ _OTHER_KEYS = frozenset(
         "broker.rack",
         "rest.listener",
         "cluster.id",
+        "replica.selector.class",
     }
 )
 
@@ -605,6 +633,7 @@ def config_from_properties(props: Mapping[str, str]) -> NodeConfig:
     rest_listener = _validate_rest_listener(rest_text) if rest_text else None
     rack = get("broker.rack") or None
     cluster_id = get("cluster.id") or None
+    replica_selector_class = get("replica.selector.class") or None
 
     known = _OTHER_KEYS | _INT_KEYS.keys() | set(_BOOL_KEYS)
     extra = {k: v for k, v in props.items() if k not in known}
@@ -624,6 +653,7 @@ def config_from_properties(props: Mapping[str, str]) -> NodeConfig:
         broker_rack=rack,
         rest_listener=rest_listener,
         cluster_id=cluster_id,
+        replica_selector_class=replica_selector_class,
         extra=extra,
         **values,
     )

@@ -1,0 +1,159 @@
+"""The replica fetcher's side of Fetch v12: encode a follower's request, decode the leader's answer.
+
+A follower fetches every partition it follows from one leader in one request (Kafka's
+ReplicaFetcherThread), naming topics by name (v12 is the last version before topic ids),
+with `replica_id` = its broker id and `isolation_level` 0. Records come back as opaque
+bytes: the follower appends them as they are (`PartitionLog.append_as_follower`), so this
+module never walks a batch.
+
+Encoding uses kio's generated schemas; decoding goes through the project's defensive reader
+(`quorum.wire._reader`), so a hostile or corrupt response raises `FetchWireError`.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_writer
+
+from quorum.kafka_errors import ErrorCode
+from quorum.wire._reader import MalformedError, entity_reader
+
+FETCH_API_KEY: Final = 1
+FETCH_VERSION: Final = 12
+
+_REQUEST = load_request_schema(FETCH_API_KEY, FETCH_VERSION)
+_RESPONSE = load_response_schema(FETCH_API_KEY, FETCH_VERSION)
+
+
+def _nested(cls: type[Any], name: str) -> Any:
+    import sys
+
+    return getattr(sys.modules[cls.__module__], name)
+
+
+_FetchTopic = _nested(_REQUEST, "FetchTopic")
+_FetchPartition = _nested(_REQUEST, "FetchPartition")
+_Header = _REQUEST.__header_schema__
+
+
+class FetchWireError(ValueError):
+    """The leader's response could not be decoded."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartitionRequest:
+    topic: str
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int  # -1 when the follower's log is empty
+    log_start_offset: int
+    partition_max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartitionResponse:
+    topic: str
+    partition: int
+    error: ErrorCode
+    high_watermark: int
+    log_start_offset: int
+    diverging_epoch: tuple[int, int] | None  # (epoch, end offset) when the follower must truncate
+    leader_id: int
+    leader_epoch: int
+    records: bytes
+
+
+def encode_fetch_request(
+    *,
+    correlation_id: int,
+    client_id: str,
+    replica_id: int,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    partitions: list[FetchPartitionRequest],
+) -> bytes:
+    """A complete frame (length prefix included) of a sessionless full replica Fetch."""
+    by_topic: dict[str, list[Any]] = {}
+    for p in partitions:
+        by_topic.setdefault(p.topic, []).append(
+            _FetchPartition(
+                partition=p.partition,
+                current_leader_epoch=p.current_leader_epoch,
+                fetch_offset=p.fetch_offset,
+                last_fetched_epoch=p.last_fetched_epoch,
+                log_start_offset=p.log_start_offset,
+                partition_max_bytes=p.partition_max_bytes,
+            )
+        )
+    body = _REQUEST(
+        cluster_id=None,
+        replica_id=replica_id,
+        max_wait=timedelta(milliseconds=max_wait_ms),
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=tuple(_FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    header = _Header(
+        request_api_key=FETCH_API_KEY,
+        request_api_version=FETCH_VERSION,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    entity_writer(_Header)(buf, header)
+    entity_writer(_REQUEST)(buf, body)
+    view = buf.getbuffer()
+    struct.pack_into(">i", view, 0, len(view) - 4)
+    del view
+    return buf.getvalue()
+
+
+def _error(code: Any) -> ErrorCode:
+    try:
+        return ErrorCode(int(code))
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def decode_fetch_response(frame: bytes) -> tuple[ErrorCode, list[FetchPartitionResponse]]:
+    """(top-level error, partitions) from a response frame without its length prefix."""
+    try:
+        _, pos = entity_reader(_RESPONSE.__header_schema__)(frame, 0)
+        body, end = entity_reader(_RESPONSE)(frame, pos)
+    except MalformedError as exc:
+        raise FetchWireError(f"malformed fetch response: {exc}") from exc
+    if end != len(frame):
+        raise FetchWireError(f"{len(frame) - end} trailing bytes after the fetch response")
+    out: list[FetchPartitionResponse] = []
+    for t in body.responses:
+        for p in t.partitions:
+            de = p.diverging_epoch
+            diverging = None if (de.epoch == -1 and de.end_offset == -1) else (int(de.epoch), int(de.end_offset))
+            out.append(
+                FetchPartitionResponse(
+                    topic=str(t.topic),
+                    partition=int(p.partition_index),
+                    error=_error(p.error_code),
+                    high_watermark=int(p.high_watermark),
+                    log_start_offset=int(p.log_start_offset),
+                    diverging_epoch=diverging,
+                    leader_id=int(p.current_leader.leader_id),
+                    leader_epoch=int(p.current_leader.leader_epoch),
+                    records=bytes(p.records or b""),
+                )
+            )
+    return _error(body.error_code), out
