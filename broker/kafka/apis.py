@@ -1,0 +1,92 @@
+"""The api keys and version ranges the client listener advertises, and their encodings.
+
+Only apis this package implements are advertised (ApiVersions answers from this table).
+Ranges, with the reason for each bound:
+- Produce 0-10: clients in use need >= 3 (record batch v2); 0-2 stay advertised because
+  librdkafka before 2.11.1 checks Produce v0 for its feature flags (KAFKA-18659), but are
+  answered UNSUPPORTED_VERSION per partition, as Kafka 4 does. v10 only adds KIP-951's
+  current-leader hints.
+- Fetch 4-12: v12 is the last version naming topics by name; librdkafka falls back to
+  v12 when topic ids are not offered.
+- ListOffsets 1-7 (v7: max timestamp), Metadata 0-12, OffsetForLeaderEpoch 2-4,
+  ApiVersions 0-3, DeleteRecords 0-2, DescribeLogDirs 1-4, DescribeCluster 0-2.
+- The admin apis forwarded to the active controller: exactly the controller's ranges
+  (`quorum.wire.admin_codec.ADMIN_API_VERSIONS`), so a forwarded frame always decodes there.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Final
+
+from quorum.wire.admin_codec import ADMIN_API_VERSIONS, AdminApiKey
+
+__all__ = ["FIRST_FLEXIBLE", "FORWARDED", "SUPPORTED", "ApiKey", "is_flexible"]
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    DESCRIBE_LOG_DIRS = 35
+    CREATE_PARTITIONS = 37
+    ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_CLUSTER = 60
+
+
+# Admin apis relayed as raw frames to the active controller.
+FORWARDED: Final = frozenset(
+    {
+        ApiKey.CREATE_TOPICS,
+        ApiKey.DELETE_TOPICS,
+        ApiKey.DESCRIBE_CONFIGS,
+        ApiKey.CREATE_PARTITIONS,
+        ApiKey.ELECT_LEADERS,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+    }
+)
+
+SUPPORTED: Final[dict[int, tuple[int, int]]] = {
+    ApiKey.PRODUCE: (0, 10),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.DESCRIBE_CLUSTER: (0, 2),
+    **{int(key): ADMIN_API_VERSIONS[AdminApiKey(int(key))] for key in FORWARDED},
+}
+
+# The first flexible (KIP-482) version of each api: request header v2 / response header v1
+# from there on (ApiVersions' response header stays v0 at every version, KIP-511).
+FIRST_FLEXIBLE: Final[dict[int, int]] = {
+    ApiKey.PRODUCE: 9,
+    ApiKey.FETCH: 12,
+    ApiKey.LIST_OFFSETS: 6,
+    ApiKey.METADATA: 9,
+    ApiKey.API_VERSIONS: 3,
+    ApiKey.CREATE_TOPICS: 5,
+    ApiKey.DELETE_TOPICS: 4,
+    ApiKey.DELETE_RECORDS: 2,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
+    ApiKey.DESCRIBE_CONFIGS: 4,
+    ApiKey.DESCRIBE_LOG_DIRS: 2,
+    ApiKey.CREATE_PARTITIONS: 2,
+    ApiKey.ELECT_LEADERS: 2,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
+    ApiKey.DESCRIBE_CLUSTER: 0,
+}
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    return version >= FIRST_FLEXIBLE.get(api_key, 1 << 15)

@@ -1,0 +1,236 @@
+"""Fetch (1), versions 4-12: decode and encode by hand; records pass through as they are.
+
+The records the log returns (whole batches, see `FetchParams`) are appended to the
+response buffer unchanged: the only copy between the page cache and the socket.
+
+Rules applied here (the reading rules are the services', see `FetchParams`):
+- KIP-227 sessions (`fetch_session`): a full response lists every requested partition; an
+  incremental one only the partitions with something new.
+- A consumer's `max_bytes` is capped by `fetch.max.bytes`.
+- KIP-392: a consumer with Fetch v11+ may read from a follower (`fetch_only_leader`
+  False), and when `replica.selector.class` is the rack-aware selector, the leader answers
+  a consumer that has a `rack_id` with a `preferred_read_replica` (and no records) for
+  partitions where a replica in the client's rack is better; such a fetch is answered at
+  once (no long poll), as Kafka does.
+- READ_COMMITTED answers an empty aborted-transactions list, READ_UNCOMMITTED null (no
+  transactions exist on this broker).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from broker.kafka.context import RequestContext
+from broker.kafka.fetch_session import FetchSessionCache, SessionError
+from broker.kafka.replica_selector import select_read_replica
+from broker.kafka.services import (
+    READ_COMMITTED,
+    BrokerServices,
+    FetchParams,
+    FetchPartition,
+    FetchPartitionResult,
+    ListenerConfig,
+)
+from broker.kafka.wire import Reader, response_writer
+from quorum.kafka_errors import ErrorCode
+
+__all__ = ["FetchRequest", "decode_fetch", "encode_fetch_response", "handle_fetch"]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    session_id: int
+    session_epoch: int
+    partitions: tuple[FetchPartition, ...]  # request order
+    forgotten: tuple[tuple[str, int], ...]
+    rack_id: str
+
+
+def decode_fetch(ctx: RequestContext) -> FetchRequest:
+    r = Reader(ctx.frame, ctx.header.body_offset)
+    v = ctx.version
+    flex = ctx.flexible
+    replica_id = r.i32()
+    max_wait_ms = r.i32()
+    min_bytes = r.i32()
+    max_bytes = r.i32()
+    isolation_level = r.i8()
+    session_id, session_epoch = (r.i32(), r.i32()) if v >= 7 else (0, -1)
+    partitions: list[FetchPartition] = []
+
+    def topic() -> None:
+        name = r.nonnull_string(flex)
+
+        def partition() -> None:
+            index = r.i32()
+            current_leader_epoch = r.i32() if v >= 9 else -1
+            fetch_offset = r.i64()
+            last_fetched_epoch = r.i32() if v >= 12 else -1
+            log_start_offset = r.i64() if v >= 5 else -1
+            partition_max_bytes = r.i32()
+            if flex:
+                r.skip_tags()
+            partitions.append(
+                FetchPartition(
+                    name,
+                    index,
+                    fetch_offset,
+                    partition_max_bytes,
+                    current_leader_epoch,
+                    last_fetched_epoch,
+                    log_start_offset,
+                )
+            )
+
+        r.array(flex, partition)
+        if flex:
+            r.skip_tags()
+
+    r.array(flex, topic)
+    forgotten: list[tuple[str, int]] = []
+    if v >= 7:
+
+        def forgotten_topic() -> None:
+            name = r.nonnull_string(flex)
+            for index in r.array(flex, r.i32) or []:
+                forgotten.append((name, index))
+            if flex:
+                r.skip_tags()
+
+        r.array(flex, forgotten_topic)
+    rack_id = (r.string(flex) or "") if v >= 11 else ""
+    if flex:
+        r.skip_tags()
+    return FetchRequest(
+        replica_id,
+        max_wait_ms,
+        min_bytes,
+        max_bytes,
+        isolation_level,
+        session_id,
+        session_epoch,
+        tuple(partitions),
+        tuple(forgotten),
+        rack_id,
+    )
+
+
+def encode_fetch_response(
+    ctx: RequestContext,
+    error: ErrorCode,
+    session_id: int,
+    pairs: list[tuple[FetchPartition, FetchPartitionResult]],
+    isolation_level: int,
+) -> bytearray:
+    v = ctx.version
+    flex = ctx.flexible
+    w = response_writer(ctx.header.correlation_id, flex)
+    w.i32(0)  # throttle_time_ms
+    if v >= 7:
+        w.i16(error)
+        w.i32(session_id)
+    # Consecutive partitions of one topic share a topic entry.
+    groups: list[tuple[str, list[tuple[FetchPartition, FetchPartitionResult]]]] = []
+    for req, res in pairs:
+        if groups and groups[-1][0] == req.topic:
+            groups[-1][1].append((req, res))
+        else:
+            groups.append((req.topic, [(req, res)]))
+    w.length(len(groups), flex, True)
+    committed = isolation_level == READ_COMMITTED
+    for name, items in groups:
+        w.string(name, flex)
+        w.length(len(items), flex, True)
+        for req, res in items:
+            w.i32(req.partition)
+            w.i16(res.error)
+            w.i64(res.high_watermark)
+            w.i64(res.last_stable_offset)
+            if v >= 5:
+                w.i64(res.log_start_offset)
+            if committed:
+                w.length(0, flex, True)  # aborted_transactions: none
+            else:
+                w.length(-1, flex, True)
+            if v >= 11:
+                w.i32(res.preferred_read_replica)
+            w.bytes_(res.records, flex)
+            if flex:
+                tags = 0
+                diverging = res.diverging_epoch
+                leader = res.current_leader
+                if diverging is not None:
+                    tags += 1
+                if leader is not None:
+                    tags += 1
+                w.uvarint(tags)
+                if diverging is not None:
+                    w.uvarint(0)  # tag 0 DivergingEpoch: epoch i32, end_offset i64, tags
+                    w.uvarint(13)
+                    w.i32(diverging[0])
+                    w.i64(diverging[1])
+                    w.no_tags()
+                if leader is not None:
+                    w.uvarint(1)  # tag 1 CurrentLeader: leader_id i32, leader_epoch i32, tags
+                    w.uvarint(9)
+                    w.i32(leader.leader_id)
+                    w.i32(leader.leader_epoch)
+                    w.no_tags()
+        if flex:
+            w.no_tags()
+    if flex:
+        w.no_tags()
+    return w.frame()
+
+
+async def handle_fetch(
+    ctx: RequestContext, services: BrokerServices, config: ListenerConfig, sessions: FetchSessionCache
+) -> bytearray:
+    request = decode_fetch(ctx)
+    is_consumer = request.replica_id < 0
+    now_ms = int(time.time() * 1000)
+    context = sessions.new_context(
+        request.session_id,
+        request.session_epoch,
+        request.partitions,
+        request.forgotten,
+        privileged=not is_consumer,
+        now_ms=now_ms,
+    )
+    if isinstance(context, SessionError):
+        return encode_fetch_response(ctx, context.error, 0, [], request.isolation_level)
+    wanted = context.partitions
+    redirects: dict[int, int] = {}  # index in `wanted` -> preferred read replica
+    if is_consumer and ctx.version >= 11 and request.rack_id and config.rack_aware_selector:
+        for i, p in enumerate(wanted):
+            view = services.partition_view(p.topic, p.partition)
+            if view is not None:
+                chosen = select_read_replica(view, request.rack_id, p.fetch_offset)
+                if chosen != view.leader_id:
+                    redirects[i] = chosen
+    max_bytes = min(request.max_bytes, config.fetch_max_bytes) if is_consumer else request.max_bytes
+    params = FetchParams(
+        replica_id=request.replica_id,
+        max_wait_ms=0 if redirects else max(request.max_wait_ms, 0),
+        min_bytes=request.min_bytes,
+        max_bytes=max(max_bytes, 0),
+        isolation_level=request.isolation_level,
+        partitions=wanted,
+        fetch_only_leader=not is_consumer or ctx.version < 11,
+        rack_id=request.rack_id,
+        client_id=ctx.header.client_id,
+    )
+    results = await services.fetch(params) if wanted else []
+    if len(results) != len(wanted):
+        raise RuntimeError(f"fetch returned {len(results)} results for {len(wanted)} partitions")
+    for i, chosen in redirects.items():
+        if results[i].error == ErrorCode.NONE:
+            results[i] = replace(results[i], records=b"", preferred_read_replica=chosen)
+    session_id, pairs = context.respond(results)
+    return encode_fetch_response(ctx, ErrorCode.NONE, session_id, pairs, request.isolation_level)

@@ -1,0 +1,249 @@
+"""KIP-227 incremental fetch sessions: the broker's session cache.
+
+A fetch names its session with (session_id, session_epoch):
+- (0, -1): sessionless full fetch; the response lists every requested partition, id 0.
+- (any, 0): full fetch that opens a session (closing `session_id` if it was one); the
+  response carries the new id, or 0 when the cache has no room for it.
+- (id, -1): close session `id`, then a sessionless full fetch.
+- (id, n > 0): incremental fetch on session `id`, whose expected epoch must be n
+  (INVALID_FETCH_SESSION_EPOCH otherwise, FETCH_SESSION_ID_NOT_FOUND for an unknown id).
+  The request's partitions are added to / update the session, `forgotten` ones leave it;
+  all session partitions are fetched, and the response lists only those with something
+  new: records, an error, a changed high watermark / last stable offset / log start
+  offset, a diverging epoch or a preferred read replica. Partitions that returned records
+  move to the end of the session's order (fairness across partitions, as Kafka does).
+  The next expected epoch is n + 1 (wrapping to 1 after 2**31 - 1).
+
+The cache holds at most `max_slots` sessions (Kafka's
+`max.incremental.fetch.session.cache.slots`, 1000). When full, a new session may evict,
+in Kafka's order of preference: a session unused for `eviction_ms` (120 s; the least
+recently used first); else, for a privileged (follower) session, the least recently used
+unprivileged one; else an unprivileged session smaller than the new one (fewest
+partitions, then least recently used). Otherwise the fetch proceeds without a session.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Final
+
+from broker.kafka.services import FetchPartition, FetchPartitionResult
+from quorum.kafka_errors import ErrorCode
+
+__all__ = ["FetchContext", "FetchSession", "FetchSessionCache", "SessionError"]
+
+INVALID_SESSION_ID: Final = 0
+INITIAL_EPOCH: Final = 0
+FINAL_EPOCH: Final = -1
+_MAX_EPOCH: Final = 2**31 - 1
+
+Key = tuple[str, int]
+
+
+@dataclass(slots=True)
+class _Cached:
+    request: FetchPartition
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+
+
+@dataclass(slots=True)
+class FetchSession:
+    id: int
+    privileged: bool  # a follower's session (may evict consumers')
+    partitions: dict[Key, _Cached]  # insertion order = response order
+    epoch: int  # the next expected epoch
+    created_ms: int
+    last_used_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionError:
+    """A fetch the session rules refuse: answer `error` at the top level, no partitions."""
+
+    error: ErrorCode
+
+
+def _next_epoch(epoch: int) -> int:
+    return 1 if epoch >= _MAX_EPOCH else epoch + 1
+
+
+class FetchContext:
+    """What one fetch must read (`partitions`) and how to shape its answer (`respond`)."""
+
+    __slots__ = ("_cache", "_creating", "_now_ms", "_privileged", "_session", "partitions")
+
+    def __init__(
+        self,
+        cache: FetchSessionCache,
+        partitions: tuple[FetchPartition, ...],
+        *,
+        session: FetchSession | None,
+        creating: bool,
+        privileged: bool,
+        now_ms: int,
+    ) -> None:
+        self._cache = cache
+        self.partitions = partitions
+        self._session = session
+        self._creating = creating
+        self._privileged = privileged
+        self._now_ms = now_ms
+
+    @property
+    def incremental(self) -> bool:
+        return self._session is not None
+
+    def respond(
+        self, results: Sequence[FetchPartitionResult]
+    ) -> tuple[int, list[tuple[FetchPartition, FetchPartitionResult]]]:
+        """(session id to answer, the partitions the response lists, in order)."""
+        pairs = list(zip(self.partitions, results, strict=True))
+        session = self._session
+        if session is None:
+            session_id = INVALID_SESSION_ID
+            if self._creating:
+                created = self._cache.maybe_create(pairs, self._privileged, self._now_ms)
+                session_id = created.id if created is not None else INVALID_SESSION_ID
+            return session_id, pairs
+        out: list[tuple[FetchPartition, FetchPartitionResult]] = []
+        moved: list[Key] = []
+        for req, res in pairs:
+            key = (req.topic, req.partition)
+            cached = session.partitions.get(key)
+            if cached is None:  # cannot happen: partitions came from the session
+                continue
+            changed = (
+                len(res.records) > 0
+                or res.error != ErrorCode.NONE
+                or res.high_watermark != cached.high_watermark
+                or res.last_stable_offset != cached.last_stable_offset
+                or res.log_start_offset != cached.log_start_offset
+                or res.diverging_epoch is not None
+                or res.preferred_read_replica >= 0
+            )
+            cached.high_watermark = res.high_watermark
+            cached.last_stable_offset = res.last_stable_offset
+            cached.log_start_offset = res.log_start_offset
+            if changed:
+                out.append((req, res))
+                if len(res.records) > 0:
+                    moved.append(key)
+        for key in moved:
+            session.partitions[key] = session.partitions.pop(key)
+        return session.id, out
+
+
+class FetchSessionCache:
+    def __init__(self, max_slots: int = 1000, eviction_ms: int = 120_000, *, seed: int | None = None) -> None:
+        self.max_slots = max_slots
+        self.eviction_ms = eviction_ms
+        self._sessions: dict[int, FetchSession] = {}
+        self._random = random.Random(seed)  # noqa: S311 - ids need uniqueness, not secrecy
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, session_id: int) -> FetchSession | None:
+        return self._sessions.get(session_id)
+
+    def remove(self, session_id: int) -> None:
+        self._sessions.pop(session_id, None)
+
+    def new_context(
+        self,
+        session_id: int,
+        epoch: int,
+        partitions: Sequence[FetchPartition],
+        forgotten: Sequence[Key],
+        *,
+        privileged: bool,
+        now_ms: int,
+    ) -> FetchContext | SessionError:
+        if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+            if session_id != INVALID_SESSION_ID:
+                self.remove(session_id)
+            return FetchContext(
+                self,
+                _dedupe(partitions),
+                session=None,
+                creating=epoch == INITIAL_EPOCH,
+                privileged=privileged,
+                now_ms=now_ms,
+            )
+        if epoch < 0:
+            return SessionError(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+        session = self._sessions.get(session_id) if session_id != INVALID_SESSION_ID else None
+        if session is None:
+            return SessionError(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+        if session.epoch != epoch:
+            return SessionError(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+        for p in partitions:
+            key = (p.topic, p.partition)
+            cached = session.partitions.get(key)
+            if cached is None:
+                session.partitions[key] = _Cached(p)
+            else:
+                cached.request = p
+        for key in forgotten:
+            session.partitions.pop(key, None)
+        session.epoch = _next_epoch(epoch)
+        session.last_used_ms = now_ms
+        wanted = tuple(c.request for c in session.partitions.values())
+        return FetchContext(self, wanted, session=session, creating=False, privileged=privileged, now_ms=now_ms)
+
+    def maybe_create(
+        self, pairs: Sequence[tuple[FetchPartition, FetchPartitionResult]], privileged: bool, now_ms: int
+    ) -> FetchSession | None:
+        """A new session holding `pairs` (with their response values), or None (no room)."""
+        if self.max_slots <= 0:
+            return None
+        if len(self._sessions) >= self.max_slots and not self._evict_for(len(pairs), privileged, now_ms):
+            return None
+        session_id = self._random.randint(1, _MAX_EPOCH)
+        while session_id in self._sessions:
+            session_id = self._random.randint(1, _MAX_EPOCH)
+        parts: dict[Key, _Cached] = {}
+        for req, res in pairs:
+            parts[(req.topic, req.partition)] = _Cached(
+                req, res.high_watermark, res.last_stable_offset, res.log_start_offset
+            )
+        session = FetchSession(session_id, privileged, parts, 1, now_ms, now_ms)
+        self._sessions[session_id] = session
+        return session
+
+    def _evict_for(self, size: int, privileged: bool, now_ms: int) -> bool:
+        sessions = list(self._sessions.values())
+        lru = min(sessions, key=lambda s: s.last_used_ms)
+        victim: FetchSession | None = None
+        if now_ms - lru.last_used_ms > self.eviction_ms:
+            victim = lru
+        else:
+            unprivileged = [s for s in sessions if not s.privileged]
+            if privileged and unprivileged:
+                victim = min(unprivileged, key=lambda s: s.last_used_ms)
+            elif unprivileged:
+                smallest = min(unprivileged, key=lambda s: (len(s.partitions), s.last_used_ms))
+                if len(smallest.partitions) < size:
+                    victim = smallest
+        if victim is None:
+            return False
+        del self._sessions[victim.id]
+        self.evictions += 1
+        return True
+
+
+def _dedupe(partitions: Sequence[FetchPartition]) -> tuple[FetchPartition, ...]:
+    """A partition named twice in one request keeps its last entry, at its first place."""
+    seen: dict[Key, FetchPartition] = {}
+    for p in partitions:
+        key = (p.topic, p.partition)
+        if key in seen:
+            seen[key] = replace(p)
+        else:
+            seen[key] = p
+    return tuple(seen.values())

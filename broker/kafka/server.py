@@ -1,0 +1,158 @@
+"""The Kafka client listener of a broker: framing over `quorum.wire.transport.serve`,
+request headers, version checks, dispatch to the per-api handlers.
+
+Bad input, Kafka's way:
+- a frame too short for a request header, an unknown api key, or an unsupported version
+  of any api but ApiVersions: the connection is closed (Kafka closes it; the client
+  reconnects and renegotiates);
+- ApiVersions at a version above ours: UNSUPPORTED_VERSION with our ranges (KIP-511);
+- a body that does not decode (truncated, lying lengths, trailing bytes): closed;
+- bad record batches: per-partition error codes (INVALID_RECORD, CORRUPT_MESSAGE, ...);
+- a bug in a handler or a service: logged, connection closed; other connections go on.
+Frames above `socket.request.max.bytes` are refused by the transport.
+
+Responses follow request order on each connection: the transport answers one request
+at a time per connection, and the pipelined transport (`pipeline_depth`) writes answers
+in request order too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from typing import Any, Final, cast
+
+from broker.kafka.admin import handle_forwarded
+from broker.kafka.api_versions import handle_api_versions
+from broker.kafka.apis import FORWARDED, SUPPORTED, ApiKey, is_flexible
+from broker.kafka.cluster import handle_describe_cluster
+from broker.kafka.context import RequestContext
+from broker.kafka.fetch import handle_fetch
+from broker.kafka.fetch_session import FetchSessionCache
+from broker.kafka.log_apis import handle_delete_records, handle_describe_log_dirs
+from broker.kafka.metadata import AutoTopicCreator, handle_metadata
+from broker.kafka.offsets import handle_list_offsets, handle_offset_for_leader_epoch
+from broker.kafka.produce import handle_produce
+from broker.kafka.services import BrokerServices, ListenerConfig
+from broker.kafka.wire import MalformedRequest, parse_request_header, peek_api
+from quorum.wire.transport import CloseConnection, close_server, serve
+
+__all__ = ["PIPELINE_DEPTH", "KafkaListener", "KafkaRequestHandler"]
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------------
+# THE place where the per-connection pipeline depth is chosen (requests read ahead and
+# handled concurrently on one connection; answers still written in request order). 1 is
+# the transport's behaviour today (one request at a time). It is passed to `serve()` only
+# once `serve()` accepts a `pipeline_depth` keyword (the pipelined transport), see
+# `KafkaListener.start`.
+PIPELINE_DEPTH: Final = 1
+# ---------------------------------------------------------------------------------------
+
+
+class KafkaRequestHandler:
+    """Turns one request frame (without its length prefix) into its response frame."""
+
+    def __init__(self, services: BrokerServices, config: ListenerConfig) -> None:
+        self.services = services
+        self.config = config
+        self.sessions = FetchSessionCache(
+            config.max_incremental_fetch_session_cache_slots, config.min_incremental_fetch_session_eviction_ms
+        )
+        self.creator = AutoTopicCreator(services, config)
+        self.requests_served = 0
+
+    async def __call__(self, frame: bytes) -> bytes | bytearray | None:
+        view = memoryview(frame)
+        try:
+            api_key, version, _ = peek_api(view)
+        except MalformedRequest as exc:
+            raise CloseConnection(str(exc)) from exc
+        supported = SUPPORTED.get(api_key)
+        if supported is None:
+            raise CloseConnection(f"unknown api key {api_key}")
+        try:
+            if api_key == ApiKey.API_VERSIONS:
+                # KIP-511: parse the header as the client's version says (v3+: flexible),
+                # whatever version it is, to answer even versions above ours.
+                header = parse_request_header(view, version >= 3)
+                self.requests_served += 1
+                return handle_api_versions(view, header)
+            low, high = supported
+            if not low <= version <= high:
+                raise CloseConnection(f"api {api_key} v{version} is not in {low}..{high}")
+            flexible = is_flexible(api_key, version)
+            header = parse_request_header(view, flexible)
+            ctx = RequestContext(header, view, flexible)
+            response = await self._dispatch(ctx)
+        except MalformedRequest as exc:
+            raise CloseConnection(f"malformed api {api_key} v{version} request: {exc}") from exc
+        self.requests_served += 1
+        return response
+
+    async def _dispatch(self, ctx: RequestContext) -> bytes | bytearray | None:
+        s = self.services
+        c = self.config
+        match ctx.api_key:
+            case ApiKey.PRODUCE:
+                return await handle_produce(ctx, s, c)
+            case ApiKey.FETCH:
+                return await handle_fetch(ctx, s, c, self.sessions)
+            case ApiKey.METADATA:
+                return await handle_metadata(ctx, s, c, self.creator)
+            case ApiKey.LIST_OFFSETS:
+                return await handle_list_offsets(ctx, s)
+            case ApiKey.OFFSET_FOR_LEADER_EPOCH:
+                return await handle_offset_for_leader_epoch(ctx, s)
+            case ApiKey.DELETE_RECORDS:
+                return await handle_delete_records(ctx, s)
+            case ApiKey.DESCRIBE_LOG_DIRS:
+                return await handle_describe_log_dirs(ctx, s)
+            case ApiKey.DESCRIBE_CLUSTER:
+                return await handle_describe_cluster(ctx, s, c)
+            case key if key in FORWARDED:
+                return await handle_forwarded(ctx, s, c)
+        raise CloseConnection(f"api key {ctx.api_key} has no handler")  # pragma: no cover
+
+    async def serve_frame(self, frame: bytes) -> bytes | None:
+        """`__call__` typed as the transport's Handler: a bytearray response is written
+        as it is (the stream writer takes any bytes-like object), saving a copy."""
+        return cast(bytes | None, await self(frame))
+
+    async def close(self) -> None:
+        await self.creator.close()
+
+
+def _serve_kwargs(config: ListenerConfig) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"max_frame_bytes": config.socket_request_max_bytes}
+    if "pipeline_depth" in inspect.signature(serve).parameters:
+        kwargs["pipeline_depth"] = PIPELINE_DEPTH
+    return kwargs
+
+
+class KafkaListener:
+    """One listening socket speaking the Kafka protocol to clients."""
+
+    def __init__(self, services: BrokerServices, config: ListenerConfig) -> None:
+        self.handler = KafkaRequestHandler(services, config)
+        self.config = config
+        self._server: asyncio.Server | None = None
+        self.started_ms = -1
+
+    async def start(self, host: str | None, port: int) -> int:
+        """Listen; the bound port (useful with port 0)."""
+        self._server = await serve(host, port, self.handler.serve_frame, **_serve_kwargs(self.config))
+        self.started_ms = int(time.time() * 1000)
+        sock = self._server.sockets[0]
+        bound: int = sock.getsockname()[1]
+        log.info("kafka listener %s on %s:%d", self.config.listener_name, host or "*", bound)
+        return bound
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await close_server(self._server)
+            self._server = None
+        await self.handler.close()
