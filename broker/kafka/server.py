@@ -39,7 +39,15 @@ from broker.kafka.services import BrokerServices, ListenerConfig
 from broker.kafka.wire import MalformedRequest, parse_request_header, peek_api
 from quorum.wire.transport import CloseConnection, close_server, serve
 
-__all__ = ["PIPELINE_DEPTH", "KafkaListener", "KafkaRequestHandler"]
+__all__ = [
+    "PIPELINE_DEPTH",
+    "KafkaListener",
+    "KafkaListeners",
+    "KafkaRequestHandler",
+    "listener_config_from",
+    "start_kafka_listener",
+    "stop_kafka_listener",
+]
 
 log = logging.getLogger(__name__)
 
@@ -156,3 +164,63 @@ class KafkaListener:
             await close_server(self._server)
             self._server = None
         await self.handler.close()
+
+
+# --------------------------------------------------------------------------- node wiring
+
+
+def listener_config_from(node_config: Any, listener_name: str) -> ListenerConfig:
+    """The listener settings from a `quorum.node.config.NodeConfig` (Kafka's names;
+    attributes the config does not have yet keep Kafka's defaults)."""
+    defaults = ListenerConfig()
+
+    def get(name: str, default: Any) -> Any:
+        return getattr(node_config, name, default)
+
+    return ListenerConfig(
+        listener_name=listener_name,
+        auto_create_topics_enable=bool(get("auto_create_topics_enable", defaults.auto_create_topics_enable)),
+        num_partitions=int(get("num_partitions", defaults.num_partitions)),
+        default_replication_factor=int(get("default_replication_factor", defaults.default_replication_factor)),
+        replica_selector_class=get("replica_selector_class", None),
+        fetch_max_bytes=int(get("fetch_max_bytes", defaults.fetch_max_bytes)),
+        max_incremental_fetch_session_cache_slots=int(
+            get("max_incremental_fetch_session_cache_slots", defaults.max_incremental_fetch_session_cache_slots)
+        ),
+        socket_request_max_bytes=int(get("socket_request_max_bytes", defaults.socket_request_max_bytes)),
+    )
+
+
+class KafkaListeners:
+    """Every client listener of one broker (one per non-controller `listeners` entry);
+    they share the fetch-session cache's rules but each has its own cache."""
+
+    def __init__(self, listeners: list[KafkaListener]) -> None:
+        self.listeners = listeners
+        self.ports: dict[str, int] = {}
+
+    async def stop(self) -> None:
+        for listener in self.listeners:
+            await listener.stop()
+
+
+async def start_kafka_listener(node_config: Any, services: BrokerServices) -> KafkaListeners:
+    """Start a KafkaListener on each broker listener of `node_config` (the entries of
+    `listeners` not named in `controller.listener.names`)."""
+    controller_names = set(getattr(node_config, "controller_listener_names", ()))
+    group = KafkaListeners([])
+    try:
+        for entry in node_config.listeners:
+            if entry.name in controller_names:
+                continue
+            listener = KafkaListener(services, listener_config_from(node_config, entry.name))
+            group.ports[entry.name] = await listener.start(entry.host or None, entry.port)
+            group.listeners.append(listener)
+    except BaseException:
+        await group.stop()
+        raise
+    return group
+
+
+async def stop_kafka_listener(group: KafkaListeners) -> None:
+    await group.stop()
