@@ -4,7 +4,8 @@ The response header is v0 at every version (no tagged fields), so that a client 
 it whatever version it tried. A version above ours is answered UNSUPPORTED_VERSION with a
 v0-format body that still lists our ranges; the client retries with our maximum. v3+
 requests name the client software; Kafka answers INVALID_REQUEST when a name or version
-does not match `[a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?`.
+does not match `[a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?`. Every error body is
+written in the v0 format (clients read an errored body as v0).
 """
 
 from __future__ import annotations
@@ -60,4 +61,7 @@ def handle_api_versions(frame: memoryview, header: RequestHeader) -> bytearray:
             name = software_version = None
         if not (name and software_version and _SOFTWARE.fullmatch(name) and _SOFTWARE.fullmatch(software_version)):
             error = ErrorCode.INVALID_REQUEST
+    if error != ErrorCode.NONE:
+        # kafka-python reads an ApiVersions body with a non-zero error as v0; so send v0.
+        return encode_api_versions(header.correlation_id, 0, error, SUPPORTED)
     return encode_api_versions(header.correlation_id, version, error, SUPPORTED)
