@@ -10,6 +10,7 @@ Ranges, with the reason for each bound:
   v12 when topic ids are not offered.
 - ListOffsets 1-7 (v7: max timestamp), Metadata 0-12, OffsetForLeaderEpoch 2-4,
   ApiVersions 0-3, DeleteRecords 0-2, DescribeLogDirs 1-4, DescribeCluster 0-2.
+- AlterConfigs 0-2: translated to IncrementalAlterConfigs for the controller (`alter_configs`).
 - The admin apis forwarded to the active controller: exactly the controller's ranges
   (`quorum.wire.admin_codec.ADMIN_API_VERSIONS`), so a forwarded frame always decodes there.
 """
@@ -35,6 +36,7 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
@@ -64,6 +66,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.DESCRIBE_CLUSTER: (0, 2),
+    ApiKey.ALTER_CONFIGS: (0, 2),
     **{int(key): ADMIN_API_VERSIONS[AdminApiKey(int(key))] for key in FORWARDED},
 }
 
@@ -80,6 +83,7 @@ FIRST_FLEXIBLE: Final[dict[int, int]] = {
     ApiKey.DELETE_RECORDS: 2,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
     ApiKey.DESCRIBE_CONFIGS: 4,
+    ApiKey.ALTER_CONFIGS: 2,
     ApiKey.DESCRIBE_LOG_DIRS: 2,
     ApiKey.CREATE_PARTITIONS: 2,
     ApiKey.ELECT_LEADERS: 2,

@@ -25,6 +25,7 @@ import time
 from typing import Any, Final, cast
 
 from broker.kafka.admin import handle_forwarded
+from broker.kafka.alter_configs import handle_alter_configs
 from broker.kafka.api_versions import handle_api_versions
 from broker.kafka.apis import FORWARDED, SUPPORTED, ApiKey, is_flexible
 from broker.kafka.cluster import handle_describe_cluster
@@ -121,6 +122,8 @@ class KafkaRequestHandler:
                 return await handle_describe_log_dirs(ctx, s)
             case ApiKey.DESCRIBE_CLUSTER:
                 return await handle_describe_cluster(ctx, s, c)
+            case ApiKey.ALTER_CONFIGS:
+                return await handle_alter_configs(ctx, s, c)
             case key if key in FORWARDED:
                 return await handle_forwarded(ctx, s, c)
         raise CloseConnection(f"api key {ctx.api_key} has no handler")  # pragma: no cover

@@ -24,7 +24,13 @@ from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.producer.produce import ProduceRequest
 
 from broker.kafka.server import KafkaListener, KafkaRequestHandler
-from broker.kafka.services import FetchParams, FetchPartitionResult, ListenerConfig, ProduceParams, ProducePartitionResult
+from broker.kafka.services import (
+    FetchParams,
+    FetchPartitionResult,
+    ListenerConfig,
+    ProduceParams,
+    ProducePartitionResult,
+)
 from quorum.kafka_errors import ErrorCode
 from tests.unit.broker_kafka.conftest import batch
 from tests.unit.broker_kafka.fake_services import FakeServices, make_image
@@ -48,25 +54,59 @@ def _services(partitions: int) -> InstantServices:
 
 def produce_frame(partitions: int, batch_bytes: int, version: int = 9) -> bytes:
     records = batch(max(batch_bytes // 1024, 1), value_size=1000)
-    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
-        ProduceRequest.TopicProduceData(name="t", partition_data=[
-            ProduceRequest.TopicProduceData.PartitionProduceData(index=p, records=records) for p in range(partitions)])])
+    req = ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=30000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name="t",
+                partition_data=[
+                    ProduceRequest.TopicProduceData.PartitionProduceData(index=p, records=records)
+                    for p in range(partitions)
+                ],
+            )
+        ],
+    )
     req.with_header(correlation_id=1, client_id="bench")
     return bytes(req.encode(version=version, header=True))
 
 
 def fetch_frame(partitions: int) -> bytes:
-    req = FetchRequest(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=50 << 20, isolation_level=0,
-                       session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="t", partitions=[
-                           FetchRequest.FetchTopic.FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=0,
-                                                                  last_fetched_epoch=-1, log_start_offset=-1,
-                                                                  partition_max_bytes=1 << 20) for p in range(partitions)])],
-                       forgotten_topics_data=[], rack_id="")
+    req = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=50 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic="t",
+                partitions=[
+                    FetchRequest.FetchTopic.FetchPartition(
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                    for p in range(partitions)
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
     req.with_header(correlation_id=1, client_id="bench")
     return bytes(req.encode(version=12, header=True))
 
 
-async def in_process(handler: KafkaRequestHandler, frame: bytes, record_bytes: int, seconds: float) -> tuple[float, float]:
+async def in_process(
+    handler: KafkaRequestHandler, frame: bytes, record_bytes: int, seconds: float
+) -> tuple[float, float]:
     n = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -104,7 +144,11 @@ async def over_socket(frame: bytes, record_bytes: int, count: int, depth: int = 
 
 async def main(profile: bool) -> None:
     seconds = 1.5
-    cases: list[tuple[str, int, int]] = [("1 x 1 MiB", 1, 1 << 20), ("10 x 100 KiB", 10, 100 << 10), ("100 x 16 KiB", 100, 16 << 10)]
+    cases: list[tuple[str, int, int]] = [
+        ("1 x 1 MiB", 1, 1 << 20),
+        ("10 x 100 KiB", 10, 100 << 10),
+        ("100 x 16 KiB", 100, 16 << 10),
+    ]
     for name, parts, size in cases:
         frame = produce_frame(parts, size)
         record_bytes = parts * len(batch(max(size // 1024, 1), value_size=1000))

@@ -14,7 +14,7 @@ import asyncio
 import struct
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import crc32c
@@ -103,6 +103,8 @@ class FakeServices:
         self.changed = asyncio.Condition()
         self.forwarded: list[tuple[int, int, bytes]] = []
         self.forward_answer: bytes | None = None
+        # Or a function (api key, version, frame) -> answer frame *with* length prefix.
+        self.responder: Callable[[int, int, bytes], bytes] | None = None
         self.fetch_calls: list[FetchParams] = []
         self.views: dict[tuple[str, int], PartitionView] = {}
         for topic in image.topics.by_id.values():
@@ -273,6 +275,8 @@ class FakeServices:
 
     async def forward_to_controller(self, frame: bytes, api_key: int, api_version: int, timeout_ms: int) -> bytes:
         self.forwarded.append((api_key, api_version, frame))
+        if self.responder is not None:
+            return frame[8:12] + self.responder(api_key, api_version, frame)[8:]
         if self.forward_answer is None:
             raise TimeoutError("no controller in this fake")
         return frame[8:12] + self.forward_answer[4:]
