@@ -217,3 +217,45 @@ def test_alter_configs_becomes_incremental(handler: KafkaRequestHandler, service
     (sent,) = seen
     ops = {(op.name, op.op, op.value) for op in sent.resources[0].ops}
     assert ops == {("retention.ms", AlterConfigOpType.SET, "5"), ("segment.ms", AlterConfigOpType.DELETE, None)}
+
+
+# --------------------------------------------------------------------------- the replica fetcher's wire
+
+
+def test_follower_fetch_wire_roundtrip(services: FakeServices, config: Any) -> None:
+    """The replica fetcher's Fetch v12 (broker.replica.fetch_wire) against this listener:
+    replica id, diverging epoch and current leader survive both ways."""
+    from broker.kafka.services import FetchParams, LeaderHint
+    from broker.replica.fetch_wire import FetchPartitionRequest, decode_fetch_response, encode_fetch_request
+
+    seen: list[FetchParams] = []
+
+    async def fetch(params: FetchParams) -> list[FetchPartitionResult]:
+        seen.append(params)
+        return [
+            FetchPartitionResult(
+                ErrorCode.NONE, 10, 10, 0, b"", diverging_epoch=(2, 7), current_leader=LeaderHint(1, 3)
+            )
+            for _ in params.partitions
+        ]
+
+    services.fetch = fetch  # type: ignore[method-assign]
+    handler = KafkaRequestHandler(services, config)
+    frame = encode_fetch_request(
+        correlation_id=5,
+        client_id="replica-2",
+        replica_id=2,
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        partitions=[FetchPartitionRequest("events", 0, 3, 12, 2, 0, 1 << 20)],
+    )
+    raw = asyncio.run(handler(frame[4:]))
+    assert raw is not None
+    error, parts = decode_fetch_response(bytes(raw)[4:])
+    assert error == ErrorCode.NONE
+    (p,) = parts
+    assert (p.diverging_epoch, p.leader_id, p.leader_epoch, p.high_watermark) == ((2, 7), 1, 3, 10)
+    (params,) = seen
+    assert params.replica_id == 2 and params.fetch_only_leader
+    assert params.partitions[0].last_fetched_epoch == 2 and params.partitions[0].current_leader_epoch == 3
