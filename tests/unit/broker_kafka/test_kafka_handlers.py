@@ -528,3 +528,8 @@ def test_unknown_api_and_version_close_the_connection(handler: KafkaRequestHandl
         asyncio.run(handler(struct.pack(">hhih", 1, 13, 1, -1)))  # Fetch v13
     with pytest.raises(CloseConnection):
         asyncio.run(handler(b"\x00\x01"))
+
+
+def test_metadata_v0_empty_list_means_all(handler: KafkaRequestHandler) -> None:
+    resp = asyncio.run(call(handler, MetadataRequest(topics=[]), 0))
+    assert sorted(t.name for t in resp.topics) == ["events", "logs", "remote"]
