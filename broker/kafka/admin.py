@@ -5,8 +5,8 @@ ElectLeaders. The request is decoded here first with the controller's own codec
 (`quorum.wire.admin_codec`), so a malformed one is answered (or its connection closed)
 by this broker and never reaches the controller; a well-formed one is relayed as the raw
 frame (`BrokerServices.forward_to_controller`) and the controller's answer returned as
-it is. No controller answering within the request's timeout (at least
-`ListenerConfig.forward_timeout_ms`) answers every item REQUEST_TIMED_OUT.
+it is. No controller answering within
+`ListenerConfig.forward_timeout_ms` answers every item REQUEST_TIMED_OUT.
 """
 
 from __future__ import annotations
