@@ -198,6 +198,11 @@ class PartitionState:
         return self.role is Role.FOLLOWER
 
     @property
+    def leader_since_epoch(self) -> int:
+        """The leader epoch this broker's current uninterrupted leadership began with (-1: not leading)."""
+        return self._leader_since_epoch
+
+    @property
     def epoch_start_offset(self) -> int:
         """The leader's LEO when its current epoch began (a follower joins the ISR only past it)."""
         return self._epoch_start_offset
