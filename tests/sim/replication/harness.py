@@ -724,13 +724,28 @@ class World:
 
     # ------------------------------------------------------------ end of a run
 
-    def settle(self, ms: int = 6_000) -> None:
-        """Heal everything, restart every broker, stop losing messages, and let it converge."""
+    def settle(self, max_ms: int = 120_000) -> None:
+        """Heal everything, restart every broker, stop losing messages, and run until the replicas
+        have converged (or ``max_ms`` of simulated time passed: then `check_converged` fails)."""
         self.heal()
         self.loss = 0.0
         for bid in self.brokers:
             self.restart(bid)
-        self.run(ms)
+        end = self.now + max_ms
+        while self.now < end:
+            self.run(500)
+            if self.converged():
+                return
+
+    def converged(self) -> bool:
+        leader = self.brokers.get(self.part.leader)
+        if leader is None or leader.state is None or not leader.state.is_leader:
+            return False
+        hw = leader.state.high_watermark
+        return hw == leader.log.log_end_offset and all(
+            b.log.records == leader.log.records and b.state is not None and b.state.high_watermark == hw
+            for b in self.brokers.values()
+        )
 
     def check_converged(self) -> None:
         leader = self.part.leader
