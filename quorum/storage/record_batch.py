@@ -44,6 +44,8 @@ from quorum.raft.types import Batch, ControlType
 
 __all__ = [
     "BATCH_HEADER_SIZE",
+    "BatchFrame",
+    "FrameScan",
     "MAX_BATCH_SIZE",
     "CorruptRecordError",
     "LeaderChange",
@@ -61,6 +63,7 @@ __all__ = [
     "encode_snapshot_header",
     "peek_batch_header",
     "scan_batches",
+    "scan_frames",
 ]
 
 
@@ -108,6 +111,7 @@ _HDR_FULL = struct.Struct(">qiibIhiqqqhii")
 _PEEK = struct.Struct(">qiibIhi")
 _LOG_HEADER = struct.Struct(">qi")  # baseOffset, batchLength
 _CONTROL_KEY = struct.Struct(">hh")
+_CRC = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -377,6 +381,88 @@ def _decode_records(data: bytes, p: int, end: int, count: int, control: bool) ->
     return values, control_raw
 
 
+def _frame_end(data: bytes | bytearray | memoryview, pos: int, size: int, verify_crc: bool) -> tuple[int, str | None]:
+    """The framing rule every log in pykraft uses (the metadata log and the partition logs).
+
+    For the batch starting at `pos` of a buffer of `size` bytes: (end, None) when it is
+    complete, of magic 2 and its CRC-32C matches; (-1, None) when it is incomplete (a torn
+    tail: fewer bytes than its header says); (-1, why) when it is corrupt (a length out of
+    range, another magic, a CRC mismatch). Needs `size - pos >= LOG_OVERHEAD`.
+    """
+    _base, length = _LOG_HEADER.unpack_from(data, pos)
+    if length < _MIN_BATCH_LENGTH or length + LOG_OVERHEAD > MAX_BATCH_SIZE:
+        return -1, f"bad batch length {length}"
+    end = pos + LOG_OVERHEAD + length
+    if end > size:
+        return -1, None
+    magic = data[pos + 16]
+    if magic != MAGIC:
+        return -1, f"unsupported magic {magic}"
+    if verify_crc:
+        (crc,) = _CRC.unpack_from(data, pos + 17)
+        if crc32c(memoryview(data)[pos + _CRC_START : end]) != crc:
+            return -1, "CRC mismatch"
+    return end, None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFrame:
+    """One batch's header fields, without its records (the partition log's view)."""
+
+    position: int  # byte offset of the batch in the scanned buffer
+    size: int  # total bytes, header included
+    base_offset: int
+    leader_epoch: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & _ATTR_COMPRESSION_MASK
+
+
+@dataclass(frozen=True, slots=True)
+class FrameScan:
+    """`frames` of complete valid batches from the start of a buffer; `consumed` bytes in
+    them. With `error` the batch at `consumed` is corrupt; else bytes past `consumed`
+    are a torn tail."""
+
+    frames: list[BatchFrame]
+    consumed: int
+    error: CorruptRecordError | None
+
+
+def scan_frames(
+    buf: bytes | bytearray | memoryview, *, verify_crc: bool = True, start: int = 0, limit: int | None = None
+) -> FrameScan:
+    """Walk batch headers from `start` (framing, magic and CRC only; records are not decoded).
+
+    Stops at the end, a torn tail or a corrupt batch, or after `limit` frames. Never raises.
+    """
+    size = len(buf)
+    frames: list[BatchFrame] = []
+    pos = start
+    unpack = _HDR_FULL.unpack_from
+    while size - pos >= LOG_OVERHEAD and (limit is None or len(frames) < limit):
+        end, problem = _frame_end(buf, pos, size, verify_crc)
+        if problem is not None:
+            return FrameScan(frames, pos, _corrupt_at(problem, pos))
+        if end < 0:
+            break
+        base, _len, epoch, _m, _c, attrs, last_delta, base_ts, max_ts, pid, _pe, _seq, count = unpack(buf, pos)
+        frames.append(BatchFrame(pos, end - pos, base, epoch, attrs, last_delta, base_ts, max_ts, pid, count))
+        pos = end
+    return FrameScan(frames, pos, None)
+
+
 def scan_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True) -> ScanResult:
     """Decode consecutive batches from the start of `buf` until the end, a torn tail or corruption.
 
@@ -389,11 +475,10 @@ def scan_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True
     pos = 0
     unpack_header = _HDR_FULL.unpack_from
     while size - pos >= LOG_OVERHEAD:
-        _base, length = _LOG_HEADER.unpack_from(data, pos)
-        if length < _MIN_BATCH_LENGTH or length + LOG_OVERHEAD > MAX_BATCH_SIZE:
-            return ScanResult(batches, positions, pos, _corrupt_at(f"bad batch length {length}", pos))
-        end = pos + LOG_OVERHEAD + length
-        if end > size:
+        end, problem = _frame_end(data, pos, size, verify_crc)
+        if problem is not None:
+            return ScanResult(batches, positions, pos, _corrupt_at(problem, pos))
+        if end < 0:
             break  # torn tail: the batch is incomplete
         (
             base,
@@ -410,10 +495,6 @@ def scan_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True
             _seq,
             count,
         ) = unpack_header(data, pos)
-        if magic != MAGIC:
-            return ScanResult(batches, positions, pos, _corrupt_at(f"unsupported magic {magic}", pos))
-        if verify_crc and crc32c(memoryview(data)[pos + _CRC_START : end]) != crc:
-            return ScanResult(batches, positions, pos, _corrupt_at("CRC mismatch", pos))
         if attributes & _ATTR_COMPRESSION_MASK:
             return ScanResult(batches, positions, pos, _corrupt_at("compressed batches are not supported", pos))
         if base < 0:

@@ -1,0 +1,252 @@
+"""`LogSegment`: one `<20-digit base offset>.log` file of record batches with its indexes.
+
+Batches are written exactly as given (already offset-assigned) with `os.write` at the end
+of the file and read with `os.pread`: nothing of the data is held in Python. The offset
+index gets an entry for a batch once `index.interval.bytes` were written since the last
+entry; the time index gets one at the same moments if the segment's largest timestamp grew.
+
+Invariants: `size` is the file's length; batches are contiguous, their offsets rising;
+`next_offset` is one past the last offset in the segment (== base_offset when empty).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from quorum.storage.durable import write_all
+from quorum.storage.record_batch import LOG_OVERHEAD, BatchFrame, scan_frames
+
+NO_TIMESTAMP = -1
+# How much to read at once when walking batch headers from an index position.
+_SCAN_CHUNK = 64 * 1024
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class LogSegment:
+    def __init__(
+        self, directory: Path, base_offset: int, index_bytes: int, index_interval: int, *, fresh: bool
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_bytes = index_bytes
+        self.index_interval = index_interval
+        self.path = directory / segment_name(base_offset, ".log")
+        flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if fresh else 0)
+        self.fd = os.open(self.path, flags, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = -1
+        self.created_ms = int(time.time() * 1000)
+        self._since_index = 0
+        self.offset_index: OffsetIndex
+        self.time_index: TimeIndex
+        # False when an index file is missing or fails its sanity check: the caller rebuilds.
+        self.indexes_trusted = True
+        if fresh:
+            self._new_indexes()
+        else:
+            self.created_ms = int(os.fstat(self.fd).st_mtime * 1000)
+            try:
+                if not self._index_path(".index").exists() or not self._index_path(".timeindex").exists():
+                    raise CorruptIndexError(f"{self.path}: an index file is missing")
+                self.offset_index = OffsetIndex(self._index_path(".index"), base_offset, index_bytes, fresh=False)
+                try:
+                    self.time_index = TimeIndex(self._index_path(".timeindex"), base_offset, index_bytes, fresh=False)
+                except (CorruptIndexError, OSError):
+                    self.offset_index.close(trim=False)
+                    raise
+            except (CorruptIndexError, OSError):
+                self.indexes_trusted = False
+                self._new_indexes()
+
+    def _index_path(self, suffix: str) -> Path:
+        return self.directory / segment_name(self.base_offset, suffix)
+
+    def _new_indexes(self) -> None:
+        self.offset_index = OffsetIndex(self._index_path(".index"), self.base_offset, self.index_bytes, fresh=True)
+        self.time_index = TimeIndex(self._index_path(".timeindex"), self.base_offset, self.index_bytes, fresh=True)
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, data: bytes | bytearray | memoryview, frames: list[BatchFrame]) -> None:
+        """Write `data` (whole batches, described by `frames` with positions relative to it)."""
+        start = self.size
+        write_all(self.fd, data)
+        self.size += len(data)
+        for f in frames:
+            self._note_batch(start + f.position, f)
+
+    def _note_batch(self, position: int, f: BatchFrame) -> None:
+        if f.max_timestamp > self.max_timestamp:
+            self.max_timestamp = f.max_timestamp
+            self.offset_of_max_timestamp = f.last_offset
+        if self._since_index >= self.index_interval:
+            self.offset_index.add(f.base_offset, position)
+            if self.max_timestamp >= 0:
+                self.time_index.add(self.max_timestamp, self.offset_of_max_timestamp)
+            self._since_index = 0
+        self._since_index += f.size
+        self.next_offset = f.last_offset + 1
+
+    @property
+    def index_full(self) -> bool:
+        return self.offset_index.full or self.time_index.full
+
+    def rebuild(self) -> tuple[int, str | None]:
+        """Recovery: walk every batch (framing + CRC), rebuild both indexes, cut the file at
+        the first torn or corrupt batch. Returns (bytes cut, why or None)."""
+        self.offset_index.delete()
+        self.time_index.delete()
+        self._new_indexes()
+        self.next_offset = self.base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = -1
+        self._since_index = 0
+        position = 0
+        problem: str | None = None
+        while position < self.size:
+            chunk = os.pread(self.fd, max(_SCAN_CHUNK, 0), position)
+            scan = scan_frames(chunk)
+            if not scan.frames:
+                first = self._read_one(position)
+                if first is None:
+                    problem = "torn or corrupt batch" if scan.error is None else str(scan.error)
+                    break
+                scan_frames_list = [first]
+                consumed = first.size
+            else:
+                scan_frames_list = scan.frames
+                consumed = scan.consumed
+            prev = self.next_offset
+            for f in scan_frames_list:
+                if f.base_offset < prev:
+                    problem = f"offsets go backwards at {f.base_offset}"
+                    break
+                self._note_batch(position + f.position, f)
+                prev = self.next_offset
+            if problem is not None:
+                break
+            position += consumed
+        cut = self.size - position
+        if cut:
+            os.ftruncate(self.fd, position)
+            self.size = position
+        return cut, (problem if cut else None)
+
+    def _read_one(self, position: int) -> BatchFrame | None:
+        """The batch at `position` when it is larger than a scan chunk (or None if invalid)."""
+        head = os.pread(self.fd, LOG_OVERHEAD, position)
+        if len(head) < LOG_OVERHEAD:
+            return None
+        length = int.from_bytes(head[8:12], "big", signed=True)
+        if length <= 0:
+            return None
+        data = os.pread(self.fd, LOG_OVERHEAD + length, position)
+        scan = scan_frames(data, limit=1)
+        return scan.frames[0] if scan.frames else None
+
+    def load_tail_state(self) -> None:
+        """For a trusted segment: learn next_offset and the largest timestamp by walking from
+        its last index entry (not from the start)."""
+        last = self.offset_index.last()
+        position = last[1] if last is not None else 0
+        tlast = self.time_index.last()
+        if tlast is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = tlast[0], self.base_offset + tlast[1]
+        while position < self.size:
+            frames = self.frames_from(position, _SCAN_CHUNK)
+            if not frames:
+                break
+            for f in frames:
+                if f.max_timestamp > self.max_timestamp:
+                    self.max_timestamp, self.offset_of_max_timestamp = f.max_timestamp, f.last_offset
+                self.next_offset = f.last_offset + 1
+                position = f.position + f.size
+        self._since_index = self.size - (last[1] if last is not None else 0)
+
+    # ------------------------------------------------------------------ reading
+
+    def frames_from(self, position: int, max_bytes: int) -> list[BatchFrame]:
+        """Batch headers starting at file `position` (positions are file positions)."""
+        chunk = os.pread(self.fd, max(max_bytes, LOG_OVERHEAD), position)
+        scan = scan_frames(chunk, verify_crc=False)
+        frames = [
+            BatchFrame(position + f.position, f.size, f.base_offset, f.leader_epoch, f.attributes,
+                       f.last_offset_delta, f.base_timestamp, f.max_timestamp, f.producer_id, f.record_count)
+            for f in scan.frames
+        ]  # fmt: skip
+        if not frames:
+            one = self._read_one(position)
+            if one is not None:
+                frames = [
+                    BatchFrame(position, one.size, one.base_offset, one.leader_epoch, one.attributes,
+                               one.last_offset_delta, one.base_timestamp, one.max_timestamp, one.producer_id,
+                               one.record_count)
+                ]  # fmt: skip
+        return frames
+
+    def find(self, offset: int) -> BatchFrame | None:
+        """The batch that contains `offset` (or the first after it), None past the end."""
+        position = self.offset_index.lookup(offset)
+        while position < self.size:
+            frames = self.frames_from(position, _SCAN_CHUNK)
+            if not frames:
+                return None
+            for f in frames:
+                if f.last_offset >= offset:
+                    return f
+            last = frames[-1]
+            position = last.position + last.size
+        return None
+
+    def read(self, position: int, length: int) -> bytes:
+        return os.pread(self.fd, length, position)
+
+    # ------------------------------------------------------------------ truncation and lifecycle
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch holding an offset >= `offset` (as Kafka: a batch that straddles
+        `offset` goes whole, so the segment may end below `offset`)."""
+        f = self.find(offset)
+        if f is None:
+            return
+        cut_at = f.position
+        if cut_at >= self.size:
+            return
+        os.ftruncate(self.fd, cut_at)
+        self.size = cut_at
+        self.offset_index.truncate_to_offset(f.base_offset)
+        self.time_index.truncate_to_offset(f.base_offset)
+        # Recompute the tail state from the last index entry.
+        self.next_offset = self.base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = -1
+        self.load_tail_state()
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def seal(self) -> None:
+        """The segment rolled: trim its indexes to their entries."""
+        self.offset_index.trim()
+        self.time_index.trim()
+
+    def close(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self.fd)
+
+    def delete(self) -> None:
+        self.offset_index.delete()
+        self.time_index.delete()
+        os.close(self.fd)
+        self.path.unlink(missing_ok=True)

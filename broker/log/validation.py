@@ -1,0 +1,162 @@
+"""Produce-path validation and offset assignment, at the batch-header level.
+
+What a leader checks before appending a producer's records (Kafka's LogValidator rules
+that apply to magic-v2 batches, without decompressing):
+- framing, magic 2 and CRC-32C of every batch (CORRUPT_MESSAGE), no torn tail;
+- a batch larger than `max.message.bytes` (MESSAGE_TOO_LARGE), a request larger than a
+  segment (RECORD_LIST_TOO_LARGE);
+- a record count that agrees with the last offset delta, no control batches from
+  clients, no transactional batches (no transaction coordinator yet) (INVALID_RECORD);
+- a known compression codec (none, gzip, snappy, lz4, zstd);
+- on a compacted topic, uncompressed batches whose records all have keys (INVALID_RECORD).
+  Compressed batches on compacted topics are accepted without looking inside.
+
+Assignment patches, in one copy of the request's bytes, each batch's baseOffset and
+partitionLeaderEpoch (outside the CRC, so nothing is re-encoded); with
+`message.timestamp.type=LogAppendTime` it also sets the timestamp-type attribute and
+maxTimestamp to the append time, and recomputes that batch's CRC (inside the CRC).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from broker.log.config import LogConfig
+from broker.log.errors import LogError
+from quorum.kafka_errors import ErrorCode
+from quorum.storage.record_batch import BATCH_HEADER_SIZE, BatchFrame, scan_frames
+
+_ATTR_TIMESTAMP_TYPE = 0x08
+_ATTR_TRANSACTIONAL = 0x10
+_ATTR_CONTROL = 0x20
+_MAX_CODEC = 4  # zstd
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+_CRC_AT = 17
+_CRC_FROM = 21
+_ATTRS_AT = 21
+_MAX_TS_AT = 35
+
+
+@dataclass(frozen=True, slots=True)
+class Assigned:
+    data: bytearray
+    frames: list[BatchFrame]
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    record_count: int
+    log_append_time_ms: int
+
+
+def _read_varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+    shift = 0
+    raw = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise LogError(ErrorCode.CORRUPT_MESSAGE, "a record's varint runs past its batch")
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def _check_keys(view: memoryview, f: BatchFrame) -> None:
+    """Compacted topics: every record of an uncompressed batch must have a key."""
+    pos = f.position + BATCH_HEADER_SIZE
+    end = f.position + f.size
+    for _ in range(f.record_count):
+        length, pos = _read_varint(view, pos, end)
+        record_end = pos + length
+        p = pos + 1  # attributes
+        _, p = _read_varint(view, p, record_end)  # timestamp delta
+        _, p = _read_varint(view, p, record_end)  # offset delta
+        key_length, p = _read_varint(view, p, record_end)
+        if key_length < 0:
+            raise LogError(ErrorCode.INVALID_RECORD, "Compacted topic cannot accept message without key.")
+        pos = record_end
+        if pos > end:
+            raise LogError(ErrorCode.CORRUPT_MESSAGE, "a record runs past its batch")
+
+
+def validate(records: bytes | bytearray | memoryview, config: LogConfig) -> list[BatchFrame]:
+    """The batches of a produce request, or LogError with the Kafka code to answer."""
+    size = len(records)
+    if size == 0:
+        raise LogError(ErrorCode.INVALID_RECORD, "The produce request carries no record batch.")
+    if size > config.segment_bytes:
+        raise LogError(
+            ErrorCode.RECORD_LIST_TOO_LARGE,
+            f"The request of {size} bytes is larger than the segment size {config.segment_bytes}.",
+        )
+    scan = scan_frames(records)
+    if scan.error is not None:
+        raise LogError(ErrorCode.CORRUPT_MESSAGE, f"Record batch is corrupt: {scan.error}")
+    if scan.consumed != size:
+        raise LogError(ErrorCode.CORRUPT_MESSAGE, f"Record batch is truncated ({size - scan.consumed} trailing bytes).")
+    view = memoryview(records)
+    for f in scan.frames:
+        if f.size > config.max_message_bytes:
+            raise LogError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"The batch of {f.size} bytes is larger than max.message.bytes={config.max_message_bytes}.",
+            )
+        if f.record_count < 1 or f.last_offset_delta != f.record_count - 1:
+            raise LogError(
+                ErrorCode.INVALID_RECORD,
+                f"Record count {f.record_count} does not match the last offset delta {f.last_offset_delta}.",
+            )
+        if f.attributes & _ATTR_CONTROL:
+            raise LogError(ErrorCode.INVALID_RECORD, "Clients may not write control records.")
+        if f.attributes & _ATTR_TRANSACTIONAL:
+            raise LogError(ErrorCode.INVALID_RECORD, "Transactional records are not supported by this broker yet.")
+        if f.compression > _MAX_CODEC:
+            raise LogError(ErrorCode.CORRUPT_MESSAGE, f"Unknown compression codec {f.compression}.")
+        if config.compacted and f.compression == 0:
+            _check_keys(view, f)
+    return scan.frames
+
+
+def assign(
+    records: bytes | bytearray | memoryview, config: LogConfig, *, next_offset: int, leader_epoch: int, now_ms: int
+) -> Assigned:
+    """Validate, then give the batches offsets from `next_offset` and the leader's epoch."""
+    frames = validate(records, config)
+    data = bytearray(records)
+    log_append = config.message_timestamp_type == "LogAppendTime"
+    out: list[BatchFrame] = []
+    offset = next_offset
+    max_ts, max_ts_offset = -1, -1
+    count = 0
+    for f in frames:
+        base = offset
+        _I64.pack_into(data, f.position, base)
+        _I32.pack_into(data, f.position + 12, leader_epoch)
+        batch_max_ts = f.max_timestamp
+        attrs = f.attributes
+        if log_append:
+            attrs |= _ATTR_TIMESTAMP_TYPE
+            batch_max_ts = now_ms
+            _I16.pack_into(data, f.position + _ATTRS_AT, attrs)
+            _I64.pack_into(data, f.position + _MAX_TS_AT, now_ms)
+            crc = crc32c(memoryview(data)[f.position + _CRC_FROM : f.position + f.size])
+            _U32.pack_into(data, f.position + _CRC_AT, crc)
+        last = base + f.last_offset_delta
+        if batch_max_ts > max_ts:
+            max_ts, max_ts_offset = batch_max_ts, last
+        out.append(
+            BatchFrame(f.position, f.size, base, leader_epoch, attrs, f.last_offset_delta, f.base_timestamp,
+                       batch_max_ts, f.producer_id, f.record_count)
+        )  # fmt: skip
+        offset = last + 1
+        count += f.record_count
+    return Assigned(data, out, next_offset, offset - 1, max_ts, max_ts_offset, count, now_ms if log_append else -1)
