@@ -1,27 +1,30 @@
-"""`IsrExpander`: a partition leader asks the controller to take caught-up replicas back.
+"""`IsrSender`: a partition leader asks the controller to change ISRs (AlterPartition).
 
-In Kafka the leader of a partition adds a follower to the ISR (AlterPartition)
-once the follower's fetch position has reached the leader's log end, and
-reports RECOVERED after an unclean election once its log is recovered. pykraft
-brokers do not host partition data yet: every replica's log is empty, so a
-follower has reached the leader's log end (0) as soon as it is a live member
-of the cluster (registered, unfenced, not shutting down), and a leader has
-nothing to recover. When partition logs land, `caught_up` becomes the
-follower's fetch offset against the high watermark and nothing else changes.
+The replica manager's `PartitionState`s decide which ISR each led partition should have
+(a follower that has not caught up for `replica.lag.time.max.ms` leaves, one that reached
+the high watermark joins; KIP-497's rules). This task collects every such proposal, sends
+them in one AlterPartition, and marks them pending: while pending, the high watermark is
+computed over the maximal ISR (current plus joining), and no second proposal is sent for
+that partition. The controller's committed answer arrives as a metadata delta (the
+partition's new ISR and partition epoch), which ends the pending state; an error answer
+ends it too, and the next pass proposes again from fresh state.
 
-It runs after each metadata update that touches this broker's partitions or
-the brokers, sends one AlterPartition for all partitions that need it, and
-lets the controller's answer (committed to the log) be the only source of truth.
+It also reports RECOVERED for partitions led after an unclean election: the new leader's
+log is the partition's truth once it leads, as in Kafka.
+
+Runs after metadata changes and follower progress (`wake`), and every
+`replica.lag.time.max.ms / 2` for shrinks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
+from broker.replica.manager import ReplicaManager, now_ms
 from quorum.controller.requests import AlterPartitionItem, AlterPartitionRequest, AlterPartitionResponse, IsrMember
-from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import MetadataImage
 from quorum.node.controller_client import ControllerClient, ControllerUnavailableError
 
@@ -30,17 +33,17 @@ log = logging.getLogger(__name__)
 RECOVERED = 0
 
 
-class IsrExpander:
+class IsrSender:
     def __init__(
         self,
-        broker_id: int,
+        manager: ReplicaManager,
         client: ControllerClient,
         image: Callable[[], MetadataImage],
         broker_epoch: Callable[[], int],
         *,
-        debounce_s: float = 0.05,
+        debounce_s: float = 0.02,
     ) -> None:
-        self.broker_id = broker_id
+        self.manager = manager
         self.client = client
         self.image = image
         self.broker_epoch = broker_epoch
@@ -48,75 +51,85 @@ class IsrExpander:
         self._dirty = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def on_metadata(self, delta: MetadataDelta | None, image: MetadataImage) -> None:
-        """Metadata listener: something that may need an ISR change was applied."""
-        if delta is None or delta.changed_brokers or delta.changed_topics:
-            self._dirty.set()
+    def wake(self) -> None:
+        self._dirty.set()
 
     def start(self) -> None:
         self._dirty.set()
-        self._task = asyncio.create_task(self._run(), name=f"isr-expander-{self.broker_id}")
+        self._task = asyncio.create_task(self._run(), name=f"isr-sender-{self.manager.node_id}")
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: S110 - stopping anyway
-                pass
 
-    def caught_up(self, image: MetadataImage, replica: int) -> bool:
-        b = image.cluster.brokers.get(replica)
-        return b is not None and not b.fenced and not b.in_controlled_shutdown
-
-    def pending(self, image: MetadataImage) -> list[AlterPartitionItem]:
-        """The AlterPartition items this leader should send now."""
-        me = image.cluster.brokers.get(self.broker_id)
-        if me is None or me.fenced or me.in_controlled_shutdown or me.epoch != self.broker_epoch():
+    def pending_items(self) -> list[AlterPartitionItem]:
+        image = self.image()
+        me = image.cluster.brokers.get(self.manager.node_id)
+        if me is None or me.fenced or me.epoch != self.broker_epoch():
             return []
         brokers = image.cluster.brokers
         items = []
-        for topic in image.topics.by_id.values():
-            for partition_id, p in topic.partitions.items():
-                if p.leader != self.broker_id:
-                    continue
-                if p.leader_recovery_state != RECOVERED:
-                    # Nothing to recover in an empty log: report RECOVERED with the ISR as it is.
-                    isr = p.isr
-                else:
-                    joining = [r for r in p.replicas if r not in p.isr and self.caught_up(image, r)]
-                    if not joining:
-                        continue
-                    isr = (*p.isr, *joining)
-                members = tuple(IsrMember(b, brokers[b].epoch if b in brokers else -1) for b in isr)
+        for hosted, isr in self.manager.isr_changes_wanted(now_ms()):
+            reg = hosted.registration
+            members = tuple(IsrMember(b, brokers[b].epoch if b in brokers else -1) for b in isr)
+            items.append(
+                AlterPartitionItem(
+                    hosted.topic_id, hosted.partition, reg.leader_epoch, members, RECOVERED, reg.partition_epoch
+                )
+            )
+            hosted.state.on_isr_sent(isr)
+        # After an unclean election the new leader reports its log recovered.
+        for hosted in self.manager.partitions.values():
+            reg = hosted.registration
+            if (
+                hosted.state.is_leader
+                and reg.leader_recovery_state != RECOVERED
+                and not any(i.topic_id == hosted.topic_id and i.partition == hosted.partition for i in items)
+            ):
+                members = tuple(IsrMember(b, brokers[b].epoch if b in brokers else -1) for b in reg.isr)
                 items.append(
-                    AlterPartitionItem(topic.id, partition_id, p.leader_epoch, members, RECOVERED, p.partition_epoch)
+                    AlterPartitionItem(
+                        hosted.topic_id, hosted.partition, reg.leader_epoch, members, RECOVERED, reg.partition_epoch
+                    )
                 )
         return items
 
     async def _run(self) -> None:
+        interval_s = max(self.manager.config.replica_lag_time_max_ms / 2000, 0.05)
         while True:
-            await self._dirty.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._dirty.wait(), timeout=interval_s)
             await asyncio.sleep(self.debounce_s)
             self._dirty.clear()
-            items = self.pending(self.image())
+            items = self.pending_items()
             if not items:
                 continue
-            request = AlterPartitionRequest(self.broker_id, self.broker_epoch(), tuple(items))
+            request = AlterPartitionRequest(self.manager.node_id, self.broker_epoch(), tuple(items))
             try:
                 response = await self.client.call(request, timeout_s=10.0)
             except ControllerUnavailableError as exc:
-                log.info("broker %d: AlterPartition pending: %s", self.broker_id, exc)
+                log.info("broker %d: AlterPartition pending: %s", self.manager.node_id, exc)
+                self._forget(items)
                 self._dirty.set()
                 continue
             assert isinstance(response, AlterPartitionResponse)
             failed = [r for r in response.partitions if r.error_code != 0]
             if response.error_code or failed:
-                # Stale epochs resolve themselves once the newer metadata arrives (which sets dirty).
                 log.info(
                     "broker %d: AlterPartition errors: %s",
-                    self.broker_id,
+                    self.manager.node_id,
                     response.error_code or sorted({r.error_code for r in failed}),
                 )
+                bad = {(r.topic_id, r.partition) for r in failed}
+                self._forget([i for i in items if response.error_code or (i.topic_id, i.partition) in bad])
             else:
-                log.info("broker %d: ISR expanded for %d partitions", self.broker_id, len(items))
+                log.info("broker %d: ISR changes committed for %d partitions", self.manager.node_id, len(items))
+
+    def _forget(self, items: list[AlterPartitionItem]) -> None:
+        by_id = {(h.topic_id, h.partition): h for h in self.manager.partitions.values()}
+        for item in items:
+            hosted = by_id.get((item.topic_id, item.partition))
+            if hosted is not None:
+                hosted.state.on_isr_failed()

@@ -2,8 +2,11 @@
 
 The broker observes the metadata log (a Raft observer: it fetches from the
 quorum leader and never votes), keeps its own metadata image, registers and
-heartbeats with the active controller, and serves the REST API. On SIGTERM it
-runs a controlled shutdown (its leaderships move away) before it exits.
+heartbeats with the active controller, hosts partition replicas (`LogManager` over
+`log.dirs`, `ReplicaManager`, one replica fetcher per source broker, `IsrSender`),
+serves Kafka clients on its broker listener and the REST API. On SIGTERM it runs a
+controlled shutdown (its leaderships move away), then flushes and checkpoints every
+partition log (a clean shutdown needs no recovery at the next start) and exits.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import signal
 import sys
 from pathlib import Path
 
-from broker.isr import IsrExpander
+from broker.dataplane import DataPlane
 from broker.lifecycle import BrokerLifecycle
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import MetadataImage
@@ -48,8 +51,11 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
         events.emit("role", role=role.value, epoch=epoch)
 
     node = RaftNode(config, cluster_id=meta.cluster_id, state_machine=sm, serve_raft=False, on_role_change=on_role)
-    await node.start()
     client = ControllerClient(node, client_id=f"broker-{config.node_id}")
+    # The data plane listens to metadata from the first record on (snapshot loads included).
+    dataplane = DataPlane(config, meta.cluster_id, image=lambda: sm.image, client=client)
+    sm.add_listener(dataplane.on_metadata)
+    await node.start()
 
     def metadata_offset() -> int:
         return sm.image.offset
@@ -70,10 +76,8 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
             events.emit("registration", fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown)
 
     sm.add_listener(on_metadata)
-    expander = IsrExpander(config.node_id, client, lambda: sm.image, lambda: lifecycle.broker_epoch)
-    sm.add_listener(expander.on_metadata)
     lifecycle.start()
-    expander.start()
+    await dataplane.start(broker_epoch=lambda: lifecycle.broker_epoch)
     ctx = LocalNodeContext(config, cluster_id=meta.cluster_id, raft=node, state_machine=sm, client=client)
     rest = None
     address = config.rest_address
@@ -96,7 +100,7 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
     if node.fatal_error is None:
         log.info("broker %d: controlled shutdown", config.node_id)
         await lifecycle.controlled_shutdown(timeout_s=config.broker_session_timeout_ms / 1000 * 2)
-    await expander.stop()
+    await dataplane.stop()
     await lifecycle.stop()
     if rest is not None:
         with contextlib.suppress(Exception):

@@ -27,8 +27,8 @@ from quorum.wire._reader import MalformedError, entity_reader
 FETCH_API_KEY: Final = 1
 FETCH_VERSION: Final = 12
 
-_REQUEST = load_request_schema(FETCH_API_KEY, FETCH_VERSION)
-_RESPONSE = load_response_schema(FETCH_API_KEY, FETCH_VERSION)
+_REQUEST: Any = load_request_schema(FETCH_API_KEY, FETCH_VERSION)
+_RESPONSE: Any = load_response_schema(FETCH_API_KEY, FETCH_VERSION)
 
 
 def _nested(cls: type[Any], name: str) -> Any:
@@ -39,7 +39,7 @@ def _nested(cls: type[Any], name: str) -> Any:
 
 _FetchTopic = _nested(_REQUEST, "FetchTopic")
 _FetchPartition = _nested(_REQUEST, "FetchPartition")
-_Header = _REQUEST.__header_schema__
+_Header: Any = _REQUEST.__header_schema__
 
 
 class FetchWireError(ValueError):

@@ -1,0 +1,163 @@
+"""`DataPlane`: the parts of a broker that store, replicate and serve partitions, wired.
+
+- `LogManager` opens every partition log under `log.dirs` at construction (recovering
+  from the recovery points), before the first metadata record is applied;
+- `ReplicaManager` follows the metadata image (leader/follower, create/delete logs);
+- `FetcherManager` runs one replica fetcher per source broker;
+- `IsrSender` sends the leader's ISR changes to the controller (AlterPartition);
+- the Kafka client listener (`broker.kafka`) serves `LocalBrokerServices`;
+- periodic tasks checkpoint high watermarks (`replica.high.watermark.checkpoint.interval.ms`),
+  recovery points and log start offsets, apply retention
+  (`log.retention.check.interval.ms`) and the flush policy.
+
+`stop()` closes the listener, stops fetching, flushes and checkpoints every log (a clean
+shutdown: the next start needs no recovery).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from broker.isr import IsrSender
+from broker.kafka.server import KafkaListeners, start_kafka_listener, stop_kafka_listener
+from broker.log import LogManager
+from broker.replica.fetcher import FetcherManager
+from broker.replica.manager import HostedPartition, ReplicaManager, now_ms
+from broker.serving import LocalBrokerServices
+from quorum.controller.topic_configs import effective_configs
+from quorum.metadata.delta import MetadataDelta
+from quorum.metadata.image import ConfigResource, MetadataImage
+from quorum.node.config import NodeConfig
+from quorum.node.controller_client import ControllerClient
+from quorum.node.node_context import broker_defaults_of
+
+log = logging.getLogger(__name__)
+
+TOPIC_RESOURCE = 2
+
+
+class DataPlane:
+    def __init__(
+        self,
+        config: NodeConfig,
+        cluster_id: str,
+        *,
+        image: Callable[[], MetadataImage],
+        client: ControllerClient,
+    ) -> None:
+        self.config = config
+        self.cluster_id = cluster_id
+        self.image = image
+        self.client = client
+        self.broker_epoch: Callable[[], int] = lambda: -1
+        self.broker_defaults = broker_defaults_of(config)
+        self.logs = LogManager([Path(d) for d in config.log_dirs], self.broker_defaults)
+        self.logs.load()
+        self._min_isr: dict[str, int] = {}
+        self.replicas = ReplicaManager(
+            config,
+            self.logs,
+            image=image,
+            min_insync_replicas=self.min_insync_replicas,
+            on_follow=self._follow,
+            on_unfollow=self._unfollow,
+            on_isr_change_wanted=self._isr_wanted,
+        )
+        self.fetchers = FetcherManager(self.replicas, config, self.endpoint)
+        self.isr = IsrSender(self.replicas, client, image, lambda: self.broker_epoch())
+        self.services = LocalBrokerServices(config.node_id, cluster_id, image, self.replicas, client)
+        self._server: KafkaListeners | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+
+    # ------------------------------------------------------------------ wiring
+
+    def endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """The inter-broker listener of `broker_id` as registered in the metadata."""
+        b = self.image().cluster.brokers.get(broker_id)
+        if b is None:
+            return None
+        for ep in b.listeners:
+            if ep.name == self.config.inter_broker_listener_name:
+                return (ep.host, ep.port)
+        return None
+
+    def _follow(self, hosted: HostedPartition) -> None:
+        self.fetchers.follow(hosted)
+
+    def _unfollow(self, hosted: HostedPartition) -> None:
+        self.fetchers.unfollow(hosted)
+
+    def _isr_wanted(self) -> None:
+        if self._started:
+            self.isr.wake()
+
+    def min_insync_replicas(self, topic: str) -> int:
+        value = self._min_isr.get(topic)
+        if value is None:
+            explicit = self.image().configs.get(ConfigResource(TOPIC_RESOURCE, topic), {})
+            raw = effective_configs(explicit, self.broker_defaults).get("min.insync.replicas", 1)
+            value = int(raw) if isinstance(raw, int) else 1
+            self._min_isr[topic] = value
+        return value
+
+    def on_metadata(self, delta: MetadataDelta | None, image: MetadataImage) -> None:
+        if delta is not None and delta.changed_configs:
+            self._min_isr.clear()
+        self.replicas.on_metadata(delta, image)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, *, broker_epoch: Callable[[], int]) -> None:
+        self.broker_epoch = broker_epoch
+        self._started = True
+        self.isr.start()
+        self._server = await start_kafka_listener(self.config, self.services)
+        c = self.config
+        self._tasks = [
+            asyncio.create_task(self._every(c.replica_high_watermark_checkpoint_interval_ms, self._checkpoint)),
+            asyncio.create_task(self._every(c.log_retention_check_interval_ms, self._retention)),
+            asyncio.create_task(self._every(1000, self._flush_and_roll)),
+        ]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await stop_kafka_listener(self._server)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await self.isr.stop()
+        await self.fetchers.stop()
+        self.replicas.close()
+        try:
+            self.logs.close(self.replicas.high_watermarks())
+        except OSError as exc:
+            log.error("broker %d: final flush/checkpoint failed: %s", self.config.node_id, exc)
+
+    async def _every(self, interval_ms: int, work: Callable[[], None]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                work()
+            except Exception:
+                log.exception("broker %d: periodic %s failed", self.config.node_id, work.__name__)
+
+    def _checkpoint(self) -> None:
+        self.logs.checkpoint(self.replicas.high_watermarks())
+
+    def _retention(self) -> None:
+        hws = self.replicas.high_watermarks()
+        deleted = self.logs.retention_pass(now_ms(), lambda t, p: hws.get((t, p), 0))
+        if deleted:
+            log.info("broker %d: retention deleted %d segments", self.config.node_id, deleted)
+
+    def _flush_and_roll(self) -> None:
+        now = now_ms()
+        self.logs.flush_pass(now)
+        self.logs.roll_pass(now)

@@ -1,0 +1,563 @@
+"""`ReplicaManager`: the IO driver of the partitions this broker hosts.
+
+It owns, per hosted partition, the `PartitionLog` (broker.log) and the sans-IO
+`PartitionState` (broker.replica.state), and does what they decide:
+
+- metadata deltas (`on_metadata`) make this broker leader or follower of its partitions,
+  create their logs, hand followed partitions to the fetcher of their leader, and delete
+  the logs of removed partitions;
+- Produce appends on the leader; `acks=all` waits in `OffsetWaiters` until the high
+  watermark covers the append;
+- Fetch serves consumers (up to the high watermark) and followers (up to the log end,
+  recording their position so the high watermark and the ISR move);
+- ISR changes the leader wants go to the controller through `IsrSender` (AlterPartition);
+- periodic work: high-watermark/recovery-point/log-start checkpoints, retention, flushes.
+
+Invariants kept here: records above the high watermark are never returned to consumers;
+an acks=all answer is NONE only once the HW passed the last appended offset while the ISR
+had at least min.insync.replicas members; everything runs on the one event loop, and
+blocking disk work (fsync, deleting segments) runs in the default executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from uuid import UUID
+
+from broker.kafka.services import (
+    CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    DeleteRecordsPartition,
+    DeleteRecordsResult,
+    EpochEndOffset,
+    EpochQuery,
+    FetchParams,
+    FetchPartition,
+    FetchPartitionResult,
+    LeaderHint,
+    ListOffsetsPartition,
+    ListOffsetsResult,
+    LogDirDescription,
+    LogDirPartition,
+    PartitionView,
+    ProduceParams,
+    ProducePartition,
+    ProducePartitionResult,
+    ReplicaView,
+)
+from broker.log import LogError, LogManager, PartitionLog
+from broker.replica.purgatory import OffsetWaiters, ProgressSignal, wait_any
+from broker.replica.state import PartitionState
+from quorum.kafka_errors import ErrorCode
+from quorum.metadata.delta import MetadataDelta
+from quorum.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
+from quorum.node.config import NodeConfig
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class HostedPartition:
+    """One replica hosted here: its log, its replication state and its waiting rooms."""
+
+    topic: str
+    partition: int
+    topic_id: UUID
+    log: PartitionLog
+    state: PartitionState
+    registration: PartitionRegistration
+    acks: OffsetWaiters = field(default_factory=OffsetWaiters)
+    progress: ProgressSignal = field(default_factory=ProgressSignal)
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+    def leader_hint(self) -> LeaderHint:
+        return LeaderHint(self.registration.leader, self.registration.leader_epoch)
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        config: NodeConfig,
+        logs: LogManager,
+        *,
+        image: Callable[[], MetadataImage],
+        min_insync_replicas: Callable[[str], int],
+        on_follow: Callable[[HostedPartition], None],
+        on_unfollow: Callable[[HostedPartition], None],
+        on_isr_change_wanted: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.logs = logs
+        self.image = image
+        self.min_insync_replicas = min_insync_replicas
+        self._on_follow = on_follow
+        self._on_unfollow = on_unfollow
+        self._on_isr_change_wanted = on_isr_change_wanted
+        self.partitions: dict[TopicPartition, HostedPartition] = {}
+        self._hw_checkpoint = logs.high_watermark_checkpoint()
+
+    # ------------------------------------------------------------------ metadata
+
+    def on_metadata(self, delta: MetadataDelta | None, image: MetadataImage) -> None:
+        """Apply what this broker must do after a metadata delta (Kafka's applyDelta)."""
+        if delta is None:
+            return
+        changes = delta.local_changes(self.node_id)
+        for tip in changes.deletes:
+            self._remove(tip)
+        for tip, reg in changes.leaders.items():
+            self._become(tip, reg, image, leader=True)
+        for tip, reg in changes.followers.items():
+            self._become(tip, reg, image, leader=False)
+        if delta.changed_configs:
+            for topic in {tp[0] for tp in self.partitions}:
+                self.logs.update_config(topic, self._topic_config(image, topic))
+        if changes.leaders or changes.followers:
+            self._on_isr_change_wanted()
+
+    def _topic_config(self, image: MetadataImage, topic: str) -> Mapping[str, str]:
+        from quorum.metadata.image import ConfigResource
+
+        return image.configs.get(ConfigResource(2, topic), {})
+
+    def _remove(self, tip: TopicIdPartition) -> None:
+        tp = (tip.topic_name, tip.partition_id)
+        hosted = self.partitions.get(tp)
+        if hosted is not None and hosted.topic_id != tip.topic_id:
+            return  # a newer topic of the same name lives here now
+        if hosted is not None:
+            del self.partitions[tp]
+            self._on_unfollow(hosted)
+            hosted.acks.fail_all(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            hosted.progress.notify()
+        try:
+            self.logs.delete(tp[0], tp[1])
+        except Exception:
+            log.exception("deleting the log of %s-%d failed", tp[0], tp[1])
+        log.info("broker %d: removed replica %s-%d", self.node_id, tp[0], tp[1])
+
+    def _become(self, tip: TopicIdPartition, reg: PartitionRegistration, image: MetadataImage, *, leader: bool) -> None:
+        tp = (tip.topic_name, tip.partition_id)
+        hosted = self.partitions.get(tp)
+        if hosted is not None and hosted.topic_id != tip.topic_id:
+            self._remove(TopicIdPartition(hosted.topic_id, tp[0], tp[1]))
+            hosted = None
+        if hosted is None:
+            plog = self.logs.get_or_create(tp[0], tp[1], tip.topic_id, self._topic_config(image, tp[0]))
+            state = PartitionState(
+                self.node_id,
+                min_insync_replicas=self.min_insync_replicas(tp[0]),
+                replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            )
+            hosted = HostedPartition(tp[0], tp[1], tip.topic_id, plog, state, reg)
+            self.partitions[tp] = hosted
+            checkpointed = self._hw_checkpoint.pop(tp, None)
+            if checkpointed is not None:
+                state.set_initial_high_watermark(checkpointed, plog)
+        hosted.registration = reg
+        hosted.state.min_insync_replicas = self.min_insync_replicas(tp[0])
+        now = now_ms()
+        if leader:
+            self._on_unfollow(hosted)
+            old_epoch = hosted.state.leader_epoch if hosted.state.is_leader else -1
+            hosted.state.become_leader(
+                leader_epoch=reg.leader_epoch,
+                partition_epoch=reg.partition_epoch,
+                replicas=reg.replicas,
+                isr=reg.isr,
+                now_ms=now,
+                log=hosted.log,
+                leader_recovery_state=reg.leader_recovery_state,
+            )
+            if old_epoch != reg.leader_epoch:
+                # acks=all writes of an earlier leadership: the client must retry (Kafka's rule).
+                hosted.acks.fail_all(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            self._advance(hosted)
+        else:
+            hosted.state.become_follower(
+                leader_id=reg.leader,
+                leader_epoch=reg.leader_epoch,
+                partition_epoch=reg.partition_epoch,
+                replicas=reg.replicas,
+                isr=reg.isr,
+            )
+            hosted.acks.fail_all(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            self._on_unfollow(hosted)
+            if reg.leader >= 0:
+                self._on_follow(hosted)
+        hosted.progress.notify()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _advance(self, hosted: HostedPartition) -> None:
+        """After anything that may move the HW: release acks=all waiters and long polls."""
+        state = hosted.state
+        if state.is_leader:
+            hosted.acks.advance(state.high_watermark, isr_ok=len(state.maximal_isr) >= state.effective_min_isr())
+        hosted.progress.notify()
+
+    def _leader_partition(
+        self, topic: str, partition: int, current_leader_epoch: int = -1
+    ) -> tuple[HostedPartition | None, ErrorCode]:
+        hosted = self.partitions.get((topic, partition))
+        if hosted is None:
+            image = self.image()
+            t = image.topics.by_name.get(topic)
+            if t is None or partition not in t.partitions:
+                return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if current_leader_epoch >= 0:
+            epoch = hosted.state.leader_epoch
+            if current_leader_epoch < epoch:
+                return hosted, ErrorCode.FENCED_LEADER_EPOCH
+            if current_leader_epoch > epoch:
+                return hosted, ErrorCode.UNKNOWN_LEADER_EPOCH
+        if not hosted.state.is_leader:
+            return hosted, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return hosted, ErrorCode.NONE
+
+    def _hint(self, topic: str, partition: int) -> LeaderHint:
+        t = self.image().topics.by_name.get(topic)
+        if t is None:
+            return LeaderHint()
+        reg = t.partitions.get(partition)
+        return LeaderHint() if reg is None else LeaderHint(reg.leader, reg.leader_epoch)
+
+    # ------------------------------------------------------------------ produce
+
+    async def produce(self, params: ProduceParams) -> list[ProducePartitionResult]:
+        results: list[ProducePartitionResult] = []
+        waits: list[tuple[int, HostedPartition, asyncio.Future[ErrorCode]]] = []
+        now = now_ms()
+        for i, part in enumerate(params.partitions):
+            result, wait = self._append(part, params.acks, now)
+            results.append(result)
+            if wait is not None:
+                waits.append((i, wait[0], wait[1]))
+        if waits:
+            futures = [w[2] for w in waits]
+            done, _ = await asyncio.wait(futures, timeout=max(params.timeout_ms, 0) / 1000)
+            for i, hosted, fut in waits:
+                if fut in done:
+                    code = fut.result()
+                else:
+                    fut.cancel()
+                    code = ErrorCode.REQUEST_TIMED_OUT
+                if code != ErrorCode.NONE:
+                    r = results[i]
+                    results[i] = ProducePartitionResult(
+                        error=code,
+                        base_offset=r.base_offset if code == ErrorCode.REQUEST_TIMED_OUT else -1,
+                        log_start_offset=hosted.log.log_start_offset,
+                        current_leader=hosted.leader_hint() if code == ErrorCode.NOT_LEADER_OR_FOLLOWER else None,
+                    )
+        return results
+
+    def _append(
+        self, part: ProducePartition, acks: int, now: int
+    ) -> tuple[ProducePartitionResult, tuple[HostedPartition, asyncio.Future[ErrorCode]] | None]:
+        hosted, error = self._leader_partition(part.topic, part.partition)
+        if error != ErrorCode.NONE or hosted is None:
+            hint = self._hint(part.topic, part.partition) if error == ErrorCode.NOT_LEADER_OR_FOLLOWER else None
+            return ProducePartitionResult(error=error, current_leader=hint), None
+        check = hosted.state.check_produce(acks)
+        if check.error != ErrorCode.NONE:
+            return ProducePartitionResult(error=check.error, error_message=check.message or None), None
+        try:
+            info = hosted.log.append_as_leader(part.records, hosted.state.leader_epoch, now)
+        except LogError as exc:
+            return ProducePartitionResult(error=exc.code, error_message=str(exc)), None
+        except OSError as exc:
+            log.error("append to %s-%d failed: %s", part.topic, part.partition, exc)
+            return ProducePartitionResult(error=ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(exc)), None
+        hosted.state.on_local_append(now, hosted.log)
+        self._advance(hosted)
+        result = ProducePartitionResult(
+            error=ErrorCode.NONE,
+            base_offset=info.first_offset,
+            log_append_time_ms=info.log_append_time_ms,
+            log_start_offset=info.log_start_offset,
+        )
+        if acks != -1:
+            return result, None
+        fut = hosted.acks.wait(info.last_offset + 1)
+        self._advance(hosted)
+        return result, (hosted, fut)
+
+    # ------------------------------------------------------------------ fetch
+
+    async def fetch(self, params: FetchParams) -> list[FetchPartitionResult]:
+        deadline = time.monotonic() + max(params.max_wait_ms, 0) / 1000
+        while True:
+            results, total, urgent, waiters = self._read_all(params)
+            remaining = deadline - time.monotonic()
+            if urgent or total >= params.min_bytes or remaining <= 0 or not waiters:
+                for hosted, fut in waiters:
+                    hosted.progress.discard(fut)
+                return results
+            await wait_any([fut for _, fut in waiters], remaining)
+            for hosted, fut in waiters:
+                hosted.progress.discard(fut)
+
+    def _read_all(
+        self, params: FetchParams
+    ) -> tuple[list[FetchPartitionResult], int, bool, list[tuple[HostedPartition, asyncio.Future[None]]]]:
+        results: list[FetchPartitionResult] = []
+        total = 0
+        urgent = False
+        waiters: list[tuple[HostedPartition, asyncio.Future[None]]] = []
+        budget = params.max_bytes
+        follower = params.replica_id >= 0
+        now = now_ms()
+        for fp in params.partitions:
+            r = self._read_one(params, fp, budget, min_one=(total == 0), follower=follower, now=now)
+            results.append(r)
+            size = len(r.records)
+            total += size
+            budget = max(budget - size, 0)
+            if r.error != ErrorCode.NONE or r.diverging_epoch is not None:
+                urgent = True
+            hosted = self.partitions.get((fp.topic, fp.partition))
+            if hosted is not None:
+                waiters.append((hosted, hosted.progress.waiter()))
+        return results, total, urgent, waiters
+
+    def _read_one(
+        self, params: FetchParams, fp: FetchPartition, budget: int, *, min_one: bool, follower: bool, now: int
+    ) -> FetchPartitionResult:
+        hosted = self.partitions.get((fp.topic, fp.partition))
+        if hosted is None:
+            t = self.image().topics.by_name.get(fp.topic)
+            if t is None or fp.partition not in t.partitions:
+                return FetchPartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            return FetchPartitionResult(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, current_leader=self._hint(fp.topic, fp.partition)
+            )
+        state = hosted.state
+        plog = hosted.log
+        if fp.current_leader_epoch >= 0:
+            if fp.current_leader_epoch < state.leader_epoch:
+                return FetchPartitionResult(ErrorCode.FENCED_LEADER_EPOCH, current_leader=hosted.leader_hint())
+            if fp.current_leader_epoch > state.leader_epoch:
+                return FetchPartitionResult(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        if not state.is_leader and (follower or params.fetch_only_leader):
+            return FetchPartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, current_leader=hosted.leader_hint())
+        if follower:
+            outcome = state.on_follower_fetch(
+                replica_id=params.replica_id,
+                fetch_offset=fp.fetch_offset,
+                last_fetched_epoch=fp.last_fetched_epoch,
+                log_start_offset=fp.log_start_offset,
+                now_ms=now,
+                log=plog,
+                broker_epoch=params.replica_epoch,
+                isr_eligible=self._isr_eligible(params.replica_id),
+            )
+            if outcome.isr_expand_wanted:
+                self._on_isr_change_wanted()
+            self._advance(hosted)
+            if outcome.diverging_epoch is not None:
+                return FetchPartitionResult(
+                    ErrorCode.NONE,
+                    high_watermark=state.high_watermark,
+                    last_stable_offset=state.high_watermark,
+                    log_start_offset=plog.log_start_offset,
+                    diverging_epoch=outcome.diverging_epoch,
+                )
+            if outcome.error != ErrorCode.NONE:
+                return FetchPartitionResult(
+                    outcome.error,
+                    high_watermark=state.high_watermark,
+                    log_start_offset=plog.log_start_offset,
+                )
+            max_offset = plog.log_end_offset
+        else:
+            max_offset = state.high_watermark
+        hw = state.high_watermark
+        limit = min(fp.partition_max_bytes, budget) if not min_one else fp.partition_max_bytes
+        try:
+            records = plog.read(fp.fetch_offset, max(limit, 0), max_offset=max_offset, min_one_batch=min_one)
+        except LogError as exc:
+            return FetchPartitionResult(exc.code, high_watermark=hw, log_start_offset=plog.log_start_offset)
+        return FetchPartitionResult(
+            ErrorCode.NONE,
+            high_watermark=hw,
+            last_stable_offset=hw,
+            log_start_offset=plog.log_start_offset,
+            records=records,
+        )
+
+    def _isr_eligible(self, broker_id: int) -> bool:
+        """KIP-841: only a registered, unfenced broker not shutting down may join an ISR."""
+        b = self.image().cluster.brokers.get(broker_id)
+        return b is not None and not b.fenced and not b.in_controlled_shutdown
+
+    def partition_view(self, topic: str, partition: int) -> PartitionView | None:
+        hosted = self.partitions.get((topic, partition))
+        if hosted is None or not hosted.state.is_leader:
+            return None
+        brokers = self.image().cluster.brokers
+        views = []
+        for r in hosted.registration.replicas:
+            b = brokers.get(r)
+            rack = b.rack if b is not None else None
+            if r == self.node_id:
+                views.append(ReplicaView(r, rack, hosted.log.log_start_offset, hosted.log.log_end_offset, now_ms()))
+            else:
+                f = hosted.state.follower(r)
+                if f is None:
+                    continue
+                views.append(ReplicaView(r, rack, f.log_start_offset, f.log_end_offset, f.last_caught_up_ms))
+
+        return PartitionView(self.node_id, tuple(views))
+
+    # ------------------------------------------------------------------ offsets
+
+    async def list_offsets(
+        self, replica_id: int, isolation_level: int, partitions: Sequence[ListOffsetsPartition]
+    ) -> list[ListOffsetsResult]:
+        del isolation_level  # the LSO equals the HW without transactions: both levels read the same
+        out = []
+        for p in partitions:
+            hosted, error = self._leader_partition(p.topic, p.partition, p.current_leader_epoch)
+            if hosted is not None and error == ErrorCode.NOT_LEADER_OR_FOLLOWER and replica_id == DEBUGGING_REPLICA_ID:
+                error = ErrorCode.NONE
+            if error != ErrorCode.NONE or hosted is None:
+                hint = self._hint(p.topic, p.partition) if error == ErrorCode.NOT_LEADER_OR_FOLLOWER else None
+                out.append(ListOffsetsResult(error, current_leader=hint))
+                continue
+            plog = hosted.log
+            hw = hosted.state.high_watermark
+            if p.timestamp == LATEST_TIMESTAMP:
+                if replica_id >= 0 or replica_id == DEBUGGING_REPLICA_ID:
+                    offset = plog.log_end_offset
+                else:
+                    # The LSO equals the HW without transactions, so both isolation levels get it.
+                    offset = hw
+                out.append(ListOffsetsResult(ErrorCode.NONE, -1, offset, plog.latest_epoch() or -1))
+                continue
+            if p.timestamp == EARLIEST_TIMESTAMP:
+                found = plog.offset_for_timestamp(EARLIEST_TIMESTAMP)
+                start = plog.log_start_offset
+                out.append(ListOffsetsResult(ErrorCode.NONE, -1, start, found[2] if found else -1))
+                continue
+            found = plog.offset_for_timestamp(p.timestamp)
+            if found is None or (replica_id == CONSUMER_REPLICA_ID and found[0] >= hw):
+                out.append(ListOffsetsResult(ErrorCode.NONE, -1, -1, -1))
+                continue
+            if p.timestamp == MAX_TIMESTAMP and found[0] >= hw and replica_id == CONSUMER_REPLICA_ID:
+                out.append(ListOffsetsResult(ErrorCode.NONE, -1, -1, -1))
+                continue
+            offset, ts, epoch = found
+            out.append(ListOffsetsResult(ErrorCode.NONE, ts, offset, epoch))
+        return out
+
+    async def offset_for_leader_epoch(self, replica_id: int, queries: Sequence[EpochQuery]) -> list[EpochEndOffset]:
+        out = []
+        for q in queries:
+            hosted, error = self._leader_partition(q.topic, q.partition, q.current_leader_epoch)
+            if error != ErrorCode.NONE or hosted is None:
+                out.append(EpochEndOffset(error))
+                continue
+            epoch, end = hosted.log.end_offset_for_epoch(q.leader_epoch)
+            out.append(EpochEndOffset(ErrorCode.NONE, epoch, end))
+        return out
+
+    async def delete_records(
+        self, timeout_ms: int, partitions: Sequence[DeleteRecordsPartition]
+    ) -> list[DeleteRecordsResult]:
+        out = []
+        for p in partitions:
+            hosted, error = self._leader_partition(p.topic, p.partition)
+            if error != ErrorCode.NONE or hosted is None:
+                out.append(DeleteRecordsResult(error))
+                continue
+            hw = hosted.state.high_watermark
+            offset = hw if p.offset == -1 else p.offset
+            if offset < 0 or offset > hw:
+                out.append(DeleteRecordsResult(ErrorCode.OFFSET_OUT_OF_RANGE))
+                continue
+            try:
+                low = hosted.log.delete_records_before(offset)
+            except LogError as exc:
+                out.append(DeleteRecordsResult(exc.code))
+                continue
+            out.append(DeleteRecordsResult(ErrorCode.NONE, low))
+        del timeout_ms  # followers move their log start offset from the fetch responses
+        return out
+
+    def describe_log_dirs(self, topics: Mapping[str, Sequence[int]] | None) -> list[LogDirDescription]:
+        import shutil
+
+        out = []
+        by_dir: dict[Path, list[LogDirPartition]] = {Path(d): [] for d in self.logs.log_dirs}
+        for (topic, partition), hosted in sorted(self.partitions.items()):
+            if topics is not None and partition not in topics.get(topic, ()):
+                continue
+            lag = 0 if hosted.state.is_leader else max(hosted.state.high_watermark - hosted.log.log_end_offset, 0)
+            entry = LogDirPartition(topic, partition, hosted.log.size_bytes(), lag)
+            by_dir.setdefault(hosted.log.directory.parent, []).append(entry)
+        for d, parts in by_dir.items():
+            try:
+                usage = shutil.disk_usage(d)
+                total, free = usage.total, usage.free
+            except OSError:
+                total, free = -1, -1
+            out.append(LogDirDescription(str(d), ErrorCode.NONE, tuple(parts), total, free))
+        return out
+
+    # ------------------------------------------------------------------ follower side
+
+    def follower_append(self, hosted: HostedPartition, records: bytes, leader_hw: int, leader_log_start: int) -> int:
+        """Append what the leader sent; returns the bytes appended."""
+        appended = 0
+        if records:
+            hosted.log.append_as_follower(records)
+            appended = len(records)
+        if leader_log_start > hosted.log.log_start_offset:
+            with contextlib.suppress(LogError):
+                hosted.log.delete_records_before(min(leader_log_start, hosted.log.log_end_offset))
+        hosted.state.on_follower_progress(leader_hw, hosted.log)
+        hosted.progress.notify()
+        return appended
+
+    # ------------------------------------------------------------------ periodic work
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        return {tp: h.state.high_watermark for tp, h in self.partitions.items()}
+
+    def isr_changes_wanted(self, now: int) -> list[tuple[HostedPartition, tuple[int, ...]]]:
+        """(partition, proposed ISR) for every led partition whose ISR should change now."""
+        out = []
+        lag_ms = self.config.replica_lag_time_max_ms
+        for hosted in self.partitions.values():
+            if not hosted.state.is_leader:
+                continue
+            proposed = hosted.state.proposed_isr(now, lag_ms, hosted.log)
+            if proposed is not None:
+                out.append((hosted, proposed))
+        return out
+
+    def close(self) -> None:
+        for hosted in self.partitions.values():
+            hosted.acks.fail_all(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            hosted.progress.notify()

@@ -1,0 +1,273 @@
+"""Faults on a real 3+3 cluster with real clients; each test ends by reading back every
+acknowledged record: exactly once, in order, per partition.
+
+The producer is confluent-kafka with `acks=all` and no retries (a retried record could be
+written twice without idempotence): a record counts as acknowledged only when its delivery
+report says so, and then its offset is known. Unacknowledged records may or may not be in
+the log; acknowledged ones must be there exactly once, at the reported offset.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dataplane_support import bootstrap, confluent_consume_all, create_topic, partition_state, start_dataplane_cluster
+from metadata_cluster import MetadataCluster, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+class NumberedProducer:
+    """Writes "<n>" records (n = 0, 1, 2, ...) round-robin over partitions in a thread and
+    records which were acknowledged, at which (partition, offset)."""
+
+    def __init__(self, brokers: str, topic: str, partitions: int, *, rate_per_s: float = 400.0) -> None:
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        self.partitions = partitions
+        self.acked: dict[int, tuple[int, int]] = {}
+        self.failed: dict[int, str] = {}
+        self.errors_by_name: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._interval = 1.0 / rate_per_s
+        self._producer = Producer(
+            {
+                "bootstrap.servers": brokers,
+                "acks": "all",
+                "enable.idempotence": False,
+                "message.send.max.retries": 0,
+                "linger.ms": 2,
+                "message.timeout.ms": 10_000,
+                "request.timeout.ms": 5_000,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.sent = 0
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        n = int(msg.value())
+        if err is None:
+            self.acked[n] = (msg.partition(), msg.offset())
+        else:
+            self.failed[n] = err.name()
+            self.errors_by_name[err.name()] = self.errors_by_name.get(err.name(), 0) + 1
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            try:
+                self._producer.produce(
+                    self.topic, value=str(n).encode(), partition=n % self.partitions, on_delivery=self._on_delivery
+                )
+                n += 1
+                self.sent = n
+            except BufferError:
+                pass
+            self._producer.poll(self._interval)
+        self._producer.flush(30)
+
+    def start(self) -> NumberedProducer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def acked_since(self, t0_count: int) -> int:
+        return sum(1 for n in self.acked if n >= t0_count)
+
+
+def check_read_back(brokers: str, producer: NumberedProducer) -> dict[int, list[int]]:
+    """Every acknowledged record is in its partition exactly once, at its acked offset,
+    and records of one partition are in production order."""
+    total_hint = len(producer.acked) + len(producer.failed)
+    msgs = confluent_consume_all(brokers, producer.topic, range(producer.partitions), expected=total_hint, timeout=60)
+    by_partition: dict[int, list[tuple[int, int]]] = {}
+    for m in msgs:
+        by_partition.setdefault(m.partition(), []).append((m.offset(), int(m.value())))
+    seen: dict[int, tuple[int, int]] = {}
+    for p, items in by_partition.items():
+        offsets = [o for o, _ in items]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), f"partition {p} offsets disordered"
+        values = [v for _, v in items]
+        assert values == sorted(values), f"partition {p}: records out of production order"
+        for o, v in items:
+            assert v not in seen, f"record {v} read twice: {seen[v]} and {(p, o)}"
+            seen[v] = (p, o)
+    lost = sorted(n for n in producer.acked if n not in seen)
+    assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:10]}"
+    moved = {n: (producer.acked[n], seen[n]) for n in producer.acked if producer.acked[n] != seen[n]}
+    assert not moved, f"acknowledged records at other offsets than acked: {list(moved.items())[:5]}"
+    return {p: [v for _, v in items] for p, items in by_partition.items()}
+
+
+def leaders(cluster: MetadataCluster, topic: str, observer: int) -> dict[int, int]:
+    return {
+        p: int(s["leader"]) if s["leader"] not in ("", None) else -1
+        for p, s in partition_state(cluster, topic, observer).items()
+    }
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[MetadataCluster]:
+    c = start_dataplane_cluster(tmp_path)
+    try:
+        yield c
+    except BaseException:
+        print(c.diagnostics())
+        raise
+    finally:
+        c.close()
+
+
+def test_kill9_of_busiest_leader_loses_nothing_acked_and_it_comes_back(cluster: MetadataCluster) -> None:
+    brokers = bootstrap(cluster)
+    topic = "numbered"
+    create_topic(cluster, topic, partitions=6, rf=3)
+    observer = cluster.broker_ids[0]
+    producer = NumberedProducer(brokers, topic, 6).start()
+    wait_until("records flowing", lambda: len(producer.acked) > 500, 30)
+    lead = leaders(cluster, topic, observer)
+    counts = {b: sum(1 for leader in lead.values() if leader == b) for b in cluster.broker_ids}
+    victim = max(counts, key=lambda b: counts[b])
+    observer = next(b for b in cluster.broker_ids if b != victim)
+    cluster.kill9(victim)
+    killed_at = len(producer.acked)
+    # The surviving ISR (2 >= min.insync.replicas) keeps acks=all writes going.
+    wait_until("acks=all writes after the kill", lambda: len(producer.acked) > killed_at + 500, 40)
+    cluster.start(victim)
+    # It truncates, catches up and rejoins every ISR.
+    wait_until(
+        f"broker {victim} back in every ISR",
+        lambda: all(victim in s["isr"] for s in partition_state(cluster, topic, observer).values()),
+        60,
+    )
+    # Preferred election gives its leaderships back.
+    r = cluster.post(observer, "/elect-leaders", {"election_type": "PREFERRED", "partitions": None})
+    assert r.status_code == 200, r.text
+    wait_until(
+        "preferred leaders restored",
+        lambda: all(int(s["leader"]) == s["replicas"][0] for s in partition_state(cluster, topic, observer).values()),
+        30,
+    )
+    more = len(producer.acked)
+    wait_until("writes after the election", lambda: len(producer.acked) > more + 300, 30)
+    producer.stop()
+    print(f"sent {producer.sent}, acked {len(producer.acked)}, failed {producer.errors_by_name}")
+    check_read_back(brokers, producer)
+
+
+def test_two_of_three_brokers_down_refuses_acks_all(cluster: MetadataCluster) -> None:
+    from confluent_kafka import KafkaError, Producer
+
+    brokers = bootstrap(cluster)
+    topic = "min-isr"
+    create_topic(cluster, topic, partitions=1, rf=3)
+    producer = NumberedProducer(brokers, topic, 1).start()
+    wait_until("records flowing", lambda: len(producer.acked) > 200, 30)
+    producer.stop()
+    lead = leaders(cluster, topic, cluster.broker_ids[0])[0]
+    down = [b for b in cluster.broker_ids if b != lead]
+    for b in down:
+        cluster.kill9(b)
+    wait_until(
+        "the ISR to shrink to the leader",
+        lambda: partition_state(cluster, topic, lead)[0]["isr"] == [lead],
+        30,
+    )
+    errors: list[str] = []
+    p = Producer(
+        {
+            "bootstrap.servers": f"127.0.0.1:{cluster.nodes[lead].plan.properties['listeners'].rsplit(':', 1)[1]}",
+            "acks": "all",
+            "message.send.max.retries": 0,
+            "message.timeout.ms": 5000,
+        }
+    )
+    p.produce(
+        topic, value=b"refused", partition=0, on_delivery=lambda err, msg: errors.append(err.name() if err else "OK")
+    )
+    p.flush(15)
+    assert errors == [KafkaError(KafkaError.NOT_ENOUGH_REPLICAS).name()], errors
+    for b in down:
+        cluster.start(b)
+    wait_until("full ISR again", lambda: len(partition_state(cluster, topic, lead)[0]["isr"]) == 3, 60)
+    check_read_back(brokers, producer)
+
+
+def test_sigstopped_follower_leaves_isr_and_returns(cluster: MetadataCluster) -> None:
+    brokers = bootstrap(cluster)
+    topic = "paused"
+    create_topic(cluster, topic, partitions=1, rf=3)
+    producer = NumberedProducer(brokers, topic, 1, rate_per_s=200).start()
+    wait_until("records flowing", lambda: len(producer.acked) > 100, 30)
+    lead = leaders(cluster, topic, cluster.broker_ids[0])[0]
+    follower = next(b for b in cluster.broker_ids if b != lead)
+    os.kill(cluster.nodes[follower].pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        # replica.lag.time.max.ms is 3 s here; the broker session (3 s) fences it too, both
+        # take it out of the ISR; writes continue with the remaining two.
+        wait_until(
+            "the paused follower out of the ISR",
+            lambda: follower not in partition_state(cluster, topic, lead)[0]["isr"],
+            30,
+        )
+        print(f"left the ISR after {time.monotonic() - t0:.1f} s")
+        n = len(producer.acked)
+        wait_until("writes continue", lambda: len(producer.acked) > n + 200, 30)
+    finally:
+        os.kill(cluster.nodes[follower].pid, signal.SIGCONT)
+    wait_until("the follower back in the ISR", lambda: follower in partition_state(cluster, topic, lead)[0]["isr"], 60)
+    producer.stop()
+    check_read_back(brokers, producer)
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+def test_unclean_election(tmp_path: Path, unclean: bool) -> None:
+    c = start_dataplane_cluster(tmp_path, properties={"min.insync.replicas": "1"})
+    try:
+        brokers = bootstrap(c)
+        topic = "unclean"
+        create_topic(c, topic, partitions=1, rf=2, unclean_leader_election_enable=str(unclean).lower())
+        producer = NumberedProducer(brokers, topic, 1).start()
+        wait_until("records flowing", lambda: len(producer.acked) > 100, 30)
+        producer.stop()
+        state = partition_state(c, topic, c.broker_ids[0])[0]
+        lead = int(state["leader"])
+        other = next(b for b in state["replicas"] if b != lead)
+        observer = next(b for b in c.broker_ids if b not in state["replicas"])
+        # The follower goes first (ISR shrinks to the leader), then the leader: no ISR member left.
+        c.kill9(other)
+        wait_until("ISR = leader only", lambda: partition_state(c, topic, observer)[0]["isr"] == [lead], 30)
+        c.kill9(lead)
+        wait_until(
+            "the leader fenced", lambda: partition_state(c, topic, observer)[0]["leader"] in ("", "-1", None), 30
+        )
+        c.start(other)
+        if not unclean:
+            time.sleep(5)
+            assert partition_state(c, topic, observer)[0]["leader"] in ("", "-1", None), (
+                "offline partition got a leader"
+            )
+        else:
+            wait_until(
+                "unclean leader elected", lambda: partition_state(c, topic, observer)[0]["leader"] == str(other), 30
+            )
+            dump = c.node_log(c.controller_ids[0]) + "".join(c.node_log(i) for i in c.controller_ids)
+            del dump
+            # The metadata log records the election as unclean (leader recovery state RECOVERING).
+            events = c.get_json(observer, f"/topics/{topic}/partitions/0")
+            assert events is not None
+    finally:
+        c.close()

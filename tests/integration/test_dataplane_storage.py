@@ -1,0 +1,111 @@
+"""Partition logs on disk, on a real cluster: Kafka's layout, and a damaged replica that is
+cut at restart and refilled from the leader until every replica holds the same bytes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dataplane_support import bootstrap, confluent_consume_all, create_topic, partition_state, start_dataplane_cluster
+from metadata_cluster import MetadataCluster, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluster]:
+    c = start_dataplane_cluster(Path(tmp_path_factory.mktemp("storage")))
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def log_dir(cluster: MetadataCluster, broker: int) -> Path:
+    return Path(cluster.nodes[broker].plan.properties["log.dirs"].split(",")[0])
+
+
+def segments(cluster: MetadataCluster, broker: int, topic: str, partition: int) -> list[Path]:
+    return sorted((log_dir(cluster, broker) / f"{topic}-{partition}").glob("*.log"))
+
+
+def produce(brokers: str, topic: str, n: int, *, size: int = 200, batch: int = 20) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": brokers, "acks": "all", "linger.ms": 5, "batch.num.messages": batch})
+    for i in range(n):
+        p.produce(topic, value=(f"{i:08d}".encode() * (size // 8)), partition=0)
+    assert p.flush(30) == 0
+
+
+def replicas_identical(cluster: MetadataCluster, topic: str) -> bool:
+    blobs = {b: b"".join(s.read_bytes() for s in segments(cluster, b, topic, 0)) for b in cluster.broker_ids}
+    return len(set(blobs.values())) == 1 and len(next(iter(blobs.values()))) > 0
+
+
+def test_kafka_layout_on_disk(cluster: MetadataCluster) -> None:
+    brokers = bootstrap(cluster)
+    create_topic(cluster, "layout", partitions=1, rf=3)
+    produce(brokers, "layout", 100)
+    wait_until("replicas identical", lambda: replicas_identical(cluster, "layout"), 30)
+    for b in cluster.broker_ids:
+        d = log_dir(cluster, b) / "layout-0"
+        names = sorted(p.name for p in d.iterdir())
+        assert "00000000000000000000.log" in names
+        assert "00000000000000000000.index" in names
+        assert "00000000000000000000.timeindex" in names
+        assert "leader-epoch-checkpoint" in names
+        assert "partition.metadata" in names
+        meta = (d / "partition.metadata").read_text()
+        assert meta.startswith("version: 0\ntopic_id: ")
+
+    # The per-log-dir checkpoints are written on the checkpoint interval (500 ms here).
+    def checkpoints_written() -> bool:
+        root = log_dir(cluster, cluster.broker_ids[0])
+        return all(
+            (root / name).exists()
+            for name in (
+                "replication-offset-checkpoint",
+                "recovery-point-offset-checkpoint",
+                "log-start-offset-checkpoint",
+            )
+        )
+
+    wait_until("checkpoint files", checkpoints_written, 20)
+    hw_lines = (log_dir(cluster, cluster.broker_ids[0]) / "replication-offset-checkpoint").read_text().splitlines()
+    assert hw_lines[0] == "0" and "layout 0 100" in hw_lines[2:]
+
+
+@pytest.mark.parametrize("damage", ["torn-tail", "flipped-byte"])
+def test_damaged_follower_segment_is_cut_and_refetched(cluster: MetadataCluster, damage: str) -> None:
+    brokers = bootstrap(cluster)
+    topic = f"damaged-{damage}"
+    create_topic(cluster, topic, partitions=1, rf=3)
+    produce(brokers, topic, 400)
+    wait_until("replicas identical", lambda: replicas_identical(cluster, topic), 30)
+    state = partition_state(cluster, topic)[0]
+    leader = int(state["leader"])
+    victim = next(b for b in state["replicas"] if b != leader)
+    # An unclean stop: the recovery point is behind the damage, so recovery scans it.
+    cluster.kill9(victim)
+    seg = segments(cluster, victim, topic, 0)[-1]
+    size = seg.stat().st_size
+    with open(seg, "r+b") as f:
+        if damage == "torn-tail":
+            f.truncate(size - 37)  # the last batch loses its end
+        else:
+            f.seek(size - 100)  # inside the last batch's records: its CRC no longer matches
+            b = f.read(1)
+            f.seek(size - 100)
+            f.write(bytes([b[0] ^ 0xFF]))
+        f.flush()
+        os.fsync(f.fileno())
+    cluster.start(victim)
+    wait_until(f"broker {victim} back in the ISR", lambda: victim in partition_state(cluster, topic)[0]["isr"], 60)
+    wait_until("replicas identical again", lambda: replicas_identical(cluster, topic), 30)
+    msgs = confluent_consume_all(brokers, topic, [0], expected=400)
+    assert [m.offset() for m in msgs] == list(range(400))
+    log_text = cluster.node_log(victim)
+    assert "truncat" in log_text.lower() or "corrupt" in log_text.lower() or "recover" in log_text.lower()
