@@ -30,6 +30,7 @@ from broker.replica.manager import HostedPartition, ReplicaManager, now_ms
 from broker.serving import LocalBrokerServices
 from quorum.controller.topic_configs import effective_configs
 from quorum.metadata.delta import MetadataDelta
+from quorum.metadata.image import EMPTY as EMPTY_IMAGE
 from quorum.metadata.image import ConfigResource, MetadataImage
 from quorum.node.config import NodeConfig
 from quorum.node.controller_client import ControllerClient
@@ -73,6 +74,7 @@ class DataPlane:
         self._server: KafkaListeners | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
+        self._published = False
 
     # ------------------------------------------------------------------ wiring
 
@@ -108,7 +110,22 @@ class DataPlane:
     def on_metadata(self, delta: MetadataDelta | None, image: MetadataImage) -> None:
         if delta is not None and delta.changed_configs:
             self._min_isr.clear()
+        if not self._published:
+            self._maybe_publish(image)
+            return
         self.replicas.on_metadata(delta, image)
+
+    def _maybe_publish(self, image: MetadataImage) -> None:
+        """Partitions follow the metadata only once this broker's image has caught up with its
+        own registration (Kafka's initial catch-up): a restarted broker must not act on the
+        partition states of its previous life (e.g. lead with an ISR a pending change of
+        that life altered). Then everything in the image is applied at once."""
+        epoch = self.broker_epoch()
+        if self._published or epoch < 0 or image.offset < epoch:
+            return
+        self._published = True
+        log.info("broker %d: metadata caught up at offset %d; hosting partitions", self.config.node_id, image.offset)
+        self.replicas.on_metadata(MetadataDelta.diff(EMPTY_IMAGE, image), image)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -122,7 +139,13 @@ class DataPlane:
             asyncio.create_task(self._every(c.replica_high_watermark_checkpoint_interval_ms, self._checkpoint)),
             asyncio.create_task(self._every(c.log_retention_check_interval_ms, self._retention)),
             asyncio.create_task(self._every(1000, self._flush_and_roll)),
+            asyncio.create_task(self._publish_when_caught_up()),
         ]
+
+    async def _publish_when_caught_up(self) -> None:
+        while not self._published:
+            self._maybe_publish(self.image())
+            await asyncio.sleep(0.02)
 
     async def stop(self) -> None:
         if self._server is not None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from broker.replica.manager import ReplicaManager, now_ms
 from quorum.controller.requests import AlterPartitionItem, AlterPartitionRequest, AlterPartitionResponse, IsrMember
+from quorum.kafka_errors import ErrorCode
 from quorum.metadata.image import MetadataImage
 from quorum.node.controller_client import ControllerClient, ControllerUnavailableError
 
@@ -111,7 +112,7 @@ class IsrSender:
                 response = await self.client.call(request, timeout_s=10.0)
             except ControllerUnavailableError as exc:
                 log.info("broker %d: AlterPartition pending: %s", self.manager.node_id, exc)
-                self._forget(items)
+                self._forget(items, None)
                 self._dirty.set()
                 continue
             assert isinstance(response, AlterPartitionResponse)
@@ -122,14 +123,25 @@ class IsrSender:
                     self.manager.node_id,
                     response.error_code or sorted({r.error_code for r in failed}),
                 )
-                bad = {(r.topic_id, r.partition) for r in failed}
-                self._forget([i for i in items if response.error_code or (i.topic_id, i.partition) in bad])
+                codes = {(r.topic_id, r.partition): r.error_code for r in failed}
+                for item in items:
+                    code = response.error_code or codes.get((item.topic_id, item.partition), 0)
+                    if code:
+                        self._forget([item], code)
             else:
                 log.info("broker %d: ISR changes committed for %d partitions", self.manager.node_id, len(items))
 
-    def _forget(self, items: list[AlterPartitionItem]) -> None:
+    def _forget(self, items: list[AlterPartitionItem], code: int | None) -> None:
+        """The outcome of these items: an error code, or None when unknown (then resend)."""
         by_id = {(h.topic_id, h.partition): h for h in self.manager.partitions.values()}
+        error = (
+            None
+            if code is None
+            else ErrorCode(code)
+            if code in ErrorCode._value2member_map_
+            else ErrorCode.UNKNOWN_SERVER_ERROR
+        )
         for item in items:
             hosted = by_id.get((item.topic_id, item.partition))
             if hosted is not None:
-                hosted.state.on_isr_failed()
+                hosted.state.on_isr_failed(error)

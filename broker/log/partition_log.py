@@ -451,6 +451,8 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> None:
         """Drop every offset >= `offset` (whole batches: the LEO may end below `offset`)."""
         if offset >= self.log_end_offset:
+            # Nothing to drop but an epoch that began here without records (a former leader's).
+            self._trim_epochs_to(offset)
             return
         if offset <= self.segments[0].base_offset:
             self.truncate_fully_and_start_at(max(offset, self.log_start_offset))

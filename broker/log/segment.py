@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 from broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
-from quorum.storage.durable import write_all
 from quorum.storage.record_batch import LOG_OVERHEAD, BatchFrame, scan_frames
 
 NO_TIMESTAMP = -1
@@ -78,7 +77,11 @@ class LogSegment:
     def append(self, data: bytes | bytearray | memoryview, frames: list[BatchFrame]) -> None:
         """Write `data` (whole batches, described by `frames` with positions relative to it)."""
         start = self.size
-        write_all(self.fd, data)
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            # pwrite at the tracked end: the fd's own position is not used (reads are preads).
+            written += os.pwrite(self.fd, view[written:], start + written)
         self.size += len(data)
         for f in frames:
             self._note_batch(start + f.position, f)

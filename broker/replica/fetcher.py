@@ -77,6 +77,11 @@ class ReplicaFetcher:
             await self._peer.close()
 
     def add(self, hosted: HostedPartition) -> None:
+        log.info(
+            "broker %d: fetching %s-%d from broker %d (epoch %d) at offset %d",
+            self.config.node_id, hosted.topic, hosted.partition, self.leader_id, hosted.state.leader_epoch,
+            hosted.log.log_end_offset,
+        )  # fmt: skip
         self.partitions[hosted.tp] = hosted
         self._delayed_until.pop(hosted.tp, None)
         self._wake.set()
@@ -220,6 +225,11 @@ class ReplicaFetcher:
                 self._delay(hosted)
             state.on_truncated(plog)
             return
+        log.info(
+            "broker %d: fetching %s-%d from broker %d: %s; retrying in %d ms",
+            self.config.node_id, hosted.topic, hosted.partition, self.leader_id, error.name,
+            self.config.replica_fetch_backoff_ms,
+        )  # fmt: skip
         self._delay(hosted)
 
     def _truncate(self, hosted: HostedPartition, offset: int, why: str) -> None:

@@ -74,8 +74,13 @@ def test_kafka_layout_on_disk(cluster: MetadataCluster) -> None:
         )
 
     wait_until("checkpoint files", checkpoints_written, 20)
-    hw_lines = (log_dir(cluster, cluster.broker_ids[0]) / "replication-offset-checkpoint").read_text().splitlines()
-    assert hw_lines[0] == "0" and "layout 0 100" in hw_lines[2:]
+
+    def hw_checkpointed() -> bool:
+        root = log_dir(cluster, cluster.broker_ids[0])
+        lines = (root / "replication-offset-checkpoint").read_text().splitlines()
+        return lines[0] == "0" and "layout 0 100" in lines[2:]
+
+    wait_until("the high watermark checkpointed", hw_checkpointed, 20)
 
 
 @pytest.mark.parametrize("damage", ["torn-tail", "flipped-byte"])
