@@ -1,0 +1,150 @@
+"""Bad input against a real broker of a real cluster: hostile frames (hypothesis) get an
+answer or a closed connection, bad batches get Kafka's error codes, and the broker keeps
+serving real clients throughout (and nothing it acknowledged is lost)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dataplane_support import bootstrap, broker_port, create_topic, partition_state, start_dataplane_cluster
+from hypothesis import HealthCheck, given, settings
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from metadata_cluster import MetadataCluster
+
+from tests.unit.broker_kafka.test_kafka_listener import hostile_frames
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluster]:
+    c = start_dataplane_cluster(Path(tmp_path_factory.mktemp("badinput")))
+    try:
+        create_topic(c, "t", partitions=1, rf=3)
+        yield c
+    finally:
+        c.close()
+
+
+def leader_port(cluster: MetadataCluster, topic: str = "t") -> int:
+    return broker_port(cluster, int(partition_state(cluster, topic)[0]["leader"]))
+
+
+def read_frame(s: socket.socket) -> bytes | None:
+    head = b""
+    while len(head) < 4:
+        chunk = s.recv(4 - len(head))
+        if not chunk:
+            return None
+        head += chunk
+    (size,) = struct.unpack(">i", head)
+    body = b""
+    while len(body) < size:
+        chunk = s.recv(size - len(body))
+        if not chunk:
+            return None
+        body += chunk
+    return body
+
+
+def produce_ok(cluster: MetadataCluster, value: bytes) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap(cluster), "acks": "all"})
+    errors: list[object] = []
+    p.produce("t", value=value, partition=0, on_delivery=lambda err, msg: errors.append(err))
+    assert p.flush(20) == 0
+    assert errors == [None]
+
+
+def batch(n: int = 3) -> bytearray:
+    b = DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=False, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+        batch_size=1 << 20,
+    )  # fmt: skip
+    for i in range(n):
+        b.append(i, timestamp=1_700_000_000_000 + i, key=None, value=b"v%d" % i, headers=[])
+    return bytearray(b.build())
+
+
+def produce_raw(port: int, records: bytes, version: int = 9) -> int:
+    req = ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name="t",
+                partition_data=[ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)],
+            )
+        ],
+    )
+    req.with_header(correlation_id=7, client_id="bad-input")
+    frame = bytes(req.encode(version=version, header=True))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        body = read_frame(s)
+    assert body is not None
+
+    decoded = ProduceResponse.decode(body, version=version, header=True)
+    return int(decoded.responses[0].partition_responses[0].error_code)
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [("crc", 2), ("magic", 87), ("count", 87), ("length", 87), ("too-large", 10)],
+)
+def test_bad_batches_get_kafka_error_codes(cluster: MetadataCluster, damage: str, expected: int) -> None:
+    port = leader_port(cluster)
+    data = batch()
+    if damage == "crc":
+        data[-1] ^= 0xFF
+    elif damage == "magic":
+        data[16] = 1
+    elif damage == "count":
+        struct.pack_into(">i", data, 57, 9)  # recordCount no longer matches
+    elif damage == "length":
+        struct.pack_into(">i", data, 8, len(data) + 100)  # batchLength lies
+    else:
+        big = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, batch_size=4 << 20)
+        big.append(0, timestamp=1, key=None, value=b"x" * 1_100_000, headers=[])
+        data = bytearray(big.build())
+    code = produce_raw(port, bytes(data))
+    # kio-level (listener) and log-level checks answer with Kafka's codes: CORRUPT_MESSAGE (2)
+    # for a bad CRC, INVALID_RECORD (87) for a batch that does not frame, MESSAGE_TOO_LARGE (10).
+    assert code in ({expected} | ({2, 87} if expected in (2, 87) else set())), code
+    produce_ok(cluster, f"after-{damage}".encode())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frame=hostile_frames())
+def test_hostile_frames_leave_the_broker_serving(cluster: MetadataCluster, frame: bytes) -> None:
+    port = leader_port(cluster)
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        s.sendall(frame)
+        s.shutdown(socket.SHUT_WR)
+        try:
+            body = read_frame(s)
+        except (TimeoutError, ConnectionResetError):
+            body = None
+        if body is not None:
+            assert len(body) >= 4
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(bytes.fromhex("0000000a0012000000000001ffff"))  # ApiVersions v0, correlation 1
+        reply = read_frame(s)
+    assert reply is not None and reply[:4] == b"\x00\x00\x00\x01"
+
+
+def test_everything_acknowledged_is_still_there(cluster: MetadataCluster) -> None:
+    from dataplane_support import confluent_consume_all
+
+    produce_ok(cluster, b"final")
+    msgs = confluent_consume_all(bootstrap(cluster), "t", [0], expected=10_000, timeout=8)
+    values = [m.value() for m in msgs]
+    assert b"final" in values
+    assert [m.offset() for m in msgs] == list(range(len(msgs)))
