@@ -184,3 +184,4 @@ class DataPlane:
         now = now_ms()
         self.logs.flush_pass(now)
         self.logs.roll_pass(now)
+        self.logs.purge_deleted()
