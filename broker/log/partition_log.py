@@ -134,6 +134,7 @@ class PartitionLog:
         reason: str | None = None
         for i, base in enumerate(bases):
             needs_recovery = not clean and (i + 1 >= len(bases) or bases[i + 1] > recovery_point)
+            cut = 0
             seg = LogSegment(directory, base, config.segment_index_bytes, config.index_interval_bytes, fresh=False)
             if not seg.indexes_trusted:
                 needs_recovery = True  # a missing or damaged index is rebuilt from the segment
