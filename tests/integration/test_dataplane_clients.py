@@ -295,3 +295,61 @@ def test_confluent_consumer_with_client_rack_reads_from_follower(cluster: Metada
         if topic in s.get("topics", {})  # type: ignore[operator]
     }
     assert follower in fetched_from, f"fetched from {fetched_from}, leader {leader}, follower {follower}"
+
+
+# --------------------------------------------------------------------------- admin through a broker
+
+
+def test_admin_requests_through_a_broker(cluster: MetadataCluster, brokers: str) -> None:
+    """AdminClient talks to brokers only: creates, configs, DeleteRecords, log dirs, deletes."""
+    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": brokers})
+    futures = admin.create_topics(
+        [NewTopic("admin-made", num_partitions=2, replication_factor=3, config={"retention.ms": "3600000"})]
+    )
+    futures["admin-made"].result(20)
+    wait_until(
+        "admin-made on every broker",
+        lambda: all(len(cluster.partitions(b, "admin-made")) == 2 for b in cluster.broker_ids),
+        20,
+    )
+    described = admin.describe_configs([ConfigResource("topic", "admin-made")])
+    configs = next(iter(described.values())).result(20)
+    assert configs["retention.ms"].value == "3600000"
+
+    p = Producer({"bootstrap.servers": brokers, "acks": "all"})
+    for i in range(100):
+        p.produce("admin-made", value=b"%d" % i, partition=0)
+    assert p.flush(20) == 0
+    deleted = admin.delete_records([TopicPartition("admin-made", 0, 40)])
+    low = next(iter(deleted.values())).result(20)
+    assert low.low_watermark == 40
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": brokers, "group.id": "lowwm"})
+    assert c.get_watermark_offsets(TopicPartition("admin-made", 0), timeout=10) == (40, 100)
+    c.close()
+
+    from kafka import KafkaAdminClient
+
+    kadmin = KafkaAdminClient(bootstrap_servers=brokers)
+    dirs = kadmin.describe_log_dirs()
+    kadmin.close()
+    sizes = {
+        (r["broker"], p["partition_index"]): p["partition_size"]
+        for r in dirs
+        for d in r["log_dirs"]
+        for t in d["topics"]
+        if t["name"] == "admin-made"
+        for p in t["partitions"]
+    }
+    assert sorted(sizes) == [(b, p) for b in cluster.broker_ids for p in (0, 1)], sizes
+    assert all(sizes[(b, 0)] > 0 and sizes[(b, 1)] == 0 for b in cluster.broker_ids), sizes
+
+    leader_dirs = {b: Path(cluster.nodes[b].plan.properties["log.dirs"]) / "admin-made-0" for b in cluster.broker_ids}
+    assert all(d.exists() for d in leader_dirs.values())
+    admin.delete_topics(["admin-made"])["admin-made"].result(20)
+    # Kafka renames a deleted partition's directory `...-delete` at once (and removes it later).
+    wait_until("partition dirs renamed", lambda: not any(d.exists() for d in leader_dirs.values()), 20)
