@@ -88,6 +88,16 @@ def _storage_random_uuid(args: argparse.Namespace) -> int:
 
 
 def _controller(args: argparse.Namespace) -> int:
+    # A combined node (process.roles=broker,controller) runs as one process whichever
+    # subcommand starts it; its broker side is broker.node's.
+    from quorum.node.config import ConfigError, load_config
+
+    try:
+        combined = load_config(args.config).is_broker and not getattr(args, "synthetic_load_size", 0)
+    except ConfigError:
+        combined = False  # the controller's own start reports the error
+    if combined:
+        return _call("broker.node", "main", args)
     return _call("quorum.node.controller", "main", args)
 
 

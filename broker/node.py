@@ -7,6 +7,12 @@ heartbeats with the active controller, hosts partition replicas (`LogManager` ov
 serves Kafka clients on its broker listener and the REST API. On SIGTERM it runs a
 controlled shutdown (its leaderships move away), then flushes and checkpoints every
 partition log (a clean shutdown needs no recovery at the next start) and exits.
+
+Combined mode (`process.roles=broker,controller`, Kafka's quick-start set-up for small and
+development clusters): the same process is also a voter of the quorum on its controller
+listener and, while it leads, the active controller. Both roles share one metadata state
+machine and one event loop; at SIGTERM the broker side shuts down first (controlled
+shutdown), then the controller resigns its leadership.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import MetadataImage
 from quorum.metadata.snapshot import MetadataStateMachine
 from quorum.node.config import ConfigError, load_config
-from quorum.node.controller import setup_logging
+from quorum.controller.active import QuorumController
+from quorum.node.controller import build_controller, setup_logging
 from quorum.node.controller_client import ControllerClient
 from quorum.node.events import EventLog
 from quorum.node.meta_properties import StorageError, check_storage
@@ -41,16 +48,32 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
     config = load_config(config_path)
     if not config.is_broker:
         raise ConfigError(f"process.roles={','.join(sorted(config.process_roles))} has no broker role")
-    if config.node_id in config.controller_quorum_voters:
-        raise ConfigError(f"node.id {config.node_id} is a controller in controller.quorum.voters")
+    combined = config.is_controller
     meta = check_storage(config)
     events = EventLog(events_file, config.node_id)
     sm = MetadataStateMachine()
+    controller: QuorumController | None = None
 
     def on_role(role: Role, epoch: Epoch) -> None:
         events.emit("role", role=role.value, epoch=epoch)
+        if controller is not None:
+            controller.on_role_change(role, epoch)
 
-    node = RaftNode(config, cluster_id=meta.cluster_id, state_machine=sm, serve_raft=False, on_role_change=on_role)
+    def on_first_commit(epoch: Epoch) -> None:
+        events.emit("first_commit", epoch=epoch)
+        if controller is not None:
+            controller.on_first_commit(epoch)
+
+    node = RaftNode(
+        config,
+        cluster_id=meta.cluster_id,
+        state_machine=sm,
+        serve_raft=combined,
+        on_role_change=on_role,
+        on_first_commit=on_first_commit if combined else None,
+    )
+    if combined:
+        controller = build_controller(config, node, sm, meta.cluster_id)
     client = ControllerClient(node, client_id=f"broker-{config.node_id}")
     # The data plane listens to metadata from the first record on (snapshot loads included).
     dataplane = DataPlane(config, meta.cluster_id, image=lambda: sm.image, client=client)
@@ -78,7 +101,9 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
     sm.add_listener(on_metadata)
     lifecycle.start()
     await dataplane.start(broker_epoch=lambda: lifecycle.broker_epoch)
-    ctx = LocalNodeContext(config, cluster_id=meta.cluster_id, raft=node, state_machine=sm, client=client)
+    ctx = LocalNodeContext(
+        config, cluster_id=meta.cluster_id, raft=node, state_machine=sm, client=client, controller=controller
+    )
     rest = None
     address = config.rest_address
     if address is not None:
@@ -105,8 +130,11 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
     if rest is not None:
         with contextlib.suppress(Exception):
             await rest.stop()
+    if controller is not None:
+        await controller.close()
     await client.close()
-    await node.stop(graceful=False)
+    # A combined node resigns its quorum leadership (EndQuorumEpoch) on the way out.
+    await node.stop(graceful=combined and node.fatal_error is None)
     events.emit("stopped")
     events.close()
     return 1 if node.fatal_error is not None else 0

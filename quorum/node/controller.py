@@ -19,7 +19,7 @@ from quorum.controller.active import QuorumController
 from quorum.controller.apis import ControllerApis
 from quorum.controller.replication_control import ReplicationSettings
 from quorum.metadata.snapshot import MetadataStateMachine
-from quorum.node.config import ConfigError, load_config
+from quorum.node.config import ConfigError, NodeConfig, load_config
 from quorum.node.controller_client import ControllerClient
 from quorum.node.events import EventLog
 from quorum.node.meta_properties import StorageError, check_storage
@@ -42,6 +42,31 @@ def setup_logging(node_id: int | None = None) -> None:
     )
 
 
+def build_controller(config: NodeConfig, node: RaftNode, sm: MetadataStateMachine, cluster_id: str) -> QuorumController:
+    """The active-controller machinery of a node with the controller role (a controller, or
+    a combined broker+controller): the QuorumController over the node's metadata state
+    machine, and its Kafka-protocol APIs on the node's controller listener."""
+    defaults = broker_defaults_of(config)
+    controller = QuorumController(
+        node,
+        sm,
+        cluster_id=cluster_id,
+        settings=ReplicationSettings(
+            num_partitions=config.num_partitions,
+            default_replication_factor=config.default_replication_factor,
+            broker_defaults=defaults,
+        ),
+        session_timeout_ms=config.broker_session_timeout_ms,
+        idle_interval_ms=config.metadata_max_idle_interval_ms,
+        auto_rebalance=config.auto_leader_rebalance_enable,
+        rebalance_interval_s=config.leader_imbalance_check_interval_seconds,
+        imbalance_percentage=config.leader_imbalance_per_broker_percentage,
+    )
+    apis = ControllerApis(controller, sm, node, cluster_id=cluster_id, broker_defaults=defaults)
+    node.extra_api_handler = apis.handle
+    return controller
+
+
 async def serve_controller(
     config_path: str,
     *,
@@ -59,6 +84,8 @@ async def serve_controller(
     config = load_config(config_path)
     if not config.is_controller:
         raise ConfigError(f"process.roles={','.join(sorted(config.process_roles))} has no controller role")
+    if config.is_broker:
+        raise ConfigError("process.roles has the broker role too: run it as a combined node (pykraft broker)")
     meta = check_storage(config)
     events = EventLog(events_file, config.node_id)
     controller: QuorumController | None = None
@@ -84,24 +111,7 @@ async def serve_controller(
     rest = None
     client = None
     if isinstance(sm, MetadataStateMachine):
-        defaults = broker_defaults_of(config)
-        controller = QuorumController(
-            node,
-            sm,
-            cluster_id=meta.cluster_id,
-            settings=ReplicationSettings(
-                num_partitions=config.num_partitions,
-                default_replication_factor=config.default_replication_factor,
-                broker_defaults=defaults,
-            ),
-            session_timeout_ms=config.broker_session_timeout_ms,
-            idle_interval_ms=config.metadata_max_idle_interval_ms,
-            auto_rebalance=config.auto_leader_rebalance_enable,
-            rebalance_interval_s=config.leader_imbalance_check_interval_seconds,
-            imbalance_percentage=config.leader_imbalance_per_broker_percentage,
-        )
-        apis = ControllerApis(controller, sm, node, cluster_id=meta.cluster_id, broker_defaults=defaults)
-        node.extra_api_handler = apis.handle
+        controller = build_controller(config, node, sm, meta.cluster_id)
     await node.start()
     listener = config.controller_listeners[0]
     log.info("controller %d serving on %s (cluster %s)", config.node_id, listener, meta.cluster_id)
