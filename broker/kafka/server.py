@@ -54,11 +54,11 @@ log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------
 # THE place where the per-connection pipeline depth is chosen (requests read ahead and
-# handled concurrently on one connection; answers still written in request order). 1 is
-# the transport's behaviour today (one request at a time). It is passed to `serve()` only
-# once `serve()` accepts a `pipeline_depth` keyword (the pipelined transport), see
-# `KafkaListener.start`.
-PIPELINE_DEPTH: Final = 1
+# handled concurrently on one connection; answers still written in request order), as
+# librdkafka keeps up to 5 produce requests in flight per broker: acks=all requests then
+# wait for replication together. Appends still happen in request order: a produce
+# handler appends before its first suspension, and handlers start in request order.
+PIPELINE_DEPTH: Final = 16
 # ---------------------------------------------------------------------------------------
 
 

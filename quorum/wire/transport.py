@@ -2,8 +2,11 @@
 
 A frame on the wire is a 4-byte big-endian signed length followed by that many
 bytes (header + body). The server answers the requests of one connection strictly
-in order, one at a time (Kafka mutes a connection while a request is in flight);
-connections are independent. The client pipelines: any number of requests may be
+in order. By default it handles them one at a time (Kafka mutes a connection while a
+request is in flight); with `pipeline_depth` > 1 it keeps reading up to that many
+requests ahead, runs their handlers concurrently and still writes the responses in
+request order (a client's pipelined produce requests then wait for replication
+together instead of one after another). Connections are independent. The client pipelines: any number of requests may be
 in flight on its single connection, matched to responses by correlation id.
 """
 
@@ -71,6 +74,7 @@ async def serve(
     handler: Handler,
     *,
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    pipeline_depth: int = 1,
 ) -> asyncio.Server:
     """Listen on host:port; call `handler(frame)` for each request frame.
 
@@ -81,27 +85,72 @@ async def serve(
     """
     connections: dict[asyncio.StreamWriter, asyncio.Task[None] | None] = {}
 
+    async def read_frame(reader: asyncio.StreamReader, peer: object) -> bytes | None:
+        try:
+            prefix = await reader.readexactly(4)
+        except asyncio.IncompleteReadError:
+            return None  # the client closed the connection
+        size = int.from_bytes(prefix, "big", signed=True)
+        if size < 0 or size > max_frame_bytes:
+            log.warning("closing connection from %s: frame size %d outside 0..%d", peer, size, max_frame_bytes)
+            return None
+        return await reader.readexactly(size)
+
+    async def serial(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object) -> None:
+        while True:
+            frame = await read_frame(reader, peer)
+            if frame is None:
+                return
+            response = await handler(frame)
+            if response is not None:
+                if writer.is_closing():
+                    return  # the peer or the server went away while we worked on it
+                writer.write(response)
+                await writer.drain()
+
+    async def pipelined(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object) -> None:
+        # Invariant: `pending` holds the handler tasks of requests read but not yet answered,
+        # in request order; at most `pipeline_depth` of them.
+        pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(maxsize=pipeline_depth)
+
+        async def write_in_order() -> None:
+            while True:
+                task = await pending.get()
+                if task is None:
+                    return
+                response = await task
+                if response is not None:
+                    if writer.is_closing():
+                        return
+                    writer.write(response)
+                    await writer.drain()
+
+        writer_task = asyncio.create_task(write_in_order())
+        try:
+            while not writer_task.done():
+                frame = await read_frame(reader, peer)
+                if frame is None:
+                    break
+                await pending.put(asyncio.ensure_future(handler(frame)))
+            if not writer_task.done():
+                await pending.put(None)
+            await writer_task  # answers what was read, or raises what a handler raised
+        finally:
+            writer_task.cancel()
+            while not pending.empty():
+                task = pending.get_nowait()
+                if task is not None:
+                    task.cancel()
+
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connections[writer] = asyncio.current_task()
         _set_nodelay(writer)
         peer = writer.get_extra_info("peername")
         try:
-            while True:
-                try:
-                    prefix = await reader.readexactly(4)
-                except asyncio.IncompleteReadError:
-                    return  # the client closed the connection
-                size = int.from_bytes(prefix, "big", signed=True)
-                if size < 0 or size > max_frame_bytes:
-                    log.warning("closing connection from %s: frame size %d outside 0..%d", peer, size, max_frame_bytes)
-                    return
-                frame = await reader.readexactly(size)
-                response = await handler(frame)
-                if response is not None:
-                    if writer.is_closing():
-                        return  # the peer or the server went away while we worked on it
-                    writer.write(response)
-                    await writer.drain()
+            if pipeline_depth > 1:
+                await pipelined(reader, writer, peer)
+            else:
+                await serial(reader, writer, peer)
         except (asyncio.IncompleteReadError, ConnectionError):
             log.debug("connection from %s lost", peer)
         except CloseConnection as exc:
