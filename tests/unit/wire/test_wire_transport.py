@@ -171,6 +171,41 @@ def test_pipelined_requests_are_answered_in_order_one_at_a_time(run):
     run(main())
 
 
+def test_pipelined_connection_runs_handlers_concurrently_and_answers_in_order(run):
+    """pipeline_depth > 1: later requests may finish first, answers still come in request
+    order, a None answer (acks=0) sends nothing, and at most `depth` run at once."""
+
+    async def main() -> None:
+        active = 0
+        max_active = 0
+
+        async def handler(frame: bytes) -> bytes | None:
+            nonlocal active, max_active
+            cid = struct.unpack_from(">i", frame, 4)[0]
+            active += 1
+            max_active = max(max_active, active)
+            await asyncio.sleep(0.002 * ((7 * cid) % 5))  # out-of-order completion
+            active -= 1
+            return None if cid % 10 == 9 else echo_response(frame)
+
+        server = await serve("127.0.0.1", 0, handler, pipeline_depth=8)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server))
+            writer.write(b"".join(frame_for(i, b"p%d" % i) for i in range(100)))
+            await writer.drain()
+            got = []
+            for _ in range(90):  # ids ending in 9 get no answer
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                got.append(struct.unpack_from(">i", await reader.readexactly(size))[0])
+            writer.close()
+            assert got == [i for i in range(100) if i % 10 != 9]
+            assert 1 < max_active <= 8
+        finally:
+            await close_server(server)
+
+    run(main())
+
+
 def test_a_slow_request_does_not_block_other_connections(run):
     async def main() -> None:
         release = asyncio.Event()
