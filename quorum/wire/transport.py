@@ -109,9 +109,9 @@ async def serve(
                 await writer.drain()
 
     async def pipelined(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object) -> None:
-        # Invariant: `pending` holds the handler tasks of requests read but not yet answered,
-        # in request order; at most `pipeline_depth` of them.
-        pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(maxsize=pipeline_depth)
+        # Invariant: the handler tasks of requests read but not yet answered are the one the
+        # writer awaits plus those in `pending`, in request order: at most `pipeline_depth`.
+        pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(maxsize=pipeline_depth - 1)
 
         async def write_in_order() -> None:
             while True:
