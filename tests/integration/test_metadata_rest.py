@@ -499,7 +499,7 @@ def test_log_dump_of_a_controller_segment(md: MetadataCluster) -> None:
     wait_until("controller 1 to apply dumped-topic", lambda: "dumped-topic" in md.topics(md.controller_ids[0]), 5.0)
     out = _cli_ok("log", "dump", str(_controller_segment(md)))
     lines = out.splitlines()
-    assert lines[0] == "Log starting offset: 0"
+    assert lines[0] == f"Dumping {_controller_segment(md)}" and lines[1] == "Log starting offset: 0"
     batches = [line for line in lines if line.startswith("baseOffset: ")]
     records = [line for line in lines if line.startswith("| offset: ")]
     assert batches and records
