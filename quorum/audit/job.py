@@ -71,8 +71,14 @@ REPORT = "report.html"
 # --------------------------------------------------------------------------- the session
 
 
-def spark_session(master: str = "local[*]", app_name: str = "pykraft-audit") -> SparkSession:
-    """A SparkSession whose Python workers run this interpreter; quiet (WARN) and small when local."""
+def spark_session(
+    master: str = "local[*]", app_name: str = "pykraft-audit", conf: Sequence[tuple[str, str]] = ()
+) -> SparkSession:
+    """A SparkSession whose Python workers run this interpreter; quiet (WARN) and small when local.
+
+    `conf`: Spark settings (`--conf NAME=VALUE`) applied last, e.g. spark.executor.memory or
+    spark.kubernetes.container.image for a cluster.
+    """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     local = master.startswith("local")
@@ -88,6 +94,9 @@ def spark_session(master: str = "local[*]", app_name: str = "pykraft-audit") -> 
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.debug.maxToStringFields", "200")
     )
+    if not local and os.environ.get("PYTHONPATH"):
+        # Executors import quorum.audit (the data source, the replay): the driver's path, if it has one.
+        builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
     if local:
         # The local driver is the executor too: room for the cached replay output of large logs.
         builder = builder.config("spark.driver.memory", "2g")
@@ -98,6 +107,8 @@ def spark_session(master: str = "local[*]", app_name: str = "pykraft-audit") -> 
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
         )
+    for name, value in conf:
+        builder = builder.config(name, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
