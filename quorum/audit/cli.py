@@ -22,7 +22,7 @@ import argparse
 import sys
 from typing import Any
 
-from quorum.audit.checks import AUTO_REBALANCE, IMBALANCE_INTERVAL, IMBALANCE_PCT, UNCLEAN, AuditSettings
+from quorum.audit.checks import AUTO_REBALANCE, IMBALANCE_INTERVAL, IMBALANCE_PCT, MIN_ISR, UNCLEAN, AuditSettings
 from quorum.audit.logdirs import AuditInputError, resolve_copies
 
 __all__ = ["add_audit_commands", "audit_main", "export_main"]
@@ -30,7 +30,7 @@ __all__ = ["add_audit_commands", "audit_main", "export_main"]
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
 EXIT_ERROR = 2
-KNOWN_DEFAULTS = (UNCLEAN, IMBALANCE_PCT, IMBALANCE_INTERVAL, AUTO_REBALANCE)
+KNOWN_DEFAULTS = (UNCLEAN, IMBALANCE_PCT, IMBALANCE_INTERVAL, AUTO_REBALANCE, MIN_ISR)
 
 
 def _key_value(text: str) -> tuple[str, str]:
