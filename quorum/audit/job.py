@@ -972,7 +972,9 @@ def run_audit(
     if report:
         from quorum.audit.report import collect_plot_data, write_report
 
-        data = collect_plot_data(lagged, spark.read.parquet(uri(IMBALANCE)), copy_docs, order[:1], copies)
+        data = collect_plot_data(
+            lagged, spark.read.parquet(uri(IMBALANCE)), copy_docs, order[:1], copies, spark.read.parquet(uri(BROKERS))
+        )
         write_report(out / REPORT, document, data)
         lap("report")
     lagged.unpersist()

@@ -1,10 +1,13 @@
 """`report.html`: the audit's findings for people, with plots (matplotlib, embedded as PNG).
 
 Plots, from the reference copy (a voter copy with the longest log) unless noted:
-leadership changes and ISR size over time, leaderless time per partition (from the
+leadership changes and ISR size over time, the brokers' register / fence / unfence /
+controlled-shutdown timeline (drawn, and listed), leaderless time per partition (from the
 `partition_leaderless` findings), leader imbalance per broker over time, and the controller
 epochs over offsets (every copy). Times are batch timestamps (the writing controller's
-clock, in ms), shown in seconds from the reference copy's first batch. The plot data is
+wall clock), drawn on a UTC wall-clock axis; counts are drawn on integer axes. The page
+fits a 1,280 px window without horizontal scrolling (fixed-width tables that wrap, images
+scaled to the page). The plot data is
 aggregated by Spark into at most a few hundred time buckets, so the report stays small
 whatever the log's size.
 """
@@ -17,6 +20,7 @@ import io
 import json
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,7 @@ from pyspark.sql import functions as F
 __all__ = ["collect_plot_data", "write_report"]
 
 BUCKETS = 300
+MAX_BROKER_EVENTS = 2000  # broker events listed and drawn (the first ones, by offset)
 
 
 def collect_plot_data(
@@ -34,6 +39,7 @@ def collect_plot_data(
     copies: Sequence[dict[str, Any]],
     reference: Sequence[str],
     log_copies: Sequence[Any],
+    brokers: DataFrame | None = None,
 ) -> dict[str, Any]:
     """Small, aggregated series for the plots (see the module docstring); one Spark job.
 
@@ -82,6 +88,14 @@ def collect_plot_data(
             F.max_by("ratio", "offset").alias("ratio"),
         )
     )
+    if brokers is not None:
+        events = (
+            brokers.where((F.col("log_dir") == ref["log_dir"]) & (F.col("event") != "snapshot"))
+            .select("offset", "batch_timestamp_ms", "broker_id", "broker_epoch", "event", "controller_epoch")
+            .orderBy("offset", "broker_id")
+            .limit(MAX_BROKER_EVENTS)
+        )
+        data["broker_events"] = [r.asDict() for r in events.collect()]
     rows = [r.asDict() for r in series.unionByName(imb).collect()]
     data["partition_series"] = sorted((r for r in rows if r["kind"] == "partitions"), key=lambda r: r["bucket"])
     data["imbalance"] = sorted(
@@ -102,6 +116,39 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def _utc(ms: float) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _x(ms: float) -> float:
+    """A wall-clock time in ms as a matplotlib date number (days since its default epoch, 1970-01-01)."""
+    return ms / 86_400_000
+
+
+def _time_axis(ax: Any) -> None:
+    import matplotlib.dates as mdates
+
+    locator = mdates.AutoDateLocator(tz=UTC)  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=UTC))  # type: ignore[no-untyped-call]
+    ax.set_xlabel("time (UTC, batch timestamps)")
+
+
+def _integer_axis(axis: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+_BROKER_MARKERS = {
+    "registered": ("o", "tab:blue"),
+    "unfenced": ("^", "tab:green"),
+    "fenced": ("v", "tab:red"),
+    "controlled_shutdown": ("s", "tab:orange"),
+    "unregistered": ("x", "black"),
+}
+
+
 def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
     import matplotlib
 
@@ -110,6 +157,7 @@ def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
 
     out: list[tuple[str, str]] = []
     width = data.get("bucket_ms", 1)
+    t0 = int(data.get("t0", 0))
     series = data.get("partition_series") or []
     if series:
         xs, live, isr, urp, leaderless, changes = [], [], [], [], [], []
@@ -117,22 +165,40 @@ def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
         for r in series:
             for k in ("live", "isr", "urp", "leaderless"):
                 acc[k] += int(r[k] or 0)
-            xs.append(r["bucket"] * width / 1000)
+            xs.append(_x(t0 + r["bucket"] * width))
             live.append(acc["live"])
             isr.append(acc["isr"] / acc["live"] if acc["live"] else 0)
             urp.append(acc["urp"])
             leaderless.append(acc["leaderless"])
             changes.append(int(r["changes"] or 0))
         fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
-        a1.bar(xs, changes, width=max(width / 1000, 1e-3), color="tab:orange")
+        a1.bar(xs, changes, width=max(width / 86_400_000, 1e-9), align="edge", color="tab:orange")
         a1.set_ylabel("leadership changes")
+        _integer_axis(a1.yaxis)
         a1.set_title("Leadership changes and ISR size over time")
         a2.step(xs, isr, where="post", label="mean ISR size")
         a2.step(xs, urp, where="post", label="under-replicated partitions")
         a2.step(xs, leaderless, where="post", label="leaderless partitions")
-        a2.set_xlabel("seconds since the first batch")
+        _time_axis(a2)
+        _integer_axis(a2.yaxis)
         a2.legend(loc="best", fontsize="small")
         out.append(("Leadership changes and ISR size", _png(fig)))
+    events = data.get("broker_events") or []
+    if events:
+        ids = sorted({int(e["broker_id"]) for e in events})
+        fig, ax = plt.subplots(figsize=(9, max(2.2, 0.45 * len(ids) + 1.2)))
+        for kind, (marker, color) in _BROKER_MARKERS.items():
+            mine = [e for e in events if e["event"] == kind]
+            if mine:
+                ax.scatter([_x(e["batch_timestamp_ms"]) for e in mine], [e["broker_id"] for e in mine],
+                           marker=marker, color=color, label=kind.replace("_", " "), zorder=3)  # fmt: skip
+        ax.set_yticks(ids)
+        ax.set_ylabel("broker")
+        ax.set_title("Broker lifecycle: register, fence, unfence, controlled shutdown")
+        _time_axis(ax)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+        out.append(("Broker lifecycle", _png(fig)))
     leaderless_time: dict[str, int] = defaultdict(int)
     for f in doc["findings"]:
         if f["check"] == "partition_leaderless" and f.get("duration_ms"):
@@ -149,7 +215,7 @@ def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
         by_broker: dict[int, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
         for r in imb:
             xs_b, ys_b = by_broker[int(r["broker_id"])]
-            xs_b.append(r["bucket"] * width / 1000)
+            xs_b.append(_x(t0 + r["bucket"] * width))
             ys_b.append(100 * float(r["ratio"]))
         fig, ax = plt.subplots(figsize=(9, 3.5))
         for broker, (xs_b, ys_b) in sorted(by_broker.items()):
@@ -157,7 +223,7 @@ def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
         pct = doc["settings"].get("leader.imbalance.per.broker.percentage", 10)
         ax.axhline(pct, color="grey", linestyle="--", label=f"threshold {pct}%")
         ax.set_ylabel("leader imbalance %")
-        ax.set_xlabel("seconds since the first batch")
+        _time_axis(ax)
         ax.set_title("Leader imbalance per broker")
         ax.legend(loc="best", fontsize="small")
         out.append(("Leader imbalance per broker", _png(fig)))
@@ -177,6 +243,8 @@ def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
                 ax.annotate(f"L{lc['leader']}", (lc["offset"], lc["leader_epoch"]), fontsize="x-small")
         ax.set_xlabel("offset")
         ax.set_ylabel("controller epoch")
+        _integer_axis(ax.xaxis)
+        _integer_axis(ax.yaxis)
         ax.set_title("Controller epochs over offsets (LeaderChange records; L = leader)")
         ax.legend(loc="best", fontsize="small")
         out.append(("Controller epochs over offsets", _png(fig)))
@@ -186,9 +254,12 @@ def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
 # --------------------------------------------------------------------------- html
 
 _CSS = """
-body { font-family: sans-serif; margin: 2em; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
+body { font-family: sans-serif; margin: 1.5em auto; max-width: 1200px; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; max-width: 100%; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; word-break: break-word; }
+img { max-width: 100%; height: auto; }
+p, code { overflow-wrap: anywhere; }
 th { background: #f0f0f0; }
 .violation { color: #b00020; font-weight: bold; }
 .warning { color: #a65e00; }
@@ -281,6 +352,25 @@ def write_report(path: Path, doc: dict[str, Any], data: dict[str, Any]) -> Path:
             parts.append(
                 f"<h3>{html.escape(title)}</h3><img alt='{html.escape(title)}' src='data:image/png;base64,{png}'>"
             )
+    if data.get("broker_events"):
+        events = data["broker_events"]
+        parts.append(f"<h2>Broker lifecycle events ({len(events)})</h2>")
+        parts.append(
+            _table(
+                ["time (UTC)", "offset", "broker", "event", "broker epoch", "controller epoch"],
+                [
+                    [
+                        html.escape(_utc(e["batch_timestamp_ms"]).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]),
+                        e["offset"],
+                        e["broker_id"],
+                        html.escape(str(e["event"]).replace("_", " ")),
+                        e["broker_epoch"] if e["broker_epoch"] is not None else "",
+                        e["controller_epoch"] if e["controller_epoch"] is not None else "",
+                    ]
+                    for e in events
+                ],
+            )
+        )
     parts.append("<h2>Settings</h2>")
     parts.append(
         _table(["config", "value"], [[html.escape(k), html.escape(str(v))] for k, v in doc["settings"].items()])
