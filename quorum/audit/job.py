@@ -26,6 +26,7 @@ import json
 import os
 import sys
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -366,6 +367,94 @@ def replay_dataframe(
         .sortWithinPartitions("_group", F.col("_snapshot").desc(), "_file", "position", "offset")
     )
     return rows.mapInArrow(_replay_function(plans, settings, shards), spark_schema(REPLAY_FIELDS))
+
+
+def _owner_shards(topic_ids: pa.Array, shards: int) -> pa.Array:
+    """Each row's owning shard (int32) from its topic id string: crc32 of the id modulo `shards`,
+    computed once per distinct id (the same on every executor, unlike Python's salted hash)."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+    uniques = pc.unique(topic_ids)
+    owners = pa.array(
+        [zlib.crc32(t.encode()) % shards if t is not None else 0 for t in uniques.to_pylist()], pa.int32()
+    )
+    return pc.take(owners, pc.index_in(topic_ids, value_set=uniques))
+
+
+def copy_replay_input(records_path: str, plan: tuple[str, int | None, str | None, int, int], copy: int,
+                      shard: int, shards: int) -> pa.Table:  # fmt: skip
+    """One (copy, shard)'s replay input, read straight from records.parquet with pyarrow: the rows of
+    its replay snapshot, then of its segments, in log order, with the columns of `_REPLAY_INPUT`.
+
+    A shard keeps every record but the partition records of other shards' topics, of which it keeps
+    only the first row of each batch (marked `foreign`: it closes the previous batch).
+    """
+    import pyarrow.compute as pc  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    import pyarrow.dataset as ds  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+    log_dir, _node, snapshot_name, _end, _epoch = plan
+    keep = ds.field("source_kind") == "segment"
+    if snapshot_name is not None:
+        keep = keep | (ds.field("source_file") == snapshot_name)
+    columns = [c for c in _REPLAY_INPUT if c not in ("_copy", "_snapshot", "shard", "foreign")]
+    columns += ["source_kind", "source_file", "position", "record_type", "topic_id"]
+    table = ds.dataset(records_path, format="parquet").to_table(
+        columns=columns, filter=(ds.field("log_dir") == log_dir) & keep
+    )
+    n = table.num_rows
+    snapshot = pc.equal(table["source_kind"], "snapshot")
+    table = table.append_column("_snapshot", snapshot).append_column(
+        "_file", pc.cast(pc.utf8_slice_codeunits(table["source_file"], 0, 20), pa.int64())
+    )
+    table = table.append_column("_not_snapshot", pc.invert(snapshot))
+    table = table.sort_by([("_not_snapshot", "ascending"), ("_file", "ascending"), ("position", "ascending"),
+                           ("offset", "ascending")])  # fmt: skip
+    foreign = pa.array([False] * n) if n else pa.array([], pa.bool_())
+    if shards > 1 and n:
+        owned = pc.and_(
+            pc.is_in(table["record_type"], value_set=pa.array(["PARTITION_RECORD", "PARTITION_CHANGE_RECORD"])),
+            pc.fill_null(table["valid"], False),
+        )
+        owned = pc.fill_null(owned, False)
+        mine = pc.equal(_owner_shards(table["topic_id"], shards), shard)
+        first_of_batch = pc.and_(
+            pc.invert(table["_snapshot"]), pc.equal(table["offset"], table["batch_base_offset"])
+        )
+        other = pc.and_(owned, pc.invert(pc.fill_null(mine, False)))
+        keep_rows = pc.or_(pc.invert(other), pc.fill_null(first_of_batch, False))
+        foreign = pc.filter(other, keep_rows)
+        table = table.filter(keep_rows)
+    n = table.num_rows
+    table = table.append_column("_copy", pa.array([copy] * n, pa.int64()))
+    table = table.append_column("shard", pa.array([shard] * n, pa.int32())).append_column("foreign", foreign)
+    return table.select(list(_REPLAY_INPUT))
+
+
+def replay_tasks_dataframe(
+    spark: SparkSession, records_path: str, copies: Sequence[LogCopy], settings: AuditSettings, shards: int = 1
+) -> DataFrame:
+    """Every copy replayed by `CopyReplayer` in `shards` tasks per copy, as `replay_dataframe` does, but
+    without a shuffle: one task per (copy, shard), each reading its rows from records.parquet itself
+    (the output directory is on storage every executor sees, as the audit requires)."""
+    plans: list[tuple[str, int | None, str | None, int, int]] = []
+    for copy in copies:
+        snap = copy.replay_snapshot()
+        if snap is None:
+            plans.append((copy.log_dir, copy.node_id, None, 0, -1))
+        else:
+            plans.append((copy.log_dir, copy.node_id, snap.name, snap.end_offset, snap.epoch))
+    groups = max(1, len(copies) * shards)
+    replay = _replay_function(plans, settings, shards)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for group in batch.column("id").to_pylist():
+                copy, shard = divmod(int(group), shards)
+                table = copy_replay_input(records_path, plans[copy], copy, shard, shards)
+                yield from replay(iter(table.to_batches(max_chunksize=8192)))
+
+    tasks = spark.range(0, groups, 1, numPartitions=groups)
+    return tasks.mapInArrow(run, spark_schema(REPLAY_FIELDS))
 
 
 def imbalance_dataframes(deltas: DataFrame, ends: DataFrame, settings: AuditSettings) -> tuple[DataFrame, DataFrame]:
@@ -868,7 +957,8 @@ def run_audit(
     lap("read_and_export_records")
     records = spark.read.parquet(uri(RECORDS))
     shards = shards or replay_shards(spark, len(copies))
-    replay = replay_dataframe(records, copies, settings, shards).persist(StorageLevel.MEMORY_AND_DISK)
+    records_path = str((out / RECORDS).resolve())
+    replay = replay_tasks_dataframe(spark, records_path, copies, settings, shards).persist(StorageLevel.MEMORY_AND_DISK)
     _select(replay, "partition", PARTITION_FIELDS).write.mode("overwrite").parquet(uri(PARTITIONS))
     _select(replay, "broker", BROKER_FIELDS).write.mode("overwrite").parquet(uri(BROKERS))
     if export_only:

@@ -143,4 +143,8 @@ def test_spark_audit_equals_the_python_audit(spark: Any, tmp_path: Path, shards:
         assert copy["replay"]["shards"] == shards
     if shards == 1:
         report = (tmp_path / "out" / "report.html").read_text()
-        assert report.count("<img") == 4 and "violation(s)" in report
+        # leadership/ISR, broker lifecycle, leaderless, imbalance, controller epochs
+        assert report.count("<img") == 5 and "violation(s)" in report
+        assert "<h2>Broker lifecycle events (" in report and "time (UTC, batch timestamps)" not in report
+        registered = sum(1 for r in brokers if r["event"] == "registered" and r["log_dir"] == saved["reference_copy"])
+        assert report.count("<td>registered</td>") == registered > 0
