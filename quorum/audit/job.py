@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -129,6 +130,7 @@ def _union_fields() -> tuple[tuple[str, str], ...]:
 
 _SUMMARY_FIELDS = (("node_id", "INT"), ("log_dir", "STRING"), ("details", "STRING"))
 REPLAY_FIELDS = _union_fields()
+_PARTITION_SCHEMA = arrow_schema(PARTITION_FIELDS)
 _KIND_FIELDS = {
     "partition": PARTITION_FIELDS,
     "broker": BROKER_FIELDS,
@@ -155,11 +157,17 @@ _REPLAY_INPUT = (
 
 
 class _ArrowSink:
-    """Collects the replay's rows per kind; `drain` turns them into union-schema Arrow batches."""
+    """Collects the replay's rows per kind; `drain` turns them into union-schema Arrow batches.
 
-    def __init__(self) -> None:
+    With `write_partitions`, the partition rows (most of the output) go to it instead, as Arrow
+    batches of PARTITION_FIELDS: the task writes them to Parquet itself, so that they never
+    cross into the JVM as wide union rows.
+    """
+
+    def __init__(self, write_partitions: Callable[[pa.RecordBatch], None] | None = None) -> None:
         self.rows: dict[str, list[tuple[Any, ...]]] = {kind: [] for kind in _KIND_FIELDS}
         self.pending = 0
+        self.write_partitions = write_partitions
 
     def partition(self, row: tuple[Any, ...]) -> None:
         self.rows["partition"].append(row)
@@ -193,6 +201,12 @@ class _ArrowSink:
             if not rows:
                 continue
             n = len(rows)
+            if kind == "partition" and self.write_partitions is not None:
+                columns = zip(zip(*rows, strict=True), _PARTITION_SCHEMA, strict=True)
+                arrays = [pa.array(col, type=f.type) for col, f in columns]
+                self.write_partitions(pa.RecordBatch.from_arrays(arrays, schema=_PARTITION_SCHEMA))
+                rows.clear()
+                continue
             own = dict(zip([name for name, _ in _KIND_FIELDS[kind]], zip(*rows, strict=True), strict=True))
             arrays = []
             for f in schema:
@@ -213,8 +227,10 @@ def _replay_function(
     """The mapInArrow function: replays every (copy, shard) whose rows arrive, contiguous and in log order."""
     schema = arrow_schema(REPLAY_FIELDS)
 
-    def replay(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        sink = _ArrowSink()
+    def replay(
+        batches: Iterator[pa.RecordBatch], write_partitions: Callable[[pa.RecordBatch], None] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        sink = _ArrowSink(write_partitions)
         current: tuple[int, int] | None = None
         replayer: CopyReplayer | None = None
         snapshot_values: list[bytes] = []
@@ -431,11 +447,21 @@ def copy_replay_input(records_path: str, plan: tuple[str, int | None, str | None
 
 
 def replay_tasks_dataframe(
-    spark: SparkSession, records_path: str, copies: Sequence[LogCopy], settings: AuditSettings, shards: int = 1
+    spark: SparkSession,
+    records_path: str,
+    copies: Sequence[LogCopy],
+    settings: AuditSettings,
+    shards: int = 1,
+    partitions_path: str | None = None,
 ) -> DataFrame:
     """Every copy replayed by `CopyReplayer` in `shards` tasks per copy, as `replay_dataframe` does, but
     without a shuffle: one task per (copy, shard), each reading its rows from records.parquet itself
-    (the output directory is on storage every executor sees, as the audit requires)."""
+    (the output directory is on storage every executor sees, as the audit requires).
+
+    With `partitions_path` (an existing, empty directory), each task writes its partition timeline rows
+    there as `part-<copy>-<shard>.parquet` (PARTITION_FIELDS; a retried task rewrites its own file)
+    and the DataFrame carries every other kind of row.
+    """
     plans: list[tuple[str, int | None, str | None, int, int]] = []
     for copy in copies:
         snap = copy.replay_snapshot()
@@ -451,7 +477,16 @@ def replay_tasks_dataframe(
             for group in batch.column("id").to_pylist():
                 copy, shard = divmod(int(group), shards)
                 table = copy_replay_input(records_path, plans[copy], copy, shard, shards)
-                yield from replay(iter(table.to_batches(max_chunksize=8192)))
+                if partitions_path is None:
+                    yield from replay(iter(table.to_batches(max_chunksize=8192)))
+                    continue
+                import pyarrow.parquet as pq  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+                final = os.path.join(partitions_path, f"part-{copy:05d}-{shard:05d}.parquet")
+                tmp = os.path.join(partitions_path, f".part-{copy:05d}-{shard:05d}.parquet.tmp")
+                with pq.ParquetWriter(tmp, _PARTITION_SCHEMA) as writer:
+                    yield from replay(iter(table.to_batches(max_chunksize=8192)), writer.write_batch)
+                os.replace(tmp, final)
 
     tasks = spark.range(0, groups, 1, numPartitions=groups)
     return tasks.mapInArrow(run, spark_schema(REPLAY_FIELDS))
@@ -958,8 +993,12 @@ def run_audit(
     records = spark.read.parquet(uri(RECORDS))
     shards = shards or replay_shards(spark, len(copies))
     records_path = str((out / RECORDS).resolve())
-    replay = replay_tasks_dataframe(spark, records_path, copies, settings, shards).persist(StorageLevel.MEMORY_AND_DISK)
-    _select(replay, "partition", PARTITION_FIELDS).write.mode("overwrite").parquet(uri(PARTITIONS))
+    partitions_path = (out / PARTITIONS).resolve()
+    shutil.rmtree(partitions_path, ignore_errors=True)
+    partitions_path.mkdir(parents=True)
+    replay = replay_tasks_dataframe(spark, records_path, copies, settings, shards, str(partitions_path)).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
     _select(replay, "broker", BROKER_FIELDS).write.mode("overwrite").parquet(uri(BROKERS))
     if export_only:
         replay.unpersist()
