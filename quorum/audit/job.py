@@ -105,6 +105,9 @@ def spark_session(
     if local:
         builder = (
             builder.config("spark.sql.shuffle.partitions", "4")
+            # Keep every shuffle at 4 partitions: the audit's shuffles are small enough that adaptive
+            # coalescing would merge them into one task, i.e. one core.
+            .config("spark.sql.adaptive.coalescePartitions.enabled", "false")
             .config("spark.ui.enabled", "false")
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
