@@ -82,6 +82,7 @@ __all__ = [
     "Finding",
     "agreement_findings",
     "epoch_findings",
+    "epoch_step",
     "log_findings",
     "merge_findings",
     "merge_shards",
@@ -1194,22 +1195,30 @@ def _disagree(a: str, b: str, node_ids: Mapping[str, int | None], offsets: list[
 # --------------------------------------------------------------------------- epochs on the timeline
 
 
+def epoch_step(prev: tuple[Any, ...] | None, row: tuple[Any, ...]) -> list[tuple[str, str, int, int, int]]:
+    """The epoch check events of one partition timeline row given the partition's previous row."""
+    if prev is None or row[5] != "PARTITION_CHANGE_RECORD" or prev[5] == "REMOVE_TOPIC":
+        return []
+    out = []
+    subject = f"{row[7]}-{row[8]}"
+    if row[16] != prev[16] + 1:
+        out.append(("partition_epoch_not_plus_one", subject, row[2], prev[16] + 1, row[16]))
+    expected = prev[15] + (1 if row[18] else 0)
+    if row[15] != expected:
+        out.append(("leader_epoch_not_plus_one", subject, row[2], expected, row[15]))
+    return out
+
+
 def epoch_events(rows: Iterable[tuple[Any, ...]]) -> list[tuple[str, str, int, int, int]]:
     """(check, subject, offset, expected, found) along one partition's timeline rows in offset order.
 
-    `rows`: PARTITION_FIELDS tuples of one copy and one partition. Mirrors `quorum.audit.job`.
+    `rows`: PARTITION_FIELDS tuples of one copy and one partition (the Spark replay applies
+    `epoch_step` to each row as it emits it).
     """
     out: list[tuple[str, str, int, int, int]] = []
     prev: tuple[Any, ...] | None = None
     for row in rows:
-        change = row[5]
-        if prev is not None and change == "PARTITION_CHANGE_RECORD" and prev[5] != "REMOVE_TOPIC":
-            subject = f"{row[7]}-{row[8]}"
-            if row[16] != prev[16] + 1:
-                out.append(("partition_epoch_not_plus_one", subject, row[2], prev[16] + 1, row[16]))
-            expected = prev[15] + (1 if row[18] else 0)
-            if row[15] != expected:
-                out.append(("leader_epoch_not_plus_one", subject, row[2], expected, row[15]))
+        out.extend(epoch_step(prev, row))
         prev = row
     return out
 

@@ -1,18 +1,18 @@
 """The Spark job behind `pykraft audit` and `pykraft export`.
 
-1. Read every copy with the `pykraft-metadata` data source (one task per file) and write
-   `records.parquet`; everything after reads that Parquet, so each record decodes once.
-2. Replay each copy in log order: the rows of a copy (its replay snapshot, then its
-   segments) are put in one partition (`repartition` by copy + `sortWithinPartitions`) and
-   `mapInArrow` runs `quorum.audit.checks.CopyReplayer` (the shared `MetadataDelta` replay)
-   over them, emitting `partitions_timeline.parquet`, `brokers_timeline.parquet` and the
-   semantic findings as rows. With fewer copies than cores, a copy is split into shards by
-   topic id (each shard replays every non-partition record and the partition records of
-   its topics), and the per-broker leader counts the shards emit are summed by window
-   functions into `imbalance_timeline.parquet` and the `leader_imbalance` findings.
-3. Per-copy log checks as window functions (lag over file, position, offset, per segment
-   file, then across files), agreement between copies as a self-join on offset restricted
-   to committed offsets, the epoch checks as window functions over the partition timeline.
+1. Read every copy with the `pykraft-metadata` data source (one task per segment range of about
+   4 MiB, cut at batch boundaries, and per snapshot) and write `records.parquet`; everything
+   after reads that Parquet, so each record decodes once into its columns.
+2. Replay: one task per (copy, shard), with no shuffle. A copy is split into shards by topic id
+   when there are fewer copies than cores (each shard replays every non-partition record and the
+   partition records of its topics). Each task reads its rows straight from records.parquet
+   (pyarrow, filtered and sorted into log order), runs `quorum.audit.checks.CopyReplayer` (the
+   shared `MetadataDelta` replay) and the epoch checks on the partition rows it emits, writes its
+   part of `partitions_timeline.parquet` itself, and returns the broker rows, findings, imbalance
+   deltas and summaries to Spark; shard 0 of a copy also runs the copy's log checks
+   (`LogChecker`, as the plain loop does). The per-broker leader counts the shards emit are summed
+   by window functions into `imbalance_timeline.parquet` and the `leader_imbalance` findings.
+3. Agreement between copies as a self-join on offset restricted to committed offsets.
 4. `findings.json` and `report.html` (`quorum.audit.report`).
 
 Runs on `local[*]` by default and on any cluster given `--master`: the log directories
@@ -52,7 +52,11 @@ from quorum.audit.checks import (
     AuditSettings,
     CopyReplayer,
     Finding,
+    LogChecker,
     copy_label,
+    epoch_findings,
+    epoch_step,
+    log_findings,
     majority,
     merge_findings,
     merge_shards,
@@ -171,10 +175,23 @@ class _ArrowSink:
         self.rows: dict[str, list[tuple[Any, ...]]] = {kind: [] for kind in _KIND_FIELDS}
         self.pending = 0
         self.write_partitions = write_partitions
+        # The epoch checks, as the rows are emitted (in offset order per partition): the previous
+        # row of each (topic id, partition), and the events found.
+        self._last: dict[tuple[str, int], tuple[Any, ...]] = {}
+        self.epoch_events: list[tuple[str, str, int, int, int]] = []
 
     def partition(self, row: tuple[Any, ...]) -> None:
         self.rows["partition"].append(row)
         self.pending += 1
+        key = (row[6], row[8])
+        found = epoch_step(self._last.get(key), row)
+        if found:
+            self.epoch_events.extend(found)
+        self._last[key] = row
+
+    def reset_epochs(self) -> None:
+        self._last.clear()
+        self.epoch_events.clear()
 
     def broker(self, row: tuple[Any, ...]) -> None:
         self.rows["broker"].append(row)
@@ -258,7 +275,12 @@ def _replay_function(
                 return
             if not started:
                 start_segments()
-            sink.summary(plans[current[0]][1], plans[current[0]][0], replayer.finish())
+            log_dir, node_id = plans[current[0]][:2]
+            summary = replayer.finish()
+            for f in epoch_findings(log_dir, node_id, sink.epoch_events):
+                sink.finding(f)
+            sink.epoch_events.clear()
+            sink.summary(node_id, log_dir, summary)
 
         for batch in batches:
             cols = {name: batch.column(name).to_pylist() for name in _REPLAY_INPUT}
@@ -272,6 +294,7 @@ def _replay_function(
                     current = key
                     log_dir, node_id = plans[key[0]][:2]
                     replayer = CopyReplayer(log_dir, node_id, settings, sink, shard=key[1], imbalance_deltas=True)
+                    sink.reset_epochs()
                     snapshot_values, snapshot_ok, snapshot_ts, started = [], True, None, False
                 assert replayer is not None
                 if cols["_snapshot"][i]:
@@ -309,83 +332,6 @@ def replay_shards(spark: SparkSession, copies: int) -> int:
     """Shards per copy: enough to keep every core busy when there are fewer copies than cores."""
     cores = max(1, spark.sparkContext.defaultParallelism)
     return max(1, min(8, cores // max(1, copies)))
-
-
-def _partition_keys(spark: SparkSession, n: int) -> list[int]:
-    """Keys k_0..k_{n-1} that Spark's hash partitioning into n partitions sends to partitions 0..n-1
-    (so that every replay task gets one (copy, shard) group, without a range-sampling pass)."""
-    if n == 1:
-        return [0]
-    found: dict[int, int] = {}
-    for r in (
-        spark.range(0, 64 * n)
-        .select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p"))
-        .groupBy("p")
-        .agg(F.min("id").alias("id"))
-        .collect()
-    ):
-        found[int(r["p"])] = int(r["id"])
-    return [found[p] for p in range(n)] if len(found) == n else list(range(n))
-
-
-def replay_dataframe(
-    records: DataFrame, copies: Sequence[LogCopy], settings: AuditSettings, shards: int = 1
-) -> DataFrame:
-    """Every copy replayed by `CopyReplayer`, in `shards` tasks per copy: rows of REPLAY_FIELDS.
-
-    A shard owns the partition records of the topics whose id hashes to it, gets every other
-    record, and the first row of every batch (marked foreign when another shard owns it).
-    """
-    plans: list[tuple[str, int | None, str | None, int, int]] = []
-    keep: Column = F.col("source_kind") == F.lit("segment")
-    for copy in copies:
-        snap = copy.replay_snapshot()
-        if snap is None:
-            plans.append((copy.log_dir, copy.node_id, None, 0, -1))
-        else:
-            plans.append((copy.log_dir, copy.node_id, snap.name, snap.end_offset, snap.epoch))
-            keep = keep | ((F.col("log_dir") == F.lit(copy.log_dir)) & (F.col("source_file") == F.lit(snap.name)))
-    snapshot = F.col("source_kind") == "snapshot"
-    rows = records.where(keep).select(
-        copy_index(copies).alias("_copy"),
-        snapshot.alias("_snapshot"),
-        # the file's base (segment) or end (snapshot) offset orders the files of a copy
-        F.substring("source_file", 1, 20).cast("bigint").alias("_file"),
-        "position",
-        "offset",
-        "batch_base_offset",
-        "batch_last_offset",
-        "leader_epoch",
-        "batch_timestamp_ms",
-        "is_control",
-        "valid",
-        "error_kind",
-        "value",
-        "record_type",
-        "topic_id",
-    )
-    if shards > 1:
-        owned = F.col("record_type").isin("PARTITION_RECORD", "PARTITION_CHANGE_RECORD") & F.col("valid")
-        owner = F.pmod(F.xxhash64("topic_id"), F.lit(shards)).cast("int")
-        every = F.array(*[F.lit(i) for i in range(shards)])
-        first_of_batch = ~F.col("_snapshot") & (F.col("offset") == F.col("batch_base_offset"))
-        targets = F.when(owned & first_of_batch, every).when(owned, F.array(owner)).otherwise(every)
-        rows = rows.withColumn("shard", F.explode(targets)).withColumn("foreign", owned & (F.col("shard") != owner))
-    else:
-        rows = rows.withColumn("shard", F.lit(0)).withColumn("foreign", F.lit(False))
-    rows = rows.drop("record_type", "topic_id")
-    groups = max(1, len(copies) * shards)
-    keys = _partition_keys(records.sparkSession, groups)
-    group = F.col("_copy") * shards + F.col("shard")
-    key: Column = F.lit(keys[0]).cast("bigint")
-    for g in range(1, groups):
-        key = F.when(group == g, F.lit(keys[g]).cast("bigint")).otherwise(key)
-    rows = (
-        rows.withColumn("_group", key)
-        .repartition(groups, "_group")
-        .sortWithinPartitions("_group", F.col("_snapshot").desc(), "_file", "position", "offset")
-    )
-    return rows.mapInArrow(_replay_function(plans, settings, shards), spark_schema(REPLAY_FIELDS))
 
 
 def _owner_shards(topic_ids: pa.Array, shards: int) -> pa.Array:
@@ -449,6 +395,31 @@ def copy_replay_input(records_path: str, plan: tuple[str, int | None, str | None
     return table.select(list(_REPLAY_INPUT))
 
 
+def copy_log_findings(records_path: str, log_dir: str, node_id: int | None) -> list[Finding]:
+    """The per-copy log checks (`LogChecker`, as the plain loop runs them) over one copy's rows of
+    records.parquet: every segment row in file order, and the invalid rows of its snapshots."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    import pyarrow.dataset as ds  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+    table = ds.dataset(records_path, format="parquet").to_table(
+        columns=["source_kind", "source_file", "position", "offset", "leader_epoch", "valid", "error_kind"],
+        filter=ds.field("log_dir") == log_dir,
+    )
+    checker = LogChecker()
+    snapshots = table.filter(pc.and_(pc.equal(table["source_kind"], "snapshot"), pc.invert(table["valid"])))
+    for kind, offset in zip(snapshots["error_kind"].to_pylist(), snapshots["offset"].to_pylist(), strict=True):
+        checker.invalid(kind, offset)
+    segments = table.filter(pc.equal(table["source_kind"], "segment"))
+    segments = segments.append_column(
+        "_file", pc.cast(pc.utf8_slice_codeunits(segments["source_file"], 0, 20), pa.int64())
+    ).sort_by([("_file", "ascending"), ("position", "ascending"), ("offset", "ascending")])
+    row = checker.row
+    for args in zip(*(segments[c].to_pylist() for c in ("source_file", "offset", "leader_epoch", "valid",
+                                                         "error_kind")), strict=True):  # fmt: skip
+        row(*args)
+    return log_findings(log_dir, node_id, checker.events)
+
+
 def replay_tasks_dataframe(
     spark: SparkSession,
     records_path: str,
@@ -457,9 +428,12 @@ def replay_tasks_dataframe(
     shards: int = 1,
     partitions_path: str | None = None,
 ) -> DataFrame:
-    """Every copy replayed by `CopyReplayer` in `shards` tasks per copy, as `replay_dataframe` does, but
-    without a shuffle: one task per (copy, shard), each reading its rows from records.parquet itself
-    (the output directory is on storage every executor sees, as the audit requires).
+    """Every copy replayed by `CopyReplayer` in `shards` tasks per copy: rows of REPLAY_FIELDS.
+
+    No shuffle: one task per (copy, shard), each reading its rows from records.parquet itself (the
+    output directory is on storage every executor sees, as the audit requires). Shard 0 of each
+    copy also runs the copy's log checks; the epoch checks run on the partition rows as they are
+    emitted.
 
     With `partitions_path` (an existing, empty directory), each task writes its partition timeline rows
     there as `part-<copy>-<shard>.parquet` (PARTITION_FIELDS; a retried task rewrites its own file)
@@ -474,11 +448,17 @@ def replay_tasks_dataframe(
             plans.append((copy.log_dir, copy.node_id, snap.name, snap.end_offset, snap.epoch))
     groups = max(1, len(copies) * shards)
     replay = _replay_function(plans, settings, shards)
+    schema = arrow_schema(REPLAY_FIELDS)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for group in batch.column("id").to_pylist():
                 copy, shard = divmod(int(group), shards)
+                if shard == 0:  # the copy's log checks: one task per copy
+                    sink = _ArrowSink()
+                    for finding in copy_log_findings(records_path, plans[copy][0], plans[copy][1]):
+                        sink.finding(finding)
+                    yield from sink.drain(schema)
                 table = copy_replay_input(records_path, plans[copy], copy, shard, shards)
                 if partitions_path is None:
                     yield from replay(iter(table.to_batches(max_chunksize=8192)))
@@ -607,90 +587,12 @@ def _select(df: DataFrame, kind: str, fields: Sequence[tuple[str, str]]) -> Data
 
 # --------------------------------------------------------------------------- log checks and agreement
 
-_ERROR_CHECK = {
-    "crc_mismatch": "bad_crc",
-    "corrupt_batch": "corrupt_batch",
-    "bad_record": "undecodable_record",
-    "bad_snapshot": "invalid_snapshot",
-    "torn_tail": "torn_tail",
-}
-
-
-def _error_check(column: Column) -> Column:
-    expr = F.lit("corrupt_batch")
-    for kind, check in _ERROR_CHECK.items():
-        expr = F.when(column == kind, F.lit(check)).otherwise(expr)
-    return expr
-
-
 def copy_index(copies: Sequence[LogCopy]) -> Column:
     """The index of a row's copy in `copies` (from its log_dir): shuffles carry this int, not the path."""
     index: Column = F.lit(0)
     for i, copy in enumerate(copies):
         index = F.when(F.col("log_dir") == F.lit(copy.log_dir), F.lit(i)).otherwise(index)
     return index
-
-
-def log_check_dataframe(records: DataFrame, copies: Sequence[LogCopy]) -> DataFrame:
-    """(_copy, check, offset) events of the per-copy log checks (window functions); `_copy` indexes `copies`.
-
-    Along each copy in file order (file, position, offset), each row against the one before:
-    offsets rise by one, batch leader epochs do not decrease, and the first row of a segment
-    has the segment's base offset; an invalid row is its own event. The window runs per
-    segment file (one task each, like the read), and a second, tiny window over the files
-    pairs each file's first row with the previous file's last row.
-    """
-    seg = records.where(F.col("source_kind") == "segment").select(
-        copy_index(copies).alias("_copy"),
-        F.substring("source_file", 1, 20).cast("bigint").alias("_file"),
-        "position",
-        "offset",
-        "leader_epoch",
-        "valid",
-        "error_kind",
-    )
-    in_file = Window.partitionBy("_copy", "_file").orderBy("position", "offset")
-    rows = seg.select(
-        "*",
-        F.lag("offset").over(in_file).alias("p_offset"),
-        F.lag("leader_epoch").over(in_file).alias("p_epoch"),
-        F.lag("valid").over(in_file).alias("p_valid"),
-    )
-    # The previous row of each file's first row: the last row of the previous file of the copy.
-    files = seg.groupBy("_copy", "_file").agg(
-        F.min_by(F.struct("offset", "leader_epoch", "valid"), F.struct("position", "offset")).alias("first"),
-        F.max_by(F.struct("offset", "leader_epoch", "valid"), F.struct("position", "offset")).alias("last"),
-    )
-    by_file = Window.partitionBy("_copy").orderBy("_file")
-    boundaries = files.select("_copy", "_file", F.lag("last").over(by_file).alias("prev"))
-    rows = (
-        rows.join(F.broadcast(boundaries), ["_copy", "_file"], "left")
-        .withColumn("first_in_file", F.col("p_offset").isNull() & F.col("p_valid").isNull())
-        .withColumn("p_offset", F.when(F.col("first_in_file"), F.col("prev.offset")).otherwise(F.col("p_offset")))
-        .withColumn("p_epoch", F.when(F.col("first_in_file"), F.col("prev.leader_epoch")).otherwise(F.col("p_epoch")))
-        .withColumn("p_valid", F.when(F.col("first_in_file"), F.col("prev.valid")).otherwise(F.col("p_valid")))
-    )
-    valid = F.col("valid")
-    both = valid & F.coalesce(F.col("p_valid"), F.lit(False))
-    check = (
-        F.when(~valid, _error_check(F.col("error_kind")))
-        .when(F.col("first_in_file") & (F.col("offset") != F.col("_file")), F.lit("offsets_not_contiguous"))
-        .otherwise(F.lit(None))
-    )
-    # A row can raise two events (e.g. a gap that is also a file-base mismatch): one column each.
-    events = rows.select(
-        "_copy",
-        "offset",
-        F.array(
-            check,
-            F.when(both & (F.col("offset") != F.col("p_offset") + 1), F.lit("offsets_not_contiguous")),
-            F.when(both & (F.col("leader_epoch") < F.col("p_epoch")), F.lit("leader_epoch_decreasing")),
-        ).alias("checks"),
-    ).select("_copy", F.explode("checks").alias("check"), "offset")
-    snapshots = records.where((F.col("source_kind") == "snapshot") & ~valid).select(
-        copy_index(copies).alias("_copy"), _error_check(F.col("error_kind")).alias("check"), "offset"
-    )
-    return events.where(F.col("check").isNotNull()).unionByName(snapshots)
 
 
 def lag_timeline(partitions: DataFrame, copies: Sequence[LogCopy]) -> DataFrame:
@@ -727,93 +629,6 @@ def lag_timeline(partitions: DataFrame, copies: Sequence[LogCopy]) -> DataFrame:
             for n in ("live", "isr", "urp", "leaderless")
         ],
     )
-
-
-def epoch_check_dataframe(lagged: DataFrame) -> DataFrame:
-    """(_copy, check, subject, offset, expected, found) of the epoch checks, on `lag_timeline`."""
-    p = lagged.select(
-        "_copy",
-        "offset",
-        "change",
-        "leader_epoch",
-        "partition_epoch",
-        "leader_set",
-        F.concat_ws("-", F.col("topic_name"), F.col("partition_id").cast("string")).alias("subject"),
-        "p_change",
-        "p_le",
-        "p_pe",
-    ).where(
-        (F.col("change") == "PARTITION_CHANGE_RECORD")
-        & F.col("p_change").isNotNull()
-        & (F.col("p_change") != "REMOVE_TOPIC")
-    )
-    expected_le = F.col("p_le") + F.when(F.coalesce(F.col("leader_set"), F.lit(False)), 1).otherwise(0)
-    cols = ("_copy", "subject", "offset")
-    pe = p.where(F.col("partition_epoch") != F.col("p_pe") + 1).select(
-        *cols,
-        F.lit("partition_epoch_not_plus_one").alias("check"),
-        (F.col("p_pe") + 1).alias("expected"),
-        F.col("partition_epoch").alias("found"),
-    )
-    le = p.where(F.col("leader_epoch") != expected_le).select(
-        *cols,
-        F.lit("leader_epoch_not_plus_one").alias("check"),
-        expected_le.alias("expected"),
-        F.col("leader_epoch").alias("found"),
-    )
-    return pe.unionByName(le)
-
-
-def _check_findings(records: DataFrame, lagged: DataFrame, copies: Sequence[LogCopy]) -> list[Finding]:
-    """The per-copy log checks and the epoch checks: one Spark job, one finding per (copy, check, subject)."""
-    log_events = log_check_dataframe(records, copies).select(
-        "_copy",
-        "check",
-        F.lit(None).cast("string").alias("subject"),
-        "offset",
-        F.lit(None).cast("int").alias("expected"),
-        F.lit(None).cast("int").alias("found"),
-    )
-    rows = (
-        log_events.unionByName(epoch_check_dataframe(lagged).select(*log_events.columns))
-        .groupBy("_copy", "check", "subject")
-        .agg(
-            F.count_distinct(F.coalesce(F.col("offset"), F.lit(-1))).alias("n"),
-            F.slice(F.array_sort(F.collect_set("offset")), 1, MAX_OFFSETS).alias("offsets"),
-            F.min_by("expected", "offset").alias("expected"),
-            F.min_by("found", "offset").alias("found"),
-        )
-        .collect()
-    )
-    out = []
-    for r in rows:
-        n = int(r["n"])
-        offsets = [int(o) for o in r["offsets"]]
-        log_dir, node_id = copies[r["_copy"]].log_dir, copies[r["_copy"]].node_id
-        if r["subject"] is None:
-            label = copy_label(node_id, log_dir)
-            severity = "info" if r["check"] == "torn_tail" else "violation"
-            message = f"{label}: {CHECKS[r['check']]} ({n} time{'s' if n != 1 else ''})"
-            out.append(Finding(r["check"], severity, label, message, offsets, n, log_dir, node_id))
-        else:
-            what = "partition epoch" if r["check"].startswith("partition") else "leader epoch"
-            message = f"{r['subject']}: {what} {r['found']} where {r['expected']} was expected"
-            details = {"expected": r["expected"], "found": r["found"]}
-            out.append(
-                Finding(
-                    r["check"],
-                    "violation",
-                    r["subject"],
-                    message,
-                    offsets,
-                    n,
-                    log_dir,
-                    node_id,
-                    None,
-                    details,
-                )
-            )
-    return out
 
 
 def _copy_stats(records: DataFrame) -> dict[str, Any]:
@@ -1048,9 +863,7 @@ def run_audit(
     stats = _copy_stats(records)
     voters = {int(v) for st in stats.values() for v in st["voters"] or []}
     lap("copy_stats")
-    lagged = lag_timeline(spark.read.parquet(uri(PARTITIONS)), copies).persist(StorageLevel.MEMORY_AND_DISK)
-    raw.extend(_check_findings(records, lagged, copies))
-    lap("log_and_epoch_checks")
+    # The log checks and the epoch checks ran in the replay tasks (their findings are in `replayed`).
     agreement_found, agreement = _agreement(records, copies, voters)
     raw.extend(agreement_found)
     lap("agreement")
@@ -1104,11 +917,11 @@ def run_audit(
     if report:
         from quorum.audit.report import collect_plot_data, write_report
 
+        lagged = lag_timeline(spark.read.parquet(uri(PARTITIONS)), copies)
         data = collect_plot_data(
             lagged, spark.read.parquet(uri(IMBALANCE)), copy_docs, order[:1], copies, spark.read.parquet(uri(BROKERS))
         )
         write_report(out / REPORT, document, data)
         lap("report")
-    lagged.unpersist()
     document["timings"] = timings
     return AuditResult(out, findings, document, timings)
