@@ -596,8 +596,8 @@ def copy_index(copies: Sequence[LogCopy]) -> Column:
 
 
 def lag_timeline(partitions: DataFrame, copies: Sequence[LogCopy]) -> DataFrame:
-    """The partition timeline with each row's predecessor values (one window: per copy and partition,
-    by offset), for the epoch checks and the report's series; `_copy` indexes `copies`."""
+    """The partition timeline with each row's changes from its predecessor (one window: per copy and
+    partition, by offset), for the report's series and incidents; `_copy` indexes `copies`."""
     w = Window.partitionBy("_copy", "topic_id", "partition_id").orderBy("offset")
     removed = F.col("change") == "REMOVE_TOPIC"
     derived = partitions.select(
@@ -608,9 +608,10 @@ def lag_timeline(partitions: DataFrame, copies: Sequence[LogCopy]) -> DataFrame:
         "topic_id",
         "topic_name",
         "partition_id",
-        "leader_epoch",
-        "partition_epoch",
-        "leader_set",
+        "leader",
+        "prev_leader",
+        "replicas",
+        "unclean",
         F.when(removed, 0).otherwise(1).alias("live"),
         F.when(removed, 0).otherwise(F.col("isr_size")).alias("isr"),
         F.when(removed | (F.col("isr_size") >= F.size("replicas")), 0).otherwise(1).alias("urp"),
@@ -621,9 +622,7 @@ def lag_timeline(partitions: DataFrame, copies: Sequence[LogCopy]) -> DataFrame:
     )
     return derived.select(
         "*",
-        F.lag("change").over(w).alias("p_change"),
-        F.lag("leader_epoch").over(w).alias("p_le"),
-        F.lag("partition_epoch").over(w).alias("p_pe"),
+        F.lag("replicas").over(w).alias("p_replicas"),
         *[
             (F.col(n) - F.coalesce(F.lag(n).over(w), F.lit(0))).alias(f"d_{n}")
             for n in ("live", "isr", "urp", "leaderless")

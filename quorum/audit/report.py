@@ -2,7 +2,8 @@
 
 Plots, from the reference copy (a voter copy with the longest log) unless noted:
 leadership changes and ISR size over time, the brokers' register / fence / unfence /
-controlled-shutdown timeline (drawn, and listed), leaderless time per partition (from the
+controlled-shutdown timeline (drawn, and listed), the leadership incidents with their causes
+(listed), leaderless time per partition (from the
 `partition_leaderless` findings), leader imbalance per broker over time, and the controller
 epochs over offsets (every copy). Times are batch timestamps (the writing controller's
 wall clock), drawn on a UTC wall-clock axis; counts are drawn on integer axes. The page
@@ -31,6 +32,7 @@ __all__ = ["collect_plot_data", "write_report"]
 
 BUCKETS = 300
 MAX_BROKER_EVENTS = 2000  # broker events listed and drawn (the first ones, by offset)
+MAX_INCIDENTS = 300  # incidents listed (the largest, by partitions whose leader changed)
 
 
 def collect_plot_data(
@@ -96,6 +98,7 @@ def collect_plot_data(
             .limit(MAX_BROKER_EVENTS)
         )
         data["broker_events"] = [r.asDict() for r in events.collect()]
+        data["incidents"] = _incidents(p_rows_of(lagged, index), brokers.where(F.col("log_dir") == ref["log_dir"]))
     rows = [r.asDict() for r in series.unionByName(imb).collect()]
     data["partition_series"] = sorted((r for r in rows if r["kind"] == "partitions"), key=lambda r: r["bucket"])
     data["imbalance"] = sorted(
@@ -105,6 +108,82 @@ def collect_plot_data(
 
 
 # --------------------------------------------------------------------------- plots
+
+
+def p_rows_of(lagged: DataFrame, index: int) -> DataFrame:
+    """The reference copy's leadership changes (PartitionChangeRecords that moved or removed a leader)."""
+    return lagged.where(
+        (F.col("_copy") == index) & (F.col("change") == "PARTITION_CHANGE_RECORD") & (F.col("changes") == 1)
+    )
+
+
+def _incidents(changes: DataFrame, brokers: DataFrame) -> dict[str, Any]:
+    """Leadership changes grouped by the controller batch that made them (one batch timestamp), each
+    group with its cause: the fencing or controlled shutdown of a broker that led (its latest
+    lifecycle event at the batch's time), an unclean election, a reassignment (the replicas changed), a lost leader
+    (no eligible replica), a preferred leader election (the new leader is the first replica), else
+    an election. Totals over every group; the MAX_INCIDENTS largest groups listed."""
+    reassigned = F.col("p_replicas").isNotNull() & (F.col("p_replicas") != F.col("replicas"))
+    groups = changes.groupBy("batch_timestamp_ms").agg(
+        F.min("offset").alias("first_offset"),
+        F.max("offset").alias("last_offset"),
+        F.count("*").alias("partitions"),
+        F.array_sort(F.collect_set("prev_leader")).alias("from_leaders"),
+        F.array_sort(F.collect_set("leader")).alias("to_leaders"),
+        F.sum(F.when(F.col("unclean"), 1).otherwise(0)).alias("unclean"),
+        F.sum(F.when(reassigned, 1).otherwise(0)).alias("reassigned"),
+        F.sum(F.when((F.col("leader") >= 0) & (F.col("leader") == F.element_at("replicas", 1)), 1).otherwise(0))
+        .alias("preferred"),
+        F.sum(F.when(F.col("leader") < 0, 1).otherwise(0)).alias("leaderless"),
+    )
+    # The state of each broker that lost leadership, as of the batch: its latest lifecycle event at
+    # or before the batch's timestamp (the controller fences, or marks a broker shutting down, in
+    # the batch that moves its leaderships, or earlier).
+    leaders = groups.select("batch_timestamp_ms", F.explode("from_leaders").alias("broker_id")).where(
+        F.col("broker_id") >= 0
+    )
+    lifecycle = brokers.where(F.col("event") != "snapshot").select(
+        "broker_id", F.col("batch_timestamp_ms").alias("event_ms"), F.col("offset").alias("event_offset"), "event"
+    )
+    states = (
+        leaders.join(lifecycle, "broker_id")
+        .where(F.col("event_ms") <= F.col("batch_timestamp_ms"))
+        .groupBy("batch_timestamp_ms", "broker_id")
+        .agg(F.max_by("event", F.struct("event_ms", "event_offset")).alias("state"))
+    )
+    events = states.groupBy("batch_timestamp_ms").agg(
+        F.array_sort(F.collect_set(F.when(F.col("state") == "fenced", F.col("broker_id")))).alias("fenced"),
+        F.array_sort(F.collect_set(F.when(F.col("state") == "controlled_shutdown", F.col("broker_id")))).alias(
+            "shutting_down"
+        ),
+    )
+    fenced = F.coalesce(F.col("fenced"), F.array().cast("array<int>"))
+    shutting = F.coalesce(F.col("shutting_down"), F.array().cast("array<int>"))
+    cause = (
+        F.when(F.size(F.array_intersect(fenced, F.col("from_leaders"))) > 0, F.lit("fencing"))
+        .when(F.size(F.array_intersect(shutting, F.col("from_leaders"))) > 0, F.lit("controlled shutdown"))
+        .when(F.col("unclean") > 0, F.lit("unclean election"))
+        .when(F.col("reassigned") > 0, F.lit("reassignment"))
+        .when(F.col("leaderless") == F.col("partitions"), F.lit("leader lost (no eligible replica)"))
+        .when(F.col("preferred") == F.col("partitions"), F.lit("preferred leader election"))
+        .otherwise(F.lit("leader election"))
+    )
+    involved = F.array_intersect(F.array_union(fenced, shutting), F.col("from_leaders"))
+    caused = groups.join(events, "batch_timestamp_ms", "left").select(
+        "*", cause.alias("cause"), involved.alias("brokers")
+    )
+    totals = {
+        r["cause"]: {"incidents": int(r["incidents"]), "partitions": int(r["partitions"])}
+        for r in caused.groupBy("cause")
+        .agg(F.count("*").alias("incidents"), F.sum("partitions").alias("partitions"))
+        .collect()
+    }
+    listed = [
+        r.asDict(recursive=True)
+        for r in caused.orderBy(F.desc("partitions"), "first_offset").limit(MAX_INCIDENTS).collect()
+    ]
+    listed.sort(key=lambda r: r["first_offset"])
+    return {"totals": totals, "listed": listed}
 
 
 def _png(fig: Any) -> str:
@@ -352,6 +431,44 @@ def write_report(path: Path, doc: dict[str, Any], data: dict[str, Any]) -> Path:
             parts.append(
                 f"<h3>{html.escape(title)}</h3><img alt='{html.escape(title)}' src='data:image/png;base64,{png}'>"
             )
+    incidents = data.get("incidents") or {}
+    if incidents.get("totals"):
+        totals = incidents["totals"]
+        listed = incidents["listed"]
+        count = sum(t["incidents"] for t in totals.values())
+        parts.append(f"<h2>Leadership incidents ({count})</h2>")
+        parts.append(
+            "<p>Leadership changes of the reference copy, grouped by the controller batch that made them, "
+            "with their cause. Totals:</p>"
+        )
+        parts.append(
+            _table(
+                ["cause", "incidents", "partitions"],
+                [[html.escape(c), t["incidents"], t["partitions"]] for c, t in sorted(totals.items())],
+            )
+        )
+        if len(listed) < count:
+            parts.append(f"<p>The {len(listed)} largest incidents, in log order:</p>")
+
+        def ids(values: Sequence[Any]) -> str:
+            return html.escape(", ".join("none" if v is not None and v < 0 else str(v) for v in values or []))
+
+        parts.append(
+            _table(
+                ["time (UTC)", "offsets", "cause", "partitions", "from leaders", "to leaders"],
+                [
+                    [
+                        html.escape(_utc(r["batch_timestamp_ms"]).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]),
+                        html.escape(f"{r['first_offset']}..{r['last_offset']}"),
+                        html.escape(r["cause"] + (f" (broker {ids(r['brokers'])})" if r["brokers"] else "")),
+                        r["partitions"],
+                        ids(r["from_leaders"]),
+                        ids(r["to_leaders"]),
+                    ]
+                    for r in listed
+                ],
+            )
+        )
     if data.get("broker_events"):
         events = data["broker_events"]
         parts.append(f"<h2>Broker lifecycle events ({len(events)})</h2>")
