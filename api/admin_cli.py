@@ -272,8 +272,10 @@ def _guard(func: Any) -> Any:
                 print(f"error: {exc}", file=sys.stderr)
             return 1
         except httpx.HTTPError as exc:
-            print(f"error: {exc} (is a node serving REST at {args.rest_url}? set --rest-url or PYKRAFT_REST_URL)",
-                  file=sys.stderr)
+            print(
+                f"error: {exc} (is a node serving REST at {args.rest_url}? set --rest-url or PYKRAFT_REST_URL)",
+                file=sys.stderr,
+            )
             return 1
         return result
 

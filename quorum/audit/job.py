@@ -382,9 +382,7 @@ def copy_replay_input(records_path: str, plan: tuple[str, int | None, str | None
         )
         owned = pc.fill_null(owned, False)
         mine = pc.equal(_owner_shards(table["topic_id"], shards), shard)
-        first_of_batch = pc.and_(
-            pc.invert(table["_snapshot"]), pc.equal(table["offset"], table["batch_base_offset"])
-        )
+        first_of_batch = pc.and_(pc.invert(table["_snapshot"]), pc.equal(table["offset"], table["batch_base_offset"]))
         other = pc.and_(owned, pc.invert(pc.fill_null(mine, False)))
         keep_rows = pc.or_(pc.invert(other), pc.fill_null(first_of_batch, False))
         foreign = pc.filter(other, keep_rows)
@@ -586,6 +584,7 @@ def _select(df: DataFrame, kind: str, fields: Sequence[tuple[str, str]]) -> Data
 
 
 # --------------------------------------------------------------------------- log checks and agreement
+
 
 def copy_index(copies: Sequence[LogCopy]) -> Column:
     """The index of a row's copy in `copies` (from its log_dir): shuffles carry this int, not the path."""

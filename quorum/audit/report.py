@@ -132,8 +132,9 @@ def _incidents(changes: DataFrame, brokers: DataFrame) -> dict[str, Any]:
         F.array_sort(F.collect_set("leader")).alias("to_leaders"),
         F.sum(F.when(F.col("unclean"), 1).otherwise(0)).alias("unclean"),
         F.sum(F.when(reassigned, 1).otherwise(0)).alias("reassigned"),
-        F.sum(F.when((F.col("leader") >= 0) & (F.col("leader") == F.element_at("replicas", 1)), 1).otherwise(0))
-        .alias("preferred"),
+        F.sum(F.when((F.col("leader") >= 0) & (F.col("leader") == F.element_at("replicas", 1)), 1).otherwise(0)).alias(
+            "preferred"
+        ),
         F.sum(F.when(F.col("leader") < 0, 1).otherwise(0)).alias("leaderless"),
     )
     # The state of each broker that lost leadership, as of the batch: its latest lifecycle event at

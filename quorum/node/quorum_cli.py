@@ -39,9 +39,7 @@ async def _describe_one(host: str, port: int, timeout_s: float) -> QuorumDescrip
 async def _cluster_id_of(host: str, port: int, timeout_s: float) -> str | None:
     """The cluster id a controller reports in DescribeCluster (what kafka-metadata-quorum.sh prints)."""
     call = admin_codec.DescribeClusterRequest(endpoint_type=2)
-    frame, api_key, version = admin_codec.encode_admin_request(
-        call, correlation_id=2, client_id="pykraft-quorum-cli"
-    )
+    frame, api_key, version = admin_codec.encode_admin_request(call, correlation_id=2, client_id="pykraft-quorum-cli")
     try:
         raw = await asyncio.wait_for(request(host, port, frame), timeout_s)
         answer = admin_codec.decode_admin_response(api_key, version, raw, call)

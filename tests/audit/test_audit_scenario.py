@@ -128,7 +128,7 @@ def test_report_gives_each_leadership_change_its_cause(scenario: Any, scenario_a
     as its controlled shutdown; times on a wall-clock axis (the scenario ran today, not in 1970)."""
     report = (scenario_audit.out_dir / "report.html").read_text()
     assert "<h2>Leadership incidents (" in report
-    assert f"<td>fencing (broker {scenario.killed_broker})</td>" in report, report[report.index("incidents ("):][:4000]
+    assert f"<td>fencing (broker {scenario.killed_broker})</td>" in report, report[report.index("incidents (") :][:4000]
     assert f"<td>controlled shutdown (broker {scenario.shutdown_broker})</td>" in report
     assert "<h2>Broker lifecycle events (" in report and "<td>controlled shutdown</td>" in report
     assert re.search(r"<td>20\d\d-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}</td>", report)

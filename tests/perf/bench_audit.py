@@ -325,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'  stages of a single task':<44}{len(single):>10}")
         if args.stages:
             for st in stages:
-                print(f"    stage {st['stage']:>4} {st['tasks']:>4} tasks {st['until_next_s']:>7.2f} s  {st['name'][:60]}")
+                print(
+                    f"    stage {st['stage']:>4} {st['tasks']:>4} tasks {st['until_next_s']:>7.2f} s  {st['name'][:60]}"
+                )
         if not args.no_python:
             print(f"{'Python decode alone':<44}{results['python_read_s']:>10.2f}{rate(results['python_read_s']):>14}")
             loop_s = results["python_audit_s"]

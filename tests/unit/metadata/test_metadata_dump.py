@@ -158,7 +158,7 @@ def test_dump_file_decodes_a_real_quorum_state_file(tmp_path: Path) -> None:
     lines = list(dump_file(path))
     assert lines == [
         f"Dumping {path}",
-        'Quorum state: clusterId: c leaderId: 2 leaderEpoch: 7 votedId: 2 appliedOffset: 0 currentVoters: [1,2,3] '
+        "Quorum state: clusterId: c leaderId: 2 leaderEpoch: 7 votedId: 2 appliedOffset: 0 currentVoters: [1,2,3] "
         "data_version: 0",
     ]
     assert not any("invalid bytes" in line for line in lines)

@@ -48,9 +48,7 @@ def test_known_kafka_keys_and_pykraft_keys_are_not_warned_about(
     assert [r.getMessage() for r in caplog.records if r.name == "pykraft.config"] == []
 
 
-def test_a_key_unlike_any_known_one_is_warned_without_a_guess(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_key_unlike_any_known_one_is_warned_without_a_guess(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = write(tmp_path, "listeners=PLAINTEXT://127.0.0.1:9999\nfrobnicate=yes\n")
     with caplog.at_level(logging.WARNING, logger="pykraft.config"):
         load_config(path)
