@@ -915,11 +915,13 @@ def run_audit(
     if report:
         from quorum.audit.report import collect_plot_data, write_report
 
-        lagged = lag_timeline(spark.read.parquet(uri(PARTITIONS)), copies)
+        # One window over the partition timeline, read by the series and the incidents.
+        lagged = lag_timeline(spark.read.parquet(uri(PARTITIONS)), copies).persist(StorageLevel.MEMORY_AND_DISK)
         data = collect_plot_data(
             lagged, spark.read.parquet(uri(IMBALANCE)), copy_docs, order[:1], copies, spark.read.parquet(uri(BROKERS))
         )
         write_report(out / REPORT, document, data)
+        lagged.unpersist()
         lap("report")
     document["timings"] = timings
     return AuditResult(out, findings, document, timings)
