@@ -156,8 +156,10 @@ def describe(args: argparse.Namespace) -> int:
         print(f"error: no quorum leader answered at {args.bootstrap_controller}", flush=True)
         return 1
     if args.status:
-        # kafka-metadata-quorum.sh's first line: the cluster id (from DescribeCluster).
-        fields = {"ClusterId": query_cluster_id(addresses) or "", **status_fields(described)}
+        # kafka-metadata-quorum.sh's first line: the cluster id (from DescribeCluster; a bare Raft
+        # test server, `controller --synthetic-load-*`, does not serve it and gets no such line).
+        cluster_id = query_cluster_id(addresses)
+        fields = {**({"ClusterId": cluster_id} if cluster_id else {}), **status_fields(described)}
         if args.json:
             print(json.dumps(fields))
         else:
