@@ -2,7 +2,7 @@
 """Spark audit benchmark: a large metadata log written by the real log writer, audited.
 
     python tests/perf/bench_audit.py [--records 1000000] [--segment-mib 8] [--master local[2]]
-                                     [--copies 1] [--dir D] [--keep] [--json-out FILE]
+                                     [--copies 1] [--dir D] [--keep] [--stages] [--json-out FILE]
 
 1. Generates a metadata log of `--records` records through `FileLog` + `encode_record`:
    a LeaderChange per controller epoch, 6 brokers registered and unfenced, 200 topics of
@@ -17,8 +17,11 @@
    - the same checks as one plain Python loop (`quorum.audit.baseline.audit_python`), and
      its decoding alone, so the figures show what Spark adds; the two audits' findings are
      compared.
-3. Prints a table and the machine's load (other work may share the cores), and the
-   target: the audit of 1,000,000 records under 60 s.
+3. Prints a table and the machine's load (other work may share the cores): the Spark
+   audit and the plain loop side by side (and their ratio), the number of stages and of
+   single-task stages (`--stages`: every stage with its tasks and its share of the wall
+   clock), and the targets: the audit of 1,000,000 records under 60 s, and no slower than
+   the plain loop in the same run.
 
 Not a pytest module (tests/perf/conftest.py keeps pytest away from it).
 """
