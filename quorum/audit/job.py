@@ -915,8 +915,11 @@ def run_audit(
     if report:
         from quorum.audit.report import collect_plot_data, write_report
 
-        # One window over the partition timeline, read by the series and the incidents.
-        lagged = lag_timeline(spark.read.parquet(uri(PARTITIONS)), copies).persist(StorageLevel.MEMORY_AND_DISK)
+        # One window over the reference copy's partition timeline, read by the series and the incidents.
+        timeline = spark.read.parquet(uri(PARTITIONS))
+        if order:
+            timeline = timeline.where(F.col("log_dir") == order[0])
+        lagged = lag_timeline(timeline, copies).persist(StorageLevel.MEMORY_AND_DISK)
         data = collect_plot_data(
             lagged, spark.read.parquet(uri(IMBALANCE)), copy_docs, order[:1], copies, spark.read.parquet(uri(BROKERS))
         )
