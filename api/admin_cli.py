@@ -20,7 +20,11 @@ DEFAULT_REST_URL = "http://127.0.0.1:18081"
 
 
 class AdminCliError(Exception):
-    pass
+    """A failed admin command; `topic_command` errors print as kafka-topics.sh prints them."""
+
+    def __init__(self, message: str, *, topic_command: bool = False) -> None:
+        super().__init__(message)
+        self.topic_command = topic_command
 
 
 class RestClient:
@@ -87,9 +91,30 @@ def _assignment(text: str) -> list[dict[str, Any]]:
     return out
 
 
+def _missing_topic(exc: AdminCliError) -> bool:
+    return "(error 40403)" in str(exc) or "(error 404)" in str(exc)
+
+
+def _ensure_topic(client: RestClient, name: str, if_exists: bool) -> bool:
+    """kafka-topics.sh's check before --alter, --delete and --describe of one topic: False (and nothing
+    printed) for a missing topic with --if-exists, else a missing topic is an error in Kafka's words."""
+    try:
+        client.get(f"/topics/{name}")
+    except AdminCliError as exc:
+        if not _missing_topic(exc):
+            raise
+        if if_exists:
+            return False
+        raise AdminCliError(f"Topic '{name}' does not exist as expected", topic_command=True) from None
+    return True
+
+
 def topics(args: argparse.Namespace) -> int:
     client = RestClient(args.rest_url)
     cmd = args.topics_command
+    if cmd in ("alter", "delete") or (cmd == "describe" and args.topic):
+        if not _ensure_topic(client, args.topic, args.if_exists):
+            return 0
     if cmd == "list":
         data = client.get("/topics")["data"]
         for t in sorted(data, key=lambda t: t["topic_name"]):
@@ -135,11 +160,23 @@ def topics(args: argparse.Namespace) -> int:
     raise AdminCliError(f"unknown topics command {cmd}")
 
 
+def _non_default(config: dict[str, Any]) -> bool:
+    """What kafka-topics.sh --describe lists on its Configs: line: every config not at its built-in
+    default (a topic override, or a broker's dynamic or static value that differs from the default)."""
+    source = config.get("source")
+    if source in (None, "DEFAULT_CONFIG", "UNKNOWN"):
+        return source == "UNKNOWN" and config.get("value") is not None
+    if source == "DYNAMIC_TOPIC_CONFIG":
+        return True
+    builtin = [s["value"] for s in config.get("synonyms") or [] if s.get("source") == "DEFAULT_CONFIG"]
+    return not builtin or builtin[0] != config.get("value")
+
+
 def describe_topic(client: RestClient, name: str, *, as_json: bool) -> None:
     topic = client.get(f"/topics/{name}")
     partitions = client.get(f"/topics/{name}/partitions")["data"]
     configs = client.get(f"/topics/{name}/configs")["data"]
-    explicit = [c for c in configs if c.get("source") == "DYNAMIC_TOPIC_CONFIG"]
+    explicit = [c for c in configs if _non_default(c)]
     if as_json:
         print(json.dumps({"topic": topic, "partitions": partitions, "configs": explicit}))
         return
@@ -175,13 +212,12 @@ def brokers(args: argparse.Namespace) -> int:
 def log_dump(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from quorum.metadata.dump import dump_segment, dump_snapshot
+    from quorum.metadata.dump import dump_file
 
     path = Path(args.path)
-    if not path.exists():
-        raise AdminCliError(f"{path} does not exist")
-    lines = dump_snapshot(path) if path.name.endswith(".checkpoint") else dump_segment(path)
-    for line in lines:
+    if not path.is_file():
+        raise AdminCliError(f"{path} does not exist or is not a file")
+    for line in dump_file(args.path):
         print(line)
     return 0
 
@@ -199,6 +235,8 @@ def add_commands(commands: Any, non_negative: Any) -> None:
         if name == "describe":
             sub.add_argument("--topic")
             sub.add_argument("--json", action="store_true")
+        if name in ("alter", "delete", "describe"):
+            sub.add_argument("--if-exists", action="store_true", help="do nothing if the topic does not exist")
         if name in ("create", "alter"):
             sub.add_argument("--partitions", type=non_negative)
             sub.add_argument("--config", action="append", metavar="NAME=VALUE")
@@ -218,8 +256,8 @@ def add_commands(commands: Any, non_negative: Any) -> None:
     bl.set_defaults(handler=_guard(brokers))
     lg = commands.add_parser("log", help="inspect metadata log files")
     lg_cmds = lg.add_subparsers(dest="log_command", metavar="SUBCOMMAND", required=True)
-    dump = lg_cmds.add_parser("dump", help="print a metadata log segment or snapshot, decoded")
-    dump.add_argument("path", help="a .log segment or a .checkpoint snapshot")
+    dump = lg_cmds.add_parser("dump", help="print a metadata log segment, snapshot or quorum-state, decoded")
+    dump.add_argument("path", help="a .log segment, a .checkpoint snapshot or a quorum-state file")
     dump.set_defaults(handler=_guard(log_dump))
 
 
@@ -227,8 +265,17 @@ def _guard(func: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             result: int = func(args)
-        except (AdminCliError, httpx.HTTPError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
+        except AdminCliError as exc:
+            if exc.topic_command:
+                print(f"Error while executing topic command : {exc}", file=sys.stderr)
+            else:
+                print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except httpx.HTTPError as exc:
+            print(
+                f"error: {exc} (is a node serving REST at {args.rest_url}? set --rest-url or PYKRAFT_REST_URL)",
+                file=sys.stderr,
+            )
             return 1
         return result
 

@@ -9,6 +9,7 @@
     pykraft cluster up --dir D [--controllers N] [--brokers N] [--base-port P]
     pykraft cluster down --dir D
     pykraft cluster status --dir D [--json]
+    pykraft cluster start|stop|restart --dir D --node N
     pykraft quorum describe (--status | --replication) --bootstrap-controller HOST:PORT [--json]
 
 Errors print ``error: ...`` on stderr and exit with status 1; usage errors exit with 2.
@@ -57,7 +58,12 @@ def _call(module_name: str, function_name: str, *call_args: Any) -> int:
     func: Callable[..., Any] | None = getattr(module, function_name, None)
     if func is None:
         raise CommandError(f"this command is not available yet ({module_name}.{function_name} is not implemented)")
-    result = func(*call_args)
+    # A module lists the exceptions that are the user's to fix (printed as one `error:` line).
+    expected: tuple[type[BaseException], ...] = getattr(module, "EXPECTED_ERRORS", ())
+    try:
+        result = func(*call_args)
+    except expected as exc:
+        raise CommandError(str(exc)) from None
     if result is None:
         return EXIT_OK
     if isinstance(result, bool):
@@ -111,6 +117,10 @@ def _cluster_up(args: argparse.Namespace) -> int:
 
 def _cluster_down(args: argparse.Namespace) -> int:
     return _call("quorum.node.cluster", "cluster_down", args)
+
+
+def _cluster_node(args: argparse.Namespace) -> int:
+    return _call("quorum.node.cluster", "cluster_node", args)
 
 
 def _cluster_status(args: argparse.Namespace) -> int:
@@ -216,13 +226,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="first port to use instead of the ports in deploy/local",
     )
     up.set_defaults(handler=_cluster_up)
-    down = cluster_cmds.add_parser("down", help="stop a local cluster started by `cluster up`")
+    down = cluster_cmds.add_parser(
+        "down", help="stop a local cluster started by `cluster up` (brokers first, with a controlled shutdown)"
+    )
     down.add_argument("--dir", required=True)
     down.set_defaults(handler=_cluster_down)
     status = cluster_cmds.add_parser("status", help="show the processes and the quorum of a local cluster")
     status.add_argument("--dir", required=True)
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(handler=_cluster_status)
+    for action, text in (
+        ("start", "start one stopped node of a local cluster again"),
+        ("stop", "stop one node (a broker with a controlled shutdown)"),
+        ("restart", "stop one node, then start it again"),
+    ):
+        one = cluster_cmds.add_parser(action, help=text)
+        one.add_argument("--dir", required=True)
+        one.add_argument("--node", type=_non_negative, required=True, help="the node id")
+        one.set_defaults(handler=_cluster_node)
 
     # quorum
     quorum = commands.add_parser("quorum", help="inspect the metadata quorum (kafka-metadata-quorum.sh)")

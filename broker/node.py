@@ -142,7 +142,7 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
 
 def run_broker(config_path: str, *, events_file: str | None = None) -> int:
     try:
-        node_id = load_config(config_path).node_id
+        node_id = load_config(config_path, warn_unknown=False).node_id  # warns once, logged
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

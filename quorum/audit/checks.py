@@ -82,6 +82,7 @@ __all__ = [
     "Finding",
     "agreement_findings",
     "epoch_findings",
+    "epoch_step",
     "log_findings",
     "merge_findings",
     "merge_shards",
@@ -109,6 +110,8 @@ CHECKS: dict[str, str] = {
     "unclean_election": "a leader elected from outside the previous ISR",
     "fenced_leader": "a partition led by a fenced broker",
     "partition_leaderless": "a partition without a leader (duration in batch-timestamp ms)",
+    "isr_below_min_insync": "a partition whose ISR is smaller than its min.insync.replicas (acks=all "
+    "produces fail; duration in batch-timestamp ms)",
     "replication_factor": "a partition's replica count differs from its topic's replication factor",
     "duplicate_replicas": "two replicas of a partition on one broker",
     "replicas_on_one_rack": "all replicas on one rack while live brokers span more racks",
@@ -127,6 +130,7 @@ UNCLEAN = "unclean.leader.election.enable"
 IMBALANCE_PCT = "leader.imbalance.per.broker.percentage"
 IMBALANCE_INTERVAL = "leader.imbalance.check.interval.seconds"
 AUTO_REBALANCE = "auto.leader.rebalance.enable"
+MIN_ISR = "min.insync.replicas"
 
 
 # --------------------------------------------------------------------------- settings and findings
@@ -151,6 +155,10 @@ class AuditSettings:
         return self.broker_defaults.get(AUTO_REBALANCE, "true").strip().lower() == "true"
 
     @property
+    def min_insync_default(self) -> int:
+        return int(self.broker_defaults.get(MIN_ISR, "1"))
+
+    @property
     def unclean_default(self) -> bool:
         return self.broker_defaults.get(UNCLEAN, "false").strip().lower() == "true"
 
@@ -166,6 +174,11 @@ class AuditSettings:
             raise ValueError(f"{IMBALANCE_PCT} must be within 0..100")
         if self.imbalance_interval_ms < 0:
             raise ValueError(f"{IMBALANCE_INTERVAL} must be >= 0")
+        try:
+            if self.min_insync_default < 1:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{MIN_ISR} must be an integer >= 1") from None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -173,6 +186,7 @@ class AuditSettings:
             IMBALANCE_PCT: self.imbalance_percentage,
             IMBALANCE_INTERVAL: self.imbalance_interval_ms / 1000,
             AUTO_REBALANCE: self.auto_rebalance,
+            MIN_ISR: self.min_insync_default,
         }
 
 
@@ -406,6 +420,9 @@ class CopyReplayer:
         self._broker_records: set[int] = set()  # brokers changed by a broker record in this batch
         self._imbalanced_since: dict[int, tuple[int, int]] = {}  # broker -> (offset, ts)
         self._leaderless_since: dict[_Key, tuple[int, int, str]] = {}  # key -> (offset, ts, subject)
+        # key -> (offset, ts, subject, min.insync.replicas, smallest ISR size seen) while ISR < min ISR
+        self._under_min_since: dict[_Key, tuple[int, int, str, int, int]] = {}
+        self._min_isr: dict[str, int] = {}  # topic name -> its min.insync.replicas (cleared on config changes)
         self._fenced_leader: set[_Key] = set()
         self._acc: dict[tuple[str, str], Finding] = {}
 
@@ -603,6 +620,33 @@ class CopyReplayer:
                 self._leaderless_since[key] = (offset, self._ts, subject)
         elif key in self._leaderless_since:
             self._close_leaderless(key, offset, ongoing=False)
+        # intervals with the ISR below min.insync.replicas
+        size = len(after.isr)
+        under = self._under_min_since.get(key)
+        if under is not None and size < under[3]:
+            if size < under[4]:
+                self._under_min_since[key] = (*under[:4], size)
+        else:
+            need = self._min_insync(name)
+            if under is not None and size >= need:
+                self._close_under_min(key, offset, ongoing=False)
+            elif under is None and size < need:
+                self._under_min_since[key] = (offset, self._ts, subject, need, size)
+
+    def _min_insync(self, name: str) -> int:
+        """The topic's min.insync.replicas: its own config, else the broker default (Kafka's: 1)."""
+        if self.delta.changed_configs:
+            self._rebase()
+            self._min_isr.clear()
+        found = self._min_isr.get(name)
+        if found is None:
+            value = self.image.topic_config(name).get(MIN_ISR)
+            try:
+                found = int(value) if value is not None else self.settings.min_insync_default
+            except ValueError:
+                found = self.settings.min_insync_default
+            self._min_isr[name] = found
+        return found
 
     def _unclean(
         self,
@@ -794,6 +838,8 @@ class CopyReplayer:
             self._unindex(key, reg)
             if key in self._leaderless_since:
                 self._close_leaderless(key, offset, ongoing=False, removed=True)
+            if key in self._under_min_since:
+                self._close_under_min(key, offset, ongoing=False, removed=True)
             self._fenced_leader.discard(key)
             self._touched.discard(key)
         self._topic_rf.pop(tint, None)
@@ -900,6 +946,28 @@ class CopyReplayer:
             finding.add_offset(offset)
         self._emit(finding)
 
+    def _close_under_min(self, key: _Key, offset: int, *, ongoing: bool, removed: bool = False) -> None:
+        start, start_ts, subject, need, smallest = self._under_min_since.pop(key)
+        end_ts = self._ts if not ongoing else (self.last_ts if self.last_ts is not None else start_ts)
+        duration = max(0, end_ts - start_ts)
+        if duration == 0 and not ongoing:
+            return
+        what = "until the end of the log" if ongoing else "until its topic was deleted" if removed else ""
+        finding = Finding(
+            "isr_below_min_insync",
+            WARNING,
+            subject,
+            f"{subject}: ISR of {smallest} below {MIN_ISR}={need} for {duration} ms (offsets {start}..{offset})"
+            + (f" {what}" if what else ""),
+            duration_ms=duration,
+            details={"from_offset": start, "to_offset": offset, "ongoing": ongoing, "min_insync_replicas": need,
+                     "smallest_isr": smallest},
+        )  # fmt: skip
+        finding.add_offset(start)
+        if offset != start:
+            finding.add_offset(offset)
+        self._emit(finding)
+
     def _close_imbalance(self, broker: int, offset: int, *, ongoing: bool) -> None:
         start, start_ts = self._imbalanced_since.pop(broker)
         end_ts = self._ts if not ongoing else (self.last_ts if self.last_ts is not None else start_ts)
@@ -952,6 +1020,8 @@ class CopyReplayer:
         end = self.last_offset if self.last_offset >= 0 else self.start_offset - 1
         for key in list(self._leaderless_since):
             self._close_leaderless(key, end, ongoing=True)
+        for key in list(self._under_min_since):
+            self._close_under_min(key, end, ongoing=True)
         for broker in list(self._imbalanced_since):
             self._close_imbalance(broker, end, ongoing=True)
         for finding in self._acc.values():
@@ -1125,22 +1195,30 @@ def _disagree(a: str, b: str, node_ids: Mapping[str, int | None], offsets: list[
 # --------------------------------------------------------------------------- epochs on the timeline
 
 
+def epoch_step(prev: tuple[Any, ...] | None, row: tuple[Any, ...]) -> list[tuple[str, str, int, int, int]]:
+    """The epoch check events of one partition timeline row given the partition's previous row."""
+    if prev is None or row[5] != "PARTITION_CHANGE_RECORD" or prev[5] == "REMOVE_TOPIC":
+        return []
+    out = []
+    subject = f"{row[7]}-{row[8]}"
+    if row[16] != prev[16] + 1:
+        out.append(("partition_epoch_not_plus_one", subject, row[2], prev[16] + 1, row[16]))
+    expected = prev[15] + (1 if row[18] else 0)
+    if row[15] != expected:
+        out.append(("leader_epoch_not_plus_one", subject, row[2], expected, row[15]))
+    return out
+
+
 def epoch_events(rows: Iterable[tuple[Any, ...]]) -> list[tuple[str, str, int, int, int]]:
     """(check, subject, offset, expected, found) along one partition's timeline rows in offset order.
 
-    `rows`: PARTITION_FIELDS tuples of one copy and one partition. Mirrors `quorum.audit.job`.
+    `rows`: PARTITION_FIELDS tuples of one copy and one partition (the Spark replay applies
+    `epoch_step` to each row as it emits it).
     """
     out: list[tuple[str, str, int, int, int]] = []
     prev: tuple[Any, ...] | None = None
     for row in rows:
-        change = row[5]
-        if prev is not None and change == "PARTITION_CHANGE_RECORD" and prev[5] != "REMOVE_TOPIC":
-            subject = f"{row[7]}-{row[8]}"
-            if row[16] != prev[16] + 1:
-                out.append(("partition_epoch_not_plus_one", subject, row[2], prev[16] + 1, row[16]))
-            expected = prev[15] + (1 if row[18] else 0)
-            if row[15] != expected:
-                out.append(("leader_epoch_not_plus_one", subject, row[2], expected, row[15]))
+        out.extend(epoch_step(prev, row))
         prev = row
     return out
 

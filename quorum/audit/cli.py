@@ -1,8 +1,8 @@
 """`pykraft audit` and `pykraft export`: the Spark audit of metadata log copies.
 
-    pykraft audit --log-dir DIR [--log-dir DIR ...] --out DIR [--master URL]
+    pykraft audit --log-dir DIR [--log-dir DIR ...] --out DIR [--master URL] [--conf NAME=VALUE ...]
                   [--broker-default NAME=VALUE ...] [--no-report]
-    pykraft export --log-dir DIR [--log-dir DIR ...] --out DIR [--master URL]
+    pykraft export --log-dir DIR [--log-dir DIR ...] --out DIR [--master URL] [--conf NAME=VALUE ...]
 
 `--log-dir` names one node's copy of the metadata log: its `__cluster_metadata-0`
 directory, the metadata log dir that holds it, or the node's directory. `audit` writes
@@ -22,7 +22,7 @@ import argparse
 import sys
 from typing import Any
 
-from quorum.audit.checks import AUTO_REBALANCE, IMBALANCE_INTERVAL, IMBALANCE_PCT, UNCLEAN, AuditSettings
+from quorum.audit.checks import AUTO_REBALANCE, IMBALANCE_INTERVAL, IMBALANCE_PCT, MIN_ISR, UNCLEAN, AuditSettings
 from quorum.audit.logdirs import AuditInputError, resolve_copies
 
 __all__ = ["add_audit_commands", "audit_main", "export_main"]
@@ -30,7 +30,7 @@ __all__ = ["add_audit_commands", "audit_main", "export_main"]
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
 EXIT_ERROR = 2
-KNOWN_DEFAULTS = (UNCLEAN, IMBALANCE_PCT, IMBALANCE_INTERVAL, AUTO_REBALANCE)
+KNOWN_DEFAULTS = (UNCLEAN, IMBALANCE_PCT, IMBALANCE_INTERVAL, AUTO_REBALANCE, MIN_ISR)
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -65,7 +65,7 @@ def _run(args: argparse.Namespace, *, export_only: bool) -> int:
     from pyspark.sql import SparkSession
 
     shared = SparkSession.getActiveSession() is not None  # e.g. a caller's session: leave it running
-    spark = spark_session(args.master)
+    spark = spark_session(args.master, conf=getattr(args, "conf", None) or ())
     try:
         result = run_audit(
             spark,
@@ -118,7 +118,18 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="a node's metadata log copy (its __cluster_metadata-0, metadata log dir or node dir); repeat per node",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    parser.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    parser.add_argument(
+        "--master",
+        default="local[*]",
+        help="Spark master URL (default local[*]): spark://HOST:7077, yarn, k8s://https://HOST:PORT",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        type=_key_value,
+        metavar="NAME=VALUE",
+        help="a Spark setting, as spark-submit --conf (e.g. spark.executor.memory=2g); repeatable",
+    )
 
 
 def add_audit_commands(commands: Any) -> None:

@@ -1,18 +1,18 @@
 """The Spark job behind `pykraft audit` and `pykraft export`.
 
-1. Read every copy with the `pykraft-metadata` data source (one task per file) and write
-   `records.parquet`; everything after reads that Parquet, so each record decodes once.
-2. Replay each copy in log order: the rows of a copy (its replay snapshot, then its
-   segments) are put in one partition (`repartition` by copy + `sortWithinPartitions`) and
-   `mapInArrow` runs `quorum.audit.checks.CopyReplayer` (the shared `MetadataDelta` replay)
-   over them, emitting `partitions_timeline.parquet`, `brokers_timeline.parquet` and the
-   semantic findings as rows. With fewer copies than cores, a copy is split into shards by
-   topic id (each shard replays every non-partition record and the partition records of
-   its topics), and the per-broker leader counts the shards emit are summed by window
-   functions into `imbalance_timeline.parquet` and the `leader_imbalance` findings.
-3. Per-copy log checks as window functions (lag over file, position, offset, per segment
-   file, then across files), agreement between copies as a self-join on offset restricted
-   to committed offsets, the epoch checks as window functions over the partition timeline.
+1. Read every copy with the `pykraft-metadata` data source (one task per segment range of about
+   4 MiB, cut at batch boundaries, and per snapshot) and write `records.parquet`; everything
+   after reads that Parquet, so each record decodes once into its columns.
+2. Replay: one task per (copy, shard), with no shuffle. A copy is split into shards by topic id
+   when there are fewer copies than cores (each shard replays every non-partition record and the
+   partition records of its topics). Each task reads its rows straight from records.parquet
+   (pyarrow, filtered and sorted into log order), runs `quorum.audit.checks.CopyReplayer` (the
+   shared `MetadataDelta` replay) and the epoch checks on the partition rows it emits, writes its
+   part of `partitions_timeline.parquet` itself, and returns the broker rows, findings, imbalance
+   deltas and summaries to Spark; shard 0 of a copy also runs the copy's log checks
+   (`LogChecker`, as the plain loop does). The per-broker leader counts the shards emit are summed
+   by window functions into `imbalance_timeline.parquet` and the `leader_imbalance` findings.
+3. Agreement between copies as a self-join on offset restricted to committed offsets.
 4. `findings.json` and `report.html` (`quorum.audit.report`).
 
 Runs on `local[*]` by default and on any cluster given `--master`: the log directories
@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,7 +52,11 @@ from quorum.audit.checks import (
     AuditSettings,
     CopyReplayer,
     Finding,
+    LogChecker,
     copy_label,
+    epoch_findings,
+    epoch_step,
+    log_findings,
     majority,
     merge_findings,
     merge_shards,
@@ -71,8 +77,14 @@ REPORT = "report.html"
 # --------------------------------------------------------------------------- the session
 
 
-def spark_session(master: str = "local[*]", app_name: str = "pykraft-audit") -> SparkSession:
-    """A SparkSession whose Python workers run this interpreter; quiet (WARN) and small when local."""
+def spark_session(
+    master: str = "local[*]", app_name: str = "pykraft-audit", conf: Sequence[tuple[str, str]] = ()
+) -> SparkSession:
+    """A SparkSession whose Python workers run this interpreter; quiet (WARN) and small when local.
+
+    `conf`: Spark settings (`--conf NAME=VALUE`) applied last, e.g. spark.executor.memory or
+    spark.kubernetes.container.image for a cluster.
+    """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     local = master.startswith("local")
@@ -88,16 +100,24 @@ def spark_session(master: str = "local[*]", app_name: str = "pykraft-audit") -> 
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.debug.maxToStringFields", "200")
     )
+    if not local and os.environ.get("PYTHONPATH"):
+        # Executors import quorum.audit (the data source, the replay): the driver's path, if it has one.
+        builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
     if local:
         # The local driver is the executor too: room for the cached replay output of large logs.
         builder = builder.config("spark.driver.memory", "2g")
     if local:
         builder = (
             builder.config("spark.sql.shuffle.partitions", "4")
+            # Keep every shuffle at 4 partitions: the audit's shuffles are small enough that adaptive
+            # coalescing would merge them into one task, i.e. one core.
+            .config("spark.sql.adaptive.coalescePartitions.enabled", "false")
             .config("spark.ui.enabled", "false")
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
         )
+    for name, value in conf:
+        builder = builder.config(name, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
@@ -117,6 +137,7 @@ def _union_fields() -> tuple[tuple[str, str], ...]:
 
 _SUMMARY_FIELDS = (("node_id", "INT"), ("log_dir", "STRING"), ("details", "STRING"))
 REPLAY_FIELDS = _union_fields()
+_PARTITION_SCHEMA = arrow_schema(PARTITION_FIELDS)
 _KIND_FIELDS = {
     "partition": PARTITION_FIELDS,
     "broker": BROKER_FIELDS,
@@ -143,15 +164,34 @@ _REPLAY_INPUT = (
 
 
 class _ArrowSink:
-    """Collects the replay's rows per kind; `drain` turns them into union-schema Arrow batches."""
+    """Collects the replay's rows per kind; `drain` turns them into union-schema Arrow batches.
 
-    def __init__(self) -> None:
+    With `write_partitions`, the partition rows (most of the output) go to it instead, as Arrow
+    batches of PARTITION_FIELDS: the task writes them to Parquet itself, so that they never
+    cross into the JVM as wide union rows.
+    """
+
+    def __init__(self, write_partitions: Callable[[pa.RecordBatch], None] | None = None) -> None:
         self.rows: dict[str, list[tuple[Any, ...]]] = {kind: [] for kind in _KIND_FIELDS}
         self.pending = 0
+        self.write_partitions = write_partitions
+        # The epoch checks, as the rows are emitted (in offset order per partition): the previous
+        # row of each (topic id, partition), and the events found.
+        self._last: dict[tuple[str, int], tuple[Any, ...]] = {}
+        self.epoch_events: list[tuple[str, str, int, int, int]] = []
 
     def partition(self, row: tuple[Any, ...]) -> None:
         self.rows["partition"].append(row)
         self.pending += 1
+        key = (row[6], row[8])
+        found = epoch_step(self._last.get(key), row)
+        if found:
+            self.epoch_events.extend(found)
+        self._last[key] = row
+
+    def reset_epochs(self) -> None:
+        self._last.clear()
+        self.epoch_events.clear()
 
     def broker(self, row: tuple[Any, ...]) -> None:
         self.rows["broker"].append(row)
@@ -181,6 +221,12 @@ class _ArrowSink:
             if not rows:
                 continue
             n = len(rows)
+            if kind == "partition" and self.write_partitions is not None:
+                columns = zip(zip(*rows, strict=True), _PARTITION_SCHEMA, strict=True)
+                arrays = [pa.array(col, type=f.type) for col, f in columns]
+                self.write_partitions(pa.RecordBatch.from_arrays(arrays, schema=_PARTITION_SCHEMA))
+                rows.clear()
+                continue
             own = dict(zip([name for name, _ in _KIND_FIELDS[kind]], zip(*rows, strict=True), strict=True))
             arrays = []
             for f in schema:
@@ -201,8 +247,10 @@ def _replay_function(
     """The mapInArrow function: replays every (copy, shard) whose rows arrive, contiguous and in log order."""
     schema = arrow_schema(REPLAY_FIELDS)
 
-    def replay(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        sink = _ArrowSink()
+    def replay(
+        batches: Iterator[pa.RecordBatch], write_partitions: Callable[[pa.RecordBatch], None] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        sink = _ArrowSink(write_partitions)
         current: tuple[int, int] | None = None
         replayer: CopyReplayer | None = None
         snapshot_values: list[bytes] = []
@@ -227,7 +275,12 @@ def _replay_function(
                 return
             if not started:
                 start_segments()
-            sink.summary(plans[current[0]][1], plans[current[0]][0], replayer.finish())
+            log_dir, node_id = plans[current[0]][:2]
+            summary = replayer.finish()
+            for f in epoch_findings(log_dir, node_id, sink.epoch_events):
+                sink.finding(f)
+            sink.epoch_events.clear()
+            sink.summary(node_id, log_dir, summary)
 
         for batch in batches:
             cols = {name: batch.column(name).to_pylist() for name in _REPLAY_INPUT}
@@ -241,6 +294,7 @@ def _replay_function(
                     current = key
                     log_dir, node_id = plans[key[0]][:2]
                     replayer = CopyReplayer(log_dir, node_id, settings, sink, shard=key[1], imbalance_deltas=True)
+                    sink.reset_epochs()
                     snapshot_values, snapshot_ok, snapshot_ts, started = [], True, None, False
                 assert replayer is not None
                 if cols["_snapshot"][i]:
@@ -280,81 +334,143 @@ def replay_shards(spark: SparkSession, copies: int) -> int:
     return max(1, min(8, cores // max(1, copies)))
 
 
-def _partition_keys(spark: SparkSession, n: int) -> list[int]:
-    """Keys k_0..k_{n-1} that Spark's hash partitioning into n partitions sends to partitions 0..n-1
-    (so that every replay task gets one (copy, shard) group, without a range-sampling pass)."""
-    if n == 1:
-        return [0]
-    found: dict[int, int] = {}
-    for r in (
-        spark.range(0, 64 * n)
-        .select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p"))
-        .groupBy("p")
-        .agg(F.min("id").alias("id"))
-        .collect()
-    ):
-        found[int(r["p"])] = int(r["id"])
-    return [found[p] for p in range(n)] if len(found) == n else list(range(n))
+def _owner_shards(topic_ids: pa.Array, shards: int) -> pa.Array:
+    """Each row's owning shard (int32) from its topic id string: crc32 of the id modulo `shards`,
+    computed once per distinct id (the same on every executor, unlike Python's salted hash)."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+    uniques = pc.unique(topic_ids)
+    owners = pa.array(
+        [zlib.crc32(t.encode()) % shards if t is not None else 0 for t in uniques.to_pylist()], pa.int32()
+    )
+    return pc.take(owners, pc.index_in(topic_ids, value_set=uniques))
 
 
-def replay_dataframe(
-    records: DataFrame, copies: Sequence[LogCopy], settings: AuditSettings, shards: int = 1
+def copy_replay_input(records_path: str, plan: tuple[str, int | None, str | None, int, int], copy: int,
+                      shard: int, shards: int) -> pa.Table:  # fmt: skip
+    """One (copy, shard)'s replay input, read straight from records.parquet with pyarrow: the rows of
+    its replay snapshot, then of its segments, in log order, with the columns of `_REPLAY_INPUT`.
+
+    A shard keeps every record but the partition records of other shards' topics, of which it keeps
+    only the first row of each batch (marked `foreign`: it closes the previous batch).
+    """
+    import pyarrow.compute as pc  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    import pyarrow.dataset as ds  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+    log_dir, _node, snapshot_name, _end, _epoch = plan
+    keep = ds.field("source_kind") == "segment"
+    if snapshot_name is not None:
+        keep = keep | (ds.field("source_file") == snapshot_name)
+    columns = [c for c in _REPLAY_INPUT if c not in ("_copy", "_snapshot", "shard", "foreign")]
+    columns += ["source_kind", "source_file", "position", "record_type", "topic_id"]
+    table = ds.dataset(records_path, format="parquet").to_table(
+        columns=columns, filter=(ds.field("log_dir") == log_dir) & keep
+    )
+    n = table.num_rows
+    snapshot = pc.equal(table["source_kind"], "snapshot")
+    table = table.append_column("_snapshot", snapshot).append_column(
+        "_file", pc.cast(pc.utf8_slice_codeunits(table["source_file"], 0, 20), pa.int64())
+    )
+    table = table.append_column("_not_snapshot", pc.invert(snapshot))
+    table = table.sort_by([("_not_snapshot", "ascending"), ("_file", "ascending"), ("position", "ascending"),
+                           ("offset", "ascending")])  # fmt: skip
+    foreign = pa.array([False] * n) if n else pa.array([], pa.bool_())
+    if shards > 1 and n:
+        owned = pc.and_(
+            pc.is_in(table["record_type"], value_set=pa.array(["PARTITION_RECORD", "PARTITION_CHANGE_RECORD"])),
+            pc.fill_null(table["valid"], False),
+        )
+        owned = pc.fill_null(owned, False)
+        mine = pc.equal(_owner_shards(table["topic_id"], shards), shard)
+        first_of_batch = pc.and_(pc.invert(table["_snapshot"]), pc.equal(table["offset"], table["batch_base_offset"]))
+        other = pc.and_(owned, pc.invert(pc.fill_null(mine, False)))
+        keep_rows = pc.or_(pc.invert(other), pc.fill_null(first_of_batch, False))
+        foreign = pc.filter(other, keep_rows)
+        table = table.filter(keep_rows)
+    n = table.num_rows
+    table = table.append_column("_copy", pa.array([copy] * n, pa.int64()))
+    table = table.append_column("shard", pa.array([shard] * n, pa.int32())).append_column("foreign", foreign)
+    return table.select(list(_REPLAY_INPUT))
+
+
+def copy_log_findings(records_path: str, log_dir: str, node_id: int | None) -> list[Finding]:
+    """The per-copy log checks (`LogChecker`, as the plain loop runs them) over one copy's rows of
+    records.parquet: every segment row in file order, and the invalid rows of its snapshots."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    import pyarrow.dataset as ds  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+    table = ds.dataset(records_path, format="parquet").to_table(
+        columns=["source_kind", "source_file", "position", "offset", "leader_epoch", "valid", "error_kind"],
+        filter=ds.field("log_dir") == log_dir,
+    )
+    checker = LogChecker()
+    snapshots = table.filter(pc.and_(pc.equal(table["source_kind"], "snapshot"), pc.invert(table["valid"])))
+    for kind, offset in zip(snapshots["error_kind"].to_pylist(), snapshots["offset"].to_pylist(), strict=True):
+        checker.invalid(kind, offset)
+    segments = table.filter(pc.equal(table["source_kind"], "segment"))
+    segments = segments.append_column(
+        "_file", pc.cast(pc.utf8_slice_codeunits(segments["source_file"], 0, 20), pa.int64())
+    ).sort_by([("_file", "ascending"), ("position", "ascending"), ("offset", "ascending")])
+    row = checker.row
+    for args in zip(*(segments[c].to_pylist() for c in ("source_file", "offset", "leader_epoch", "valid",
+                                                         "error_kind")), strict=True):  # fmt: skip
+        row(*args)
+    return log_findings(log_dir, node_id, checker.events)
+
+
+def replay_tasks_dataframe(
+    spark: SparkSession,
+    records_path: str,
+    copies: Sequence[LogCopy],
+    settings: AuditSettings,
+    shards: int = 1,
+    partitions_path: str | None = None,
 ) -> DataFrame:
-    """Every copy replayed by `CopyReplayer`, in `shards` tasks per copy: rows of REPLAY_FIELDS.
+    """Every copy replayed by `CopyReplayer` in `shards` tasks per copy: rows of REPLAY_FIELDS.
 
-    A shard owns the partition records of the topics whose id hashes to it, gets every other
-    record, and the first row of every batch (marked foreign when another shard owns it).
+    No shuffle: one task per (copy, shard), each reading its rows from records.parquet itself (the
+    output directory is on storage every executor sees, as the audit requires). Shard 0 of each
+    copy also runs the copy's log checks; the epoch checks run on the partition rows as they are
+    emitted.
+
+    With `partitions_path` (an existing, empty directory), each task writes its partition timeline rows
+    there as `part-<copy>-<shard>.parquet` (PARTITION_FIELDS; a retried task rewrites its own file)
+    and the DataFrame carries every other kind of row.
     """
     plans: list[tuple[str, int | None, str | None, int, int]] = []
-    keep: Column = F.col("source_kind") == F.lit("segment")
     for copy in copies:
         snap = copy.replay_snapshot()
         if snap is None:
             plans.append((copy.log_dir, copy.node_id, None, 0, -1))
         else:
             plans.append((copy.log_dir, copy.node_id, snap.name, snap.end_offset, snap.epoch))
-            keep = keep | ((F.col("log_dir") == F.lit(copy.log_dir)) & (F.col("source_file") == F.lit(snap.name)))
-    snapshot = F.col("source_kind") == "snapshot"
-    rows = records.where(keep).select(
-        copy_index(copies).alias("_copy"),
-        snapshot.alias("_snapshot"),
-        # the file's base (segment) or end (snapshot) offset orders the files of a copy
-        F.substring("source_file", 1, 20).cast("bigint").alias("_file"),
-        "position",
-        "offset",
-        "batch_base_offset",
-        "batch_last_offset",
-        "leader_epoch",
-        "batch_timestamp_ms",
-        "is_control",
-        "valid",
-        "error_kind",
-        "value",
-        "record_type",
-        "topic_id",
-    )
-    if shards > 1:
-        owned = F.col("record_type").isin("PARTITION_RECORD", "PARTITION_CHANGE_RECORD") & F.col("valid")
-        owner = F.pmod(F.xxhash64("topic_id"), F.lit(shards)).cast("int")
-        every = F.array(*[F.lit(i) for i in range(shards)])
-        first_of_batch = ~F.col("_snapshot") & (F.col("offset") == F.col("batch_base_offset"))
-        targets = F.when(owned & first_of_batch, every).when(owned, F.array(owner)).otherwise(every)
-        rows = rows.withColumn("shard", F.explode(targets)).withColumn("foreign", owned & (F.col("shard") != owner))
-    else:
-        rows = rows.withColumn("shard", F.lit(0)).withColumn("foreign", F.lit(False))
-    rows = rows.drop("record_type", "topic_id")
     groups = max(1, len(copies) * shards)
-    keys = _partition_keys(records.sparkSession, groups)
-    group = F.col("_copy") * shards + F.col("shard")
-    key: Column = F.lit(keys[0]).cast("bigint")
-    for g in range(1, groups):
-        key = F.when(group == g, F.lit(keys[g]).cast("bigint")).otherwise(key)
-    rows = (
-        rows.withColumn("_group", key)
-        .repartition(groups, "_group")
-        .sortWithinPartitions("_group", F.col("_snapshot").desc(), "_file", "position", "offset")
-    )
-    return rows.mapInArrow(_replay_function(plans, settings, shards), spark_schema(REPLAY_FIELDS))
+    replay = _replay_function(plans, settings, shards)
+    schema = arrow_schema(REPLAY_FIELDS)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for group in batch.column("id").to_pylist():
+                copy, shard = divmod(int(group), shards)
+                if shard == 0:  # the copy's log checks: one task per copy
+                    sink = _ArrowSink()
+                    for finding in copy_log_findings(records_path, plans[copy][0], plans[copy][1]):
+                        sink.finding(finding)
+                    yield from sink.drain(schema)
+                table = copy_replay_input(records_path, plans[copy], copy, shard, shards)
+                if partitions_path is None:
+                    yield from replay(iter(table.to_batches(max_chunksize=8192)))
+                    continue
+                import pyarrow.parquet as pq  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+                final = os.path.join(partitions_path, f"part-{copy:05d}-{shard:05d}.parquet")
+                tmp = os.path.join(partitions_path, f".part-{copy:05d}-{shard:05d}.parquet.tmp")
+                with pq.ParquetWriter(tmp, _PARTITION_SCHEMA) as writer:
+                    yield from replay(iter(table.to_batches(max_chunksize=8192)), writer.write_batch)
+                os.replace(tmp, final)
+
+    tasks = spark.range(0, groups, 1, numPartitions=groups)
+    return tasks.mapInArrow(run, spark_schema(REPLAY_FIELDS))
 
 
 def imbalance_dataframes(deltas: DataFrame, ends: DataFrame, settings: AuditSettings) -> tuple[DataFrame, DataFrame]:
@@ -469,21 +585,6 @@ def _select(df: DataFrame, kind: str, fields: Sequence[tuple[str, str]]) -> Data
 
 # --------------------------------------------------------------------------- log checks and agreement
 
-_ERROR_CHECK = {
-    "crc_mismatch": "bad_crc",
-    "corrupt_batch": "corrupt_batch",
-    "bad_record": "undecodable_record",
-    "bad_snapshot": "invalid_snapshot",
-    "torn_tail": "torn_tail",
-}
-
-
-def _error_check(column: Column) -> Column:
-    expr = F.lit("corrupt_batch")
-    for kind, check in _ERROR_CHECK.items():
-        expr = F.when(column == kind, F.lit(check)).otherwise(expr)
-    return expr
-
 
 def copy_index(copies: Sequence[LogCopy]) -> Column:
     """The index of a row's copy in `copies` (from its log_dir): shuffles carry this int, not the path."""
@@ -493,71 +594,9 @@ def copy_index(copies: Sequence[LogCopy]) -> Column:
     return index
 
 
-def log_check_dataframe(records: DataFrame, copies: Sequence[LogCopy]) -> DataFrame:
-    """(_copy, check, offset) events of the per-copy log checks (window functions); `_copy` indexes `copies`.
-
-    Along each copy in file order (file, position, offset), each row against the one before:
-    offsets rise by one, batch leader epochs do not decrease, and the first row of a segment
-    has the segment's base offset; an invalid row is its own event. The window runs per
-    segment file (one task each, like the read), and a second, tiny window over the files
-    pairs each file's first row with the previous file's last row.
-    """
-    seg = records.where(F.col("source_kind") == "segment").select(
-        copy_index(copies).alias("_copy"),
-        F.substring("source_file", 1, 20).cast("bigint").alias("_file"),
-        "position",
-        "offset",
-        "leader_epoch",
-        "valid",
-        "error_kind",
-    )
-    in_file = Window.partitionBy("_copy", "_file").orderBy("position", "offset")
-    rows = seg.select(
-        "*",
-        F.lag("offset").over(in_file).alias("p_offset"),
-        F.lag("leader_epoch").over(in_file).alias("p_epoch"),
-        F.lag("valid").over(in_file).alias("p_valid"),
-    )
-    # The previous row of each file's first row: the last row of the previous file of the copy.
-    files = seg.groupBy("_copy", "_file").agg(
-        F.min_by(F.struct("offset", "leader_epoch", "valid"), F.struct("position", "offset")).alias("first"),
-        F.max_by(F.struct("offset", "leader_epoch", "valid"), F.struct("position", "offset")).alias("last"),
-    )
-    by_file = Window.partitionBy("_copy").orderBy("_file")
-    boundaries = files.select("_copy", "_file", F.lag("last").over(by_file).alias("prev"))
-    rows = (
-        rows.join(F.broadcast(boundaries), ["_copy", "_file"], "left")
-        .withColumn("first_in_file", F.col("p_offset").isNull() & F.col("p_valid").isNull())
-        .withColumn("p_offset", F.when(F.col("first_in_file"), F.col("prev.offset")).otherwise(F.col("p_offset")))
-        .withColumn("p_epoch", F.when(F.col("first_in_file"), F.col("prev.leader_epoch")).otherwise(F.col("p_epoch")))
-        .withColumn("p_valid", F.when(F.col("first_in_file"), F.col("prev.valid")).otherwise(F.col("p_valid")))
-    )
-    valid = F.col("valid")
-    both = valid & F.coalesce(F.col("p_valid"), F.lit(False))
-    check = (
-        F.when(~valid, _error_check(F.col("error_kind")))
-        .when(F.col("first_in_file") & (F.col("offset") != F.col("_file")), F.lit("offsets_not_contiguous"))
-        .otherwise(F.lit(None))
-    )
-    # A row can raise two events (e.g. a gap that is also a file-base mismatch): one column each.
-    events = rows.select(
-        "_copy",
-        "offset",
-        F.array(
-            check,
-            F.when(both & (F.col("offset") != F.col("p_offset") + 1), F.lit("offsets_not_contiguous")),
-            F.when(both & (F.col("leader_epoch") < F.col("p_epoch")), F.lit("leader_epoch_decreasing")),
-        ).alias("checks"),
-    ).select("_copy", F.explode("checks").alias("check"), "offset")
-    snapshots = records.where((F.col("source_kind") == "snapshot") & ~valid).select(
-        copy_index(copies).alias("_copy"), _error_check(F.col("error_kind")).alias("check"), "offset"
-    )
-    return events.where(F.col("check").isNotNull()).unionByName(snapshots)
-
-
 def lag_timeline(partitions: DataFrame, copies: Sequence[LogCopy]) -> DataFrame:
-    """The partition timeline with each row's predecessor values (one window: per copy and partition,
-    by offset), for the epoch checks and the report's series; `_copy` indexes `copies`."""
+    """The partition timeline with each row's changes from its predecessor (one window: per copy and
+    partition, by offset), for the report's series and incidents; `_copy` indexes `copies`."""
     w = Window.partitionBy("_copy", "topic_id", "partition_id").orderBy("offset")
     removed = F.col("change") == "REMOVE_TOPIC"
     derived = partitions.select(
@@ -568,9 +607,10 @@ def lag_timeline(partitions: DataFrame, copies: Sequence[LogCopy]) -> DataFrame:
         "topic_id",
         "topic_name",
         "partition_id",
-        "leader_epoch",
-        "partition_epoch",
-        "leader_set",
+        "leader",
+        "prev_leader",
+        "replicas",
+        "unclean",
         F.when(removed, 0).otherwise(1).alias("live"),
         F.when(removed, 0).otherwise(F.col("isr_size")).alias("isr"),
         F.when(removed | (F.col("isr_size") >= F.size("replicas")), 0).otherwise(1).alias("urp"),
@@ -581,101 +621,12 @@ def lag_timeline(partitions: DataFrame, copies: Sequence[LogCopy]) -> DataFrame:
     )
     return derived.select(
         "*",
-        F.lag("change").over(w).alias("p_change"),
-        F.lag("leader_epoch").over(w).alias("p_le"),
-        F.lag("partition_epoch").over(w).alias("p_pe"),
+        F.lag("replicas").over(w).alias("p_replicas"),
         *[
             (F.col(n) - F.coalesce(F.lag(n).over(w), F.lit(0))).alias(f"d_{n}")
             for n in ("live", "isr", "urp", "leaderless")
         ],
     )
-
-
-def epoch_check_dataframe(lagged: DataFrame) -> DataFrame:
-    """(_copy, check, subject, offset, expected, found) of the epoch checks, on `lag_timeline`."""
-    p = lagged.select(
-        "_copy",
-        "offset",
-        "change",
-        "leader_epoch",
-        "partition_epoch",
-        "leader_set",
-        F.concat_ws("-", F.col("topic_name"), F.col("partition_id").cast("string")).alias("subject"),
-        "p_change",
-        "p_le",
-        "p_pe",
-    ).where(
-        (F.col("change") == "PARTITION_CHANGE_RECORD")
-        & F.col("p_change").isNotNull()
-        & (F.col("p_change") != "REMOVE_TOPIC")
-    )
-    expected_le = F.col("p_le") + F.when(F.coalesce(F.col("leader_set"), F.lit(False)), 1).otherwise(0)
-    cols = ("_copy", "subject", "offset")
-    pe = p.where(F.col("partition_epoch") != F.col("p_pe") + 1).select(
-        *cols,
-        F.lit("partition_epoch_not_plus_one").alias("check"),
-        (F.col("p_pe") + 1).alias("expected"),
-        F.col("partition_epoch").alias("found"),
-    )
-    le = p.where(F.col("leader_epoch") != expected_le).select(
-        *cols,
-        F.lit("leader_epoch_not_plus_one").alias("check"),
-        expected_le.alias("expected"),
-        F.col("leader_epoch").alias("found"),
-    )
-    return pe.unionByName(le)
-
-
-def _check_findings(records: DataFrame, lagged: DataFrame, copies: Sequence[LogCopy]) -> list[Finding]:
-    """The per-copy log checks and the epoch checks: one Spark job, one finding per (copy, check, subject)."""
-    log_events = log_check_dataframe(records, copies).select(
-        "_copy",
-        "check",
-        F.lit(None).cast("string").alias("subject"),
-        "offset",
-        F.lit(None).cast("int").alias("expected"),
-        F.lit(None).cast("int").alias("found"),
-    )
-    rows = (
-        log_events.unionByName(epoch_check_dataframe(lagged).select(*log_events.columns))
-        .groupBy("_copy", "check", "subject")
-        .agg(
-            F.count_distinct(F.coalesce(F.col("offset"), F.lit(-1))).alias("n"),
-            F.slice(F.array_sort(F.collect_set("offset")), 1, MAX_OFFSETS).alias("offsets"),
-            F.min_by("expected", "offset").alias("expected"),
-            F.min_by("found", "offset").alias("found"),
-        )
-        .collect()
-    )
-    out = []
-    for r in rows:
-        n = int(r["n"])
-        offsets = [int(o) for o in r["offsets"]]
-        log_dir, node_id = copies[r["_copy"]].log_dir, copies[r["_copy"]].node_id
-        if r["subject"] is None:
-            label = copy_label(node_id, log_dir)
-            severity = "info" if r["check"] == "torn_tail" else "violation"
-            message = f"{label}: {CHECKS[r['check']]} ({n} time{'s' if n != 1 else ''})"
-            out.append(Finding(r["check"], severity, label, message, offsets, n, log_dir, node_id))
-        else:
-            what = "partition epoch" if r["check"].startswith("partition") else "leader epoch"
-            message = f"{r['subject']}: {what} {r['found']} where {r['expected']} was expected"
-            details = {"expected": r["expected"], "found": r["found"]}
-            out.append(
-                Finding(
-                    r["check"],
-                    "violation",
-                    r["subject"],
-                    message,
-                    offsets,
-                    n,
-                    log_dir,
-                    node_id,
-                    None,
-                    details,
-                )
-            )
-    return out
 
 
 def _copy_stats(records: DataFrame) -> dict[str, Any]:
@@ -857,8 +808,13 @@ def run_audit(
     lap("read_and_export_records")
     records = spark.read.parquet(uri(RECORDS))
     shards = shards or replay_shards(spark, len(copies))
-    replay = replay_dataframe(records, copies, settings, shards).persist(StorageLevel.MEMORY_AND_DISK)
-    _select(replay, "partition", PARTITION_FIELDS).write.mode("overwrite").parquet(uri(PARTITIONS))
+    records_path = str((out / RECORDS).resolve())
+    partitions_path = (out / PARTITIONS).resolve()
+    shutil.rmtree(partitions_path, ignore_errors=True)
+    partitions_path.mkdir(parents=True)
+    replay = replay_tasks_dataframe(spark, records_path, copies, settings, shards, str(partitions_path)).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
     _select(replay, "broker", BROKER_FIELDS).write.mode("overwrite").parquet(uri(BROKERS))
     if export_only:
         replay.unpersist()
@@ -905,9 +861,7 @@ def run_audit(
     stats = _copy_stats(records)
     voters = {int(v) for st in stats.values() for v in st["voters"] or []}
     lap("copy_stats")
-    lagged = lag_timeline(spark.read.parquet(uri(PARTITIONS)), copies).persist(StorageLevel.MEMORY_AND_DISK)
-    raw.extend(_check_findings(records, lagged, copies))
-    lap("log_and_epoch_checks")
+    # The log checks and the epoch checks ran in the replay tasks (their findings are in `replayed`).
     agreement_found, agreement = _agreement(records, copies, voters)
     raw.extend(agreement_found)
     lap("agreement")
@@ -961,9 +915,16 @@ def run_audit(
     if report:
         from quorum.audit.report import collect_plot_data, write_report
 
-        data = collect_plot_data(lagged, spark.read.parquet(uri(IMBALANCE)), copy_docs, order[:1], copies)
+        # One window over the reference copy's partition timeline, read by the series and the incidents.
+        timeline = spark.read.parquet(uri(PARTITIONS))
+        if order:
+            timeline = timeline.where(F.col("log_dir") == order[0])
+        lagged = lag_timeline(timeline, copies).persist(StorageLevel.MEMORY_AND_DISK)
+        data = collect_plot_data(
+            lagged, spark.read.parquet(uri(IMBALANCE)), copy_docs, order[:1], copies, spark.read.parquet(uri(BROKERS))
+        )
         write_report(out / REPORT, document, data)
+        lagged.unpersist()
         lap("report")
-    lagged.unpersist()
     document["timings"] = timings
     return AuditResult(out, findings, document, timings)

@@ -260,12 +260,15 @@ def resolve_copies(paths: Sequence[str | Path]) -> list[LogCopy]:
 # --------------------------------------------------------------------------- decoding a file
 
 
-def _scan(data: bytes) -> Iterator[tuple[int, Batch | None, str | None, str | None]]:
-    """(position, batch, error kind, error) for every batch of `data`, resyncing after a bad one."""
-    pos = 0
-    size = len(data)
+def _scan(
+    data: bytes, start: int = 0, end: int | None = None
+) -> Iterator[tuple[int, Batch | None, str | None, str | None]]:
+    """(position, batch, error kind, error) for every batch of `data[start:end]` (positions in `data`),
+    resyncing after a bad one."""
+    pos = start
+    size = len(data) if end is None else end
     while pos < size:
-        result = scan_batches(data if pos == 0 else data[pos:])
+        result = scan_batches(data if pos == 0 and size == len(data) else data[pos:size])
         for batch, p in zip(result.batches, result.positions, strict=True):
             yield pos + p, batch, None, None
         bad = pos + result.consumed
@@ -362,8 +365,35 @@ def _control(batch: Batch, value: bytes) -> tuple[str, tuple[Any, ...], str]:
     return "SNAPSHOT_FOOTER", _EMPTY_TYPED, _dumps({"version": footer.version})
 
 
-def read_source_file(source: SourceFile) -> Iterator[Row]:
-    """The rows of one file, in file order (see ROW_FIELDS and the module docstring)."""
+def split_points(source: SourceFile, chunk_bytes: int) -> list[tuple[int, int | None]]:
+    """Byte ranges [start, end) of a segment, cut at batch boundaries into chunks of about
+    `chunk_bytes`, for reading one file in several tasks; the last range ends at the file's end
+    (None). A snapshot, a small file, or a header that cannot be trusted gives one range."""
+    if source.kind != "segment" or chunk_bytes <= 0:
+        return [(0, None)]
+    try:
+        size = os.path.getsize(source.path)
+        if size <= chunk_bytes * 3 // 2:
+            return [(0, None)]
+        with open(source.path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return [(0, None)]
+    cuts = [0]
+    pos = 0
+    while pos < size:
+        head = peek_batch_header(data, pos)
+        if head is None:
+            break
+        pos += head[1]
+        if pos - cuts[-1] >= chunk_bytes and size - pos >= chunk_bytes // 2:
+            cuts.append(pos)
+    return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False)] + [(cuts[-1], None)]
+
+
+def read_source_file(source: SourceFile, start: int = 0, end: int | None = None) -> Iterator[Row]:
+    """The rows of one file, in file order (see ROW_FIELDS and the module docstring); with `start` /
+    `end` (from `split_points`), those of the batches in that byte range only."""
     try:
         data = Path(source.path).read_bytes()
     except OSError as exc:
@@ -376,7 +406,7 @@ def read_source_file(source: SourceFile) -> Iterator[Row]:
         snap_end = snap_epoch = None
     head: tuple[Any, ...] = (source.node_id, source.log_dir, source.name, source.kind, snap_end, snap_epoch)
     decode = decode_record_with_version
-    for pos, batch, error_kind, error in _scan(data):
+    for pos, batch, error_kind, error in _scan(data, start, end):
         if batch is None:
             yield _invalid_row(source, pos, data, error_kind or "corrupt_batch", error or "")
             continue
@@ -409,7 +439,7 @@ def read_source_file(source: SourceFile) -> Iterator[Row]:
                         pos, base, last, offset, epoch, ts, False, record_type_name(record), version, True, None, None,
                     ) + _typed(record) + (_dumps(record_to_json(record, version)), value)  # fmt: skip
             offset += 1
-    if source.kind == "snapshot":
+    if source.kind == "snapshot" and end is None:
         try:
             decode_snapshot_with_header(data)
         except CorruptRecordError as exc:

@@ -1,10 +1,14 @@
 """`report.html`: the audit's findings for people, with plots (matplotlib, embedded as PNG).
 
 Plots, from the reference copy (a voter copy with the longest log) unless noted:
-leadership changes and ISR size over time, leaderless time per partition (from the
+leadership changes and ISR size over time, the brokers' register / fence / unfence /
+controlled-shutdown timeline (drawn, and listed), the leadership incidents with their causes
+(listed), leaderless time per partition (from the
 `partition_leaderless` findings), leader imbalance per broker over time, and the controller
 epochs over offsets (every copy). Times are batch timestamps (the writing controller's
-clock, in ms), shown in seconds from the reference copy's first batch. The plot data is
+wall clock), drawn on a UTC wall-clock axis; counts are drawn on integer axes. The page
+fits a 1,280 px window without horizontal scrolling (fixed-width tables that wrap, images
+scaled to the page). The plot data is
 aggregated by Spark into at most a few hundred time buckets, so the report stays small
 whatever the log's size.
 """
@@ -17,6 +21,7 @@ import io
 import json
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,8 @@ from pyspark.sql import functions as F
 __all__ = ["collect_plot_data", "write_report"]
 
 BUCKETS = 300
+MAX_BROKER_EVENTS = 2000  # broker events listed and drawn (the first ones, by offset)
+MAX_INCIDENTS = 300  # incidents listed (the largest, by partitions whose leader changed)
 
 
 def collect_plot_data(
@@ -34,6 +41,7 @@ def collect_plot_data(
     copies: Sequence[dict[str, Any]],
     reference: Sequence[str],
     log_copies: Sequence[Any],
+    brokers: DataFrame | None = None,
 ) -> dict[str, Any]:
     """Small, aggregated series for the plots (see the module docstring); one Spark job.
 
@@ -82,6 +90,15 @@ def collect_plot_data(
             F.max_by("ratio", "offset").alias("ratio"),
         )
     )
+    if brokers is not None:
+        events = (
+            brokers.where((F.col("log_dir") == ref["log_dir"]) & (F.col("event") != "snapshot"))
+            .select("offset", "batch_timestamp_ms", "broker_id", "broker_epoch", "event", "controller_epoch")
+            .orderBy("offset", "broker_id")
+            .limit(MAX_BROKER_EVENTS)
+        )
+        data["broker_events"] = [r.asDict() for r in events.collect()]
+        data["incidents"] = _incidents(p_rows_of(lagged, index), brokers.where(F.col("log_dir") == ref["log_dir"]))
     rows = [r.asDict() for r in series.unionByName(imb).collect()]
     data["partition_series"] = sorted((r for r in rows if r["kind"] == "partitions"), key=lambda r: r["bucket"])
     data["imbalance"] = sorted(
@@ -93,6 +110,83 @@ def collect_plot_data(
 # --------------------------------------------------------------------------- plots
 
 
+def p_rows_of(lagged: DataFrame, index: int) -> DataFrame:
+    """The reference copy's leadership changes (PartitionChangeRecords that moved or removed a leader)."""
+    return lagged.where(
+        (F.col("_copy") == index) & (F.col("change") == "PARTITION_CHANGE_RECORD") & (F.col("changes") == 1)
+    )
+
+
+def _incidents(changes: DataFrame, brokers: DataFrame) -> dict[str, Any]:
+    """Leadership changes grouped by the controller batch that made them (one batch timestamp), each
+    group with its cause: the fencing or controlled shutdown of a broker that led (its latest
+    lifecycle event at the batch's time), an unclean election, a reassignment (the replicas changed), a lost leader
+    (no eligible replica), a preferred leader election (the new leader is the first replica), else
+    an election. Totals over every group; the MAX_INCIDENTS largest groups listed."""
+    reassigned = F.col("p_replicas").isNotNull() & (F.col("p_replicas") != F.col("replicas"))
+    groups = changes.groupBy("batch_timestamp_ms").agg(
+        F.min("offset").alias("first_offset"),
+        F.max("offset").alias("last_offset"),
+        F.count("*").alias("partitions"),
+        F.array_sort(F.collect_set("prev_leader")).alias("from_leaders"),
+        F.array_sort(F.collect_set("leader")).alias("to_leaders"),
+        F.sum(F.when(F.col("unclean"), 1).otherwise(0)).alias("unclean"),
+        F.sum(F.when(reassigned, 1).otherwise(0)).alias("reassigned"),
+        F.sum(F.when((F.col("leader") >= 0) & (F.col("leader") == F.element_at("replicas", 1)), 1).otherwise(0)).alias(
+            "preferred"
+        ),
+        F.sum(F.when(F.col("leader") < 0, 1).otherwise(0)).alias("leaderless"),
+    )
+    # The state of each broker that lost leadership, as of the batch: its latest lifecycle event at
+    # or before the batch's timestamp (the controller fences, or marks a broker shutting down, in
+    # the batch that moves its leaderships, or earlier).
+    leaders = groups.select("batch_timestamp_ms", F.explode("from_leaders").alias("broker_id")).where(
+        F.col("broker_id") >= 0
+    )
+    lifecycle = brokers.where(F.col("event") != "snapshot").select(
+        "broker_id", F.col("batch_timestamp_ms").alias("event_ms"), F.col("offset").alias("event_offset"), "event"
+    )
+    states = (
+        leaders.join(lifecycle, "broker_id")
+        .where(F.col("event_ms") <= F.col("batch_timestamp_ms"))
+        .groupBy("batch_timestamp_ms", "broker_id")
+        .agg(F.max_by("event", F.struct("event_ms", "event_offset")).alias("state"))
+    )
+    events = states.groupBy("batch_timestamp_ms").agg(
+        F.array_sort(F.collect_set(F.when(F.col("state") == "fenced", F.col("broker_id")))).alias("fenced"),
+        F.array_sort(F.collect_set(F.when(F.col("state") == "controlled_shutdown", F.col("broker_id")))).alias(
+            "shutting_down"
+        ),
+    )
+    fenced = F.coalesce(F.col("fenced"), F.array().cast("array<int>"))
+    shutting = F.coalesce(F.col("shutting_down"), F.array().cast("array<int>"))
+    cause = (
+        F.when(F.size(F.array_intersect(fenced, F.col("from_leaders"))) > 0, F.lit("fencing"))
+        .when(F.size(F.array_intersect(shutting, F.col("from_leaders"))) > 0, F.lit("controlled shutdown"))
+        .when(F.col("unclean") > 0, F.lit("unclean election"))
+        .when(F.col("reassigned") > 0, F.lit("reassignment"))
+        .when(F.col("leaderless") == F.col("partitions"), F.lit("leader lost (no eligible replica)"))
+        .when(F.col("preferred") == F.col("partitions"), F.lit("preferred leader election"))
+        .otherwise(F.lit("leader election"))
+    )
+    involved = F.array_intersect(F.array_union(fenced, shutting), F.col("from_leaders"))
+    caused = groups.join(events, "batch_timestamp_ms", "left").select(
+        "*", cause.alias("cause"), involved.alias("brokers")
+    )
+    totals = {
+        r["cause"]: {"incidents": int(r["incidents"]), "partitions": int(r["partitions"])}
+        for r in caused.groupBy("cause")
+        .agg(F.count("*").alias("incidents"), F.sum("partitions").alias("partitions"))
+        .collect()
+    }
+    listed = [
+        r.asDict(recursive=True)
+        for r in caused.orderBy(F.desc("partitions"), "first_offset").limit(MAX_INCIDENTS).collect()
+    ]
+    listed.sort(key=lambda r: r["first_offset"])
+    return {"totals": totals, "listed": listed}
+
+
 def _png(fig: Any) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
@@ -100,6 +194,39 @@ def _png(fig: Any) -> str:
 
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _utc(ms: float) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _x(ms: float) -> float:
+    """A wall-clock time in ms as a matplotlib date number (days since its default epoch, 1970-01-01)."""
+    return ms / 86_400_000
+
+
+def _time_axis(ax: Any) -> None:
+    import matplotlib.dates as mdates
+
+    locator = mdates.AutoDateLocator(tz=UTC)  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=UTC))  # type: ignore[no-untyped-call]
+    ax.set_xlabel("time (UTC, batch timestamps)")
+
+
+def _integer_axis(axis: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+_BROKER_MARKERS = {
+    "registered": ("o", "tab:blue"),
+    "unfenced": ("^", "tab:green"),
+    "fenced": ("v", "tab:red"),
+    "controlled_shutdown": ("s", "tab:orange"),
+    "unregistered": ("x", "black"),
+}
 
 
 def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
@@ -110,6 +237,7 @@ def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
 
     out: list[tuple[str, str]] = []
     width = data.get("bucket_ms", 1)
+    t0 = int(data.get("t0", 0))
     series = data.get("partition_series") or []
     if series:
         xs, live, isr, urp, leaderless, changes = [], [], [], [], [], []
@@ -117,22 +245,40 @@ def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
         for r in series:
             for k in ("live", "isr", "urp", "leaderless"):
                 acc[k] += int(r[k] or 0)
-            xs.append(r["bucket"] * width / 1000)
+            xs.append(_x(t0 + r["bucket"] * width))
             live.append(acc["live"])
             isr.append(acc["isr"] / acc["live"] if acc["live"] else 0)
             urp.append(acc["urp"])
             leaderless.append(acc["leaderless"])
             changes.append(int(r["changes"] or 0))
         fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
-        a1.bar(xs, changes, width=max(width / 1000, 1e-3), color="tab:orange")
+        a1.bar(xs, changes, width=max(width / 86_400_000, 1e-9), align="edge", color="tab:orange")
         a1.set_ylabel("leadership changes")
+        _integer_axis(a1.yaxis)
         a1.set_title("Leadership changes and ISR size over time")
         a2.step(xs, isr, where="post", label="mean ISR size")
         a2.step(xs, urp, where="post", label="under-replicated partitions")
         a2.step(xs, leaderless, where="post", label="leaderless partitions")
-        a2.set_xlabel("seconds since the first batch")
+        _time_axis(a2)
+        _integer_axis(a2.yaxis)
         a2.legend(loc="best", fontsize="small")
         out.append(("Leadership changes and ISR size", _png(fig)))
+    events = data.get("broker_events") or []
+    if events:
+        ids = sorted({int(e["broker_id"]) for e in events})
+        fig, ax = plt.subplots(figsize=(9, max(2.2, 0.45 * len(ids) + 1.2)))
+        for kind, (marker, color) in _BROKER_MARKERS.items():
+            mine = [e for e in events if e["event"] == kind]
+            if mine:
+                ax.scatter([_x(e["batch_timestamp_ms"]) for e in mine], [e["broker_id"] for e in mine],
+                           marker=marker, color=color, label=kind.replace("_", " "), zorder=3)  # fmt: skip
+        ax.set_yticks(ids)
+        ax.set_ylabel("broker")
+        ax.set_title("Broker lifecycle: register, fence, unfence, controlled shutdown")
+        _time_axis(ax)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+        out.append(("Broker lifecycle", _png(fig)))
     leaderless_time: dict[str, int] = defaultdict(int)
     for f in doc["findings"]:
         if f["check"] == "partition_leaderless" and f.get("duration_ms"):
@@ -149,7 +295,7 @@ def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
         by_broker: dict[int, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
         for r in imb:
             xs_b, ys_b = by_broker[int(r["broker_id"])]
-            xs_b.append(r["bucket"] * width / 1000)
+            xs_b.append(_x(t0 + r["bucket"] * width))
             ys_b.append(100 * float(r["ratio"]))
         fig, ax = plt.subplots(figsize=(9, 3.5))
         for broker, (xs_b, ys_b) in sorted(by_broker.items()):
@@ -157,7 +303,7 @@ def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
         pct = doc["settings"].get("leader.imbalance.per.broker.percentage", 10)
         ax.axhline(pct, color="grey", linestyle="--", label=f"threshold {pct}%")
         ax.set_ylabel("leader imbalance %")
-        ax.set_xlabel("seconds since the first batch")
+        _time_axis(ax)
         ax.set_title("Leader imbalance per broker")
         ax.legend(loc="best", fontsize="small")
         out.append(("Leader imbalance per broker", _png(fig)))
@@ -177,6 +323,8 @@ def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
                 ax.annotate(f"L{lc['leader']}", (lc["offset"], lc["leader_epoch"]), fontsize="x-small")
         ax.set_xlabel("offset")
         ax.set_ylabel("controller epoch")
+        _integer_axis(ax.xaxis)
+        _integer_axis(ax.yaxis)
         ax.set_title("Controller epochs over offsets (LeaderChange records; L = leader)")
         ax.legend(loc="best", fontsize="small")
         out.append(("Controller epochs over offsets", _png(fig)))
@@ -186,9 +334,12 @@ def _plots(doc: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
 # --------------------------------------------------------------------------- html
 
 _CSS = """
-body { font-family: sans-serif; margin: 2em; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
+body { font-family: sans-serif; margin: 1.5em auto; max-width: 1200px; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; max-width: 100%; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; word-break: break-word; }
+img { max-width: 100%; height: auto; }
+p, code { overflow-wrap: anywhere; }
 th { background: #f0f0f0; }
 .violation { color: #b00020; font-weight: bold; }
 .warning { color: #a65e00; }
@@ -281,6 +432,63 @@ def write_report(path: Path, doc: dict[str, Any], data: dict[str, Any]) -> Path:
             parts.append(
                 f"<h3>{html.escape(title)}</h3><img alt='{html.escape(title)}' src='data:image/png;base64,{png}'>"
             )
+    incidents = data.get("incidents") or {}
+    if incidents.get("totals"):
+        totals = incidents["totals"]
+        listed = incidents["listed"]
+        count = sum(t["incidents"] for t in totals.values())
+        parts.append(f"<h2>Leadership incidents ({count})</h2>")
+        parts.append(
+            "<p>Leadership changes of the reference copy, grouped by the controller batch that made them, "
+            "with their cause. Totals:</p>"
+        )
+        parts.append(
+            _table(
+                ["cause", "incidents", "partitions"],
+                [[html.escape(c), t["incidents"], t["partitions"]] for c, t in sorted(totals.items())],
+            )
+        )
+        if len(listed) < count:
+            parts.append(f"<p>The {len(listed)} largest incidents, in log order:</p>")
+
+        def ids(values: Sequence[Any]) -> str:
+            return html.escape(", ".join("none" if v is not None and v < 0 else str(v) for v in values or []))
+
+        parts.append(
+            _table(
+                ["time (UTC)", "offsets", "cause", "partitions", "from leaders", "to leaders"],
+                [
+                    [
+                        html.escape(_utc(r["batch_timestamp_ms"]).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]),
+                        html.escape(f"{r['first_offset']}..{r['last_offset']}"),
+                        html.escape(r["cause"] + (f" (broker {ids(r['brokers'])})" if r["brokers"] else "")),
+                        r["partitions"],
+                        ids(r["from_leaders"]),
+                        ids(r["to_leaders"]),
+                    ]
+                    for r in listed
+                ],
+            )
+        )
+    if data.get("broker_events"):
+        events = data["broker_events"]
+        parts.append(f"<h2>Broker lifecycle events ({len(events)})</h2>")
+        parts.append(
+            _table(
+                ["time (UTC)", "offset", "broker", "event", "broker epoch", "controller epoch"],
+                [
+                    [
+                        html.escape(_utc(e["batch_timestamp_ms"]).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]),
+                        e["offset"],
+                        e["broker_id"],
+                        html.escape(str(e["event"]).replace("_", " ")),
+                        e["broker_epoch"] if e["broker_epoch"] is not None else "",
+                        e["controller_epoch"] if e["controller_epoch"] is not None else "",
+                    ]
+                    for e in events
+                ],
+            )
+        )
     parts.append("<h2>Settings</h2>")
     parts.append(
         _table(["config", "value"], [[html.escape(k), html.escape(str(v))] for k, v in doc["settings"].items()])

@@ -7,14 +7,17 @@
 
 Each path is a copy of the metadata log: a `__cluster_metadata-0` directory, a node's
 metadata log dir holding one, or a node directory (see `quorum.audit.logdirs`). The reader
-plans one Spark partition per file (every segment and every snapshot of every copy) and
+plans one Spark partition per file (every segment and every snapshot of every copy; a
+segment larger than 1.5 x `chunkBytes` is cut at batch boundaries into ranges of about
+`chunkBytes`, one partition each) and
 decodes it in the Python worker with the storage layer's `scan_batches` and the
 controller's record codec, yielding one row per record (`SCHEMA`, the columns of
 `quorum.audit.logdirs.ROW_FIELDS`) as Arrow record batches. A batch that fails its CRC is
 one row with `valid = false`, never an exception.
 
 Options: `path` (set by `load(path)`), `paths` (set by `load([...])`: a JSON list),
-`batchRows` (rows per Arrow batch, default 8192).
+`batchRows` (rows per Arrow batch, default 8192), `chunkBytes` (default 4 MiB; 0: one
+partition per file).
 """
 
 from __future__ import annotations
@@ -39,11 +42,12 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from quorum.audit.logdirs import ROW_FIELDS, SourceFile, read_source_file, resolve_copies
+from quorum.audit.logdirs import ROW_FIELDS, SourceFile, read_source_file, resolve_copies, split_points
 
 __all__ = ["SCHEMA", "SOURCE_NAME", "MetadataLogDataSource", "arrow_schema", "register", "spark_schema"]
 
 SOURCE_NAME = "pykraft-metadata"
+DEFAULT_CHUNK_BYTES = 4 << 20  # a segment larger than 6 MiB is read in ranges of about 4 MiB
 
 _SPARK_TYPES: dict[str, DataType] = {
     "INT": IntegerType(),
@@ -87,22 +91,28 @@ def to_arrow(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBat
 
 
 class _FilePartition(InputPartition):  # type: ignore[misc,unused-ignore]
-    """One file of one copy."""
+    """One file of one copy, or one byte range of it (cut at batch boundaries)."""
 
-    def __init__(self, source: SourceFile) -> None:
-        super().__init__(source.path)
+    def __init__(self, source: SourceFile, start: int = 0, end: int | None = None) -> None:
+        super().__init__((source.path, start, end))
         self.source = source
+        self.start = start
+        self.end = end
 
 
 class MetadataLogReader(DataSourceReader):  # type: ignore[misc,unused-ignore]
-    def __init__(self, paths: list[str], batch_rows: int) -> None:
+    def __init__(self, paths: list[str], batch_rows: int, chunk_bytes: int) -> None:
         self.paths = paths
         self.batch_rows = batch_rows
+        self.chunk_bytes = chunk_bytes
 
     def partitions(self) -> list[InputPartition]:
         files = [f for copy in resolve_copies(self.paths) for f in copy.files]
+        parts: list[InputPartition] = [
+            _FilePartition(f, start, end) for f in files for start, end in split_points(f, self.chunk_bytes)
+        ]
         # Spark needs at least one partition; an empty read is one partition with no file.
-        return [_FilePartition(f) for f in files] or [InputPartition(None)]
+        return parts or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         source = getattr(partition, "source", None)
@@ -110,7 +120,7 @@ class MetadataLogReader(DataSourceReader):  # type: ignore[misc,unused-ignore]
             return
         size = self.batch_rows
         chunk: list[tuple[Any, ...]] = []
-        for row in read_source_file(source):
+        for row in read_source_file(source, getattr(partition, "start", 0), getattr(partition, "end", None)):
             chunk.append(row)
             if len(chunk) >= size:
                 yield to_arrow(chunk, _ARROW_SCHEMA)
@@ -142,7 +152,11 @@ class MetadataLogDataSource(DataSource):  # type: ignore[misc,unused-ignore]
         return paths
 
     def reader(self, schema: StructType) -> MetadataLogReader:
-        return MetadataLogReader(self._paths(), int(self.options.get("batchRows", "8192")))
+        return MetadataLogReader(
+            self._paths(),
+            int(self.options.get("batchRows", "8192")),
+            int(self.options.get("chunkBytes", str(DEFAULT_CHUNK_BYTES))),
+        )
 
 
 _REGISTERED: set[int] = set()

@@ -18,8 +18,10 @@ iteration and printing contents): a heading (`Log starting offset: N` or
 (one line). Control records show their message instead of a payload:
 `LeaderChange: {...}`, `SnapshotHeader {...}`, `SnapshotFooter {...}` (Kafka's
 spellings). A record that does not decode shows `payload: Error at N, skipping. <why>`.
-Unlike Kafka we leave out `deleteHorizonMs` (always empty for the metadata log).
+`deleteHorizonMs` is always `OptionalLong.empty` (Kafka sets it only on compacted batches).
 Bytes after the last valid batch give `Found N invalid bytes at the end of NAME`.
+`dump_file(path)` adds Kafka's `Dumping <path>` header and picks the kind by name; it also
+decodes a `quorum-state` file (Kafka's JSON election state), which is not a record file.
 
 Run as `python -m quorum.metadata.dump FILE...`.
 """
@@ -45,7 +47,7 @@ from quorum.storage.record_batch import (
     scan_batches,
 )
 
-__all__ = ["dump_bytes", "dump_segment", "dump_snapshot", "main"]
+__all__ = ["dump_bytes", "dump_file", "dump_quorum_state", "dump_segment", "dump_snapshot", "main"]
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
@@ -118,7 +120,8 @@ def _batch_lines(data: bytes, batch: Batch, position: int) -> Iterator[str]:
         f"baseOffset: {base} lastOffset: {base + last_delta} count: {count} baseSequence: {base_sequence} "
         f"lastSequence: {last_sequence} producerId: {producer_id} producerEpoch: {producer_epoch} "
         f"partitionLeaderEpoch: {leader_epoch} isTransactional: {str(bool(attributes & _ATTR_TRANSACTIONAL)).lower()} "
-        f"isControl: {str(control).lower()} position: {position} {ts_type}: {max_ts} "
+        f"isControl: {str(control).lower()} deleteHorizonMs: OptionalLong.empty "
+        f"position: {position} {ts_type}: {max_ts} "
         f"size: {length + _LOG_OVERHEAD} magic: {magic} compresscodec: {_CODECS[attributes & 0x07]} "
         f"crc: {crc} isvalid: true"
     )
@@ -164,6 +167,38 @@ def dump_snapshot(path: str | Path) -> Iterator[str]:
     yield from dump_bytes(p.read_bytes(), p.name)
 
 
+def dump_quorum_state(path: str | Path) -> Iterator[str]:
+    """Lines for a quorum-state file: its fields as `key: value`, in the file's order."""
+    p = Path(path)
+    raw = p.read_bytes()
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        yield f"Invalid quorum-state file {p.name}: not JSON ({exc})"
+        return
+    if not isinstance(doc, dict):
+        yield f"Invalid quorum-state file {p.name}: not a JSON object: {_json(doc)}"
+        return
+    fields = []
+    for key, value in doc.items():
+        if key == "currentVoters" and isinstance(value, list):
+            value = [v.get("voterId") if isinstance(v, dict) else v for v in value]
+        fields.append(f"{key}: {_json(value) if isinstance(value, list | dict) else value}")
+    yield "Quorum state: " + " ".join(fields)
+
+
+def dump_file(path: str | Path) -> Iterator[str]:
+    """`Dumping <path>`, then the file decoded by its kind: snapshot, quorum-state or log segment."""
+    p = Path(path)
+    yield f"Dumping {path}"
+    if p.name.endswith(".checkpoint"):
+        yield from dump_snapshot(p)
+    elif p.name == "quorum-state":
+        yield from dump_quorum_state(p)
+    else:
+        yield from dump_segment(p)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m quorum.metadata.dump FILE...`: dump segments (.log) and snapshots (.checkpoint)."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -172,10 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     status = 0
     for arg in args:
-        print(f"Dumping {arg}")
         try:
-            lines = dump_snapshot(arg) if arg.endswith(".checkpoint") else dump_segment(arg)
-            for line in lines:
+            for line in dump_file(arg):
                 print(line)
         except OSError as exc:
             print(f"cannot read {arg}: {exc}", file=sys.stderr)

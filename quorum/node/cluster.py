@@ -1,4 +1,4 @@
-"""`pykraft cluster up|down|status`: a local cluster as background processes.
+"""`pykraft cluster up|down|status|start|stop|restart`: a local cluster as background processes.
 
 Everything of one cluster lives under one directory D: `D/cluster-id`, one
 folder per node (`D/controller-1/` with `server.properties`, `data/`,
@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from quorum.node.config import format_properties, load_config, parse_properties
+from quorum.node.config import ConfigError, format_properties, load_config, parse_properties
 from quorum.node.meta_properties import format_storage, random_uuid, read_meta_properties
 
 DEFAULT_CONTROLLER_PORT = 19090  # controller i listens on DEFAULT_CONTROLLER_PORT + i
@@ -29,7 +29,10 @@ TEMPLATES = Path(__file__).resolve().parents[2] / "deploy" / "local"
 
 
 class ClusterError(Exception):
-    pass
+    """A cluster command cannot do what was asked; `pykraft` prints it as one `error:` line."""
+
+
+EXPECTED_ERRORS = (ClusterError,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +119,36 @@ def plan_cluster(
 
 
 def _alive(pid: int, config_path: str) -> bool:
-    """Is `pid` still the node started with `config_path` (not a recycled pid)?"""
+    """Is `pid` a running node started with `config_path` (not a recycled pid, not a zombie)?"""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return config_path in cmdline
+    if stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]:
+        return False
+    given = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in (b"--config", b"-c")), None)
+    if given is None:
+        return False
+    if given == config_path.encode():
+        return True
+    try:  # started by hand with a relative path
+        return (Path(f"/proc/{pid}/cwd").resolve() / given.decode()).resolve() == Path(config_path).resolve()
+    except OSError:
+        return False
+
+
+def node_pid(node: dict[str, object]) -> int | None:
+    """The pid of the process running `node` (from cluster.json): its recorded pid, or, for a
+    node started again by hand, whichever process runs with its config file; None if none does."""
+    config = str(node["config"])
+    recorded = int(str(node["pid"]))
+    if _alive(recorded, config):
+        return recorded
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _alive(int(entry.name), config):
+            return int(entry.name)
+    return None
 
 
 def _load_cluster(root: Path) -> dict[str, object]:
@@ -145,18 +172,25 @@ def start_node(plan: NodePlan, cluster_id: str, extra_args: list[str] | None = N
     config = load_config(plan.config_path)
     if read_meta_properties(config.metadata_log_dir or config.log_dirs[0]) is None:
         format_storage(config, cluster_id)
+    return launch(plan.role, plan.config_path, plan.events_file, plan.log_file, extra_args)
+
+
+def launch(
+    role: str, config_path: Path, events_file: Path, log_file: Path, extra_args: list[str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start `pykraft <role> --config <config_path>` in the background (its own session), output to `log_file`."""
     cmd = [
         sys.executable,
         "-m",
         "api.cli",
-        plan.role,
+        role,
         "--config",
-        str(plan.config_path),
+        str(config_path),
         "--events-file",
-        str(plan.events_file),
+        str(events_file),
         *(extra_args or []),
     ]
-    log = plan.log_file.open("ab")
+    log = log_file.open("ab")
     try:
         return subprocess.Popen(  # noqa: S603 - our own interpreter and module
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
@@ -195,9 +229,10 @@ def cluster_up(args: argparse.Namespace) -> int:
     root = Path(args.dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     if (root / "cluster.json").exists():
-        running = [n for n in _nodes(_load_cluster(root)) if _alive(int(str(n["pid"])), str(n["config"]))]
+        running = [pid for n in _nodes(_load_cluster(root)) if (pid := node_pid(n)) is not None]
         if running:
-            raise ClusterError(f"a cluster is already running in {root} (pids {[n['pid'] for n in running]})")
+            pids = ", ".join(str(p) for p in running)
+            raise ClusterError(f"a cluster is already running in {root} (pids {pids}); stop it with `cluster down`")
     id_file = root / "cluster-id"
     if id_file.exists():
         cluster_id = id_file.read_text().strip()
@@ -224,8 +259,8 @@ def cluster_up(args: argparse.Namespace) -> int:
                 "rest": plan.properties.get("rest.listener"),
             }
         )
-    data = {"cluster_id": cluster_id, "nodes": nodes}
-    (root / "cluster.json").write_text(json.dumps(data, indent=2) + "\n")
+    data: dict[str, object] = {"cluster_id": cluster_id, "nodes": nodes}
+    _save_cluster(root, data)
     addresses = [("127.0.0.1", base_port + p.node_id) for p in plans if p.role == "controller"]
     try:
         leader, epoch = wait_for_leader(addresses, cluster_id, timeout_s=30)
@@ -243,24 +278,137 @@ def cluster_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def stop_nodes(nodes: list[dict[str, object]], timeout_s: float = 10.0) -> None:
-    live = [n for n in nodes if _alive(int(str(n["pid"])), str(n["config"]))]
-    for n in live:
-        os.kill(int(str(n["pid"])), signal.SIGTERM)
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def stop_nodes(nodes: list[dict[str, object]], timeout_s: float = 10.0) -> list[dict[str, object]]:
+    """SIGTERM every running node of `nodes` at once, wait up to `timeout_s`, SIGKILL what is left.
+
+    Returns the nodes that had to be killed.
+    """
+    live = [(n, pid) for n in nodes if (pid := node_pid(n)) is not None]
+    for _n, pid in live:
+        _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(_alive(int(str(n["pid"])), str(n["config"])) for n in live):
+    while time.monotonic() < deadline and any(_alive(pid, str(n["config"])) for n, pid in live):
         time.sleep(0.05)
-    for n in live:
-        if _alive(int(str(n["pid"])), str(n["config"])):
-            os.kill(int(str(n["pid"])), signal.SIGKILL)
+    killed = []
+    for n, pid in live:
+        if _alive(pid, str(n["config"])):
+            _signal(pid, signal.SIGKILL)
+            killed.append(n)
+    return killed
+
+
+def _controlled_shutdown_s(node: dict[str, object]) -> float:
+    """How long a broker may take to stop on SIGTERM: its controlled shutdown is bounded by twice
+    broker.session.timeout.ms (broker/node.py); a little more for the process to exit."""
+    try:
+        session_ms = load_config(str(node["config"]), warn_unknown=False).broker_session_timeout_ms
+    except ConfigError:
+        session_ms = 9000
+    return 2 * session_ms / 1000 + 5.0
+
+
+def _save_cluster(root: Path, data: dict[str, object]) -> None:
+    tmp = root / "cluster.json.tmp"
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, root / "cluster.json")
+
+
+def _select(data: dict[str, object], node_id: int) -> dict[str, object]:
+    for n in _nodes(data):
+        if int(str(n["id"])) == node_id:
+            return n
+    ids = ", ".join(str(n["id"]) for n in _nodes(data))
+    raise ClusterError(f"no node {node_id} in this cluster (nodes: {ids})")
+
+
+def _role(node: dict[str, object]) -> str:
+    roles = node["roles"]
+    assert isinstance(roles, list)
+    return str(roles[0])
+
+
+def stop_one(root: Path, data: dict[str, object], node: dict[str, object]) -> str:
+    """Stop one node (a broker with its controlled shutdown); a line saying what happened."""
+    pid = node_pid(node)
+    label = f"{_role(node)} {node['id']}"
+    if pid is None:
+        return f"{label} is not running"
+    node["pid"] = pid
+    timeout = _controlled_shutdown_s(node) if _role(node) == "broker" else 10.0
+    killed = stop_nodes([node], timeout_s=timeout)
+    _save_cluster(root, data)
+    if killed:
+        return f"{label} (pid {pid}) did not stop within {timeout:.0f} s of SIGTERM and was killed"
+    return f"stopped {label} (pid {pid})"
+
+
+def start_one(root: Path, data: dict[str, object], node: dict[str, object]) -> str:
+    """Start one stopped node again from its existing config and data; records its new pid."""
+    label = f"{_role(node)} {node['id']}"
+    pid = node_pid(node)
+    if pid is not None:
+        raise ClusterError(f"{label} is already running (pid {pid})")
+    proc = launch(_role(node), Path(str(node["config"])), Path(str(node["events_file"])), Path(str(node["log_file"])))
+    node["pid"] = proc.pid
+    _save_cluster(root, data)
+    time.sleep(0.5)
+    if proc.poll() is not None:
+        raise ClusterError(f"{label} exited at start with status {proc.returncode}; see {node['log_file']}")
+    return f"started {label} (pid {proc.pid})"
 
 
 def cluster_down(args: argparse.Namespace) -> int:
+    """Stop the brokers first (each runs its controlled shutdown while the quorum is up), then the controllers."""
     root = Path(args.dir).resolve()
     data = _load_cluster(root)
     nodes = _nodes(data)
-    stop_nodes(nodes)
-    print(f"stopped {len(nodes)} nodes of cluster {data.get('cluster_id')} in {root}")
+    brokers = [n for n in nodes if _role(n) == "broker"]
+    controllers = [n for n in nodes if _role(n) != "broker"]
+    stopped = killed = 0
+    not_running = []
+    for group, timeout in ((brokers, max((_controlled_shutdown_s(n) for n in brokers), default=0.0)),
+                           (controllers, 10.0)):  # fmt: skip
+        live = []
+        for n in group:
+            pid = node_pid(n)
+            if pid is None:
+                not_running.append(n)
+            else:
+                n["pid"] = pid
+                live.append(n)
+        dead = stop_nodes(live, timeout_s=timeout)
+        for n in dead:
+            print(f"  {_role(n)} {n['id']} (pid {n['pid']}) did not stop within {timeout:.0f} s and was killed")
+        killed += len(dead)
+        stopped += len(live) - len(dead)
+    _save_cluster(root, data)
+    line = f"stopped {stopped} node{'s' if stopped != 1 else ''} of cluster {data.get('cluster_id')} in {root}"
+    extra = []
+    if killed:
+        extra.append(f"{killed} killed")
+    if not_running:
+        extra.append(f"{len(not_running)} not running: {', '.join(str(n['id']) for n in not_running)}")
+    print(line + (f" ({'; '.join(extra)})" if extra else ""))
+    return 0
+
+
+def cluster_node(args: argparse.Namespace) -> int:
+    """`cluster start|stop|restart --dir D --node N`."""
+    root = Path(args.dir).resolve()
+    data = _load_cluster(root)
+    node = _select(data, args.node)
+    action = args.cluster_command
+    if action in ("stop", "restart"):
+        print(stop_one(root, data, node))
+    if action in ("start", "restart"):
+        print(start_one(root, data, node))
     return 0
 
 
@@ -272,7 +420,10 @@ def cluster_status(args: argparse.Namespace) -> int:
     nodes = _nodes(data)
     addresses = []
     for n in nodes:
-        n["alive"] = _alive(int(str(n["pid"])), str(n["config"]))
+        pid = node_pid(n)
+        n["alive"] = pid is not None
+        if pid is not None:
+            n["pid"] = pid
         for listener in n["listeners"]:  # type: ignore[attr-defined]
             if str(listener).startswith("CONTROLLER://"):
                 host, port = str(listener).removeprefix("CONTROLLER://").rsplit(":", 1)

@@ -5,18 +5,22 @@ with ``#`` or ``!``, ``key=value`` / ``key: value`` / ``key value``, backslash l
 continuations and escapes). ``load_config`` turns a file into a validated, typed
 ``NodeConfig``. Every problem is a ``ConfigError`` whose message names the key.
 
-Keys pykraft does not know are kept, unparsed, in ``NodeConfig.extra``.
+Keys pykraft does not interpret are kept, unparsed, in ``NodeConfig.extra``; ``load_config``
+logs Kafka's warning for those that are not Kafka keys either (``quorum.node.config_keys``).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
+
+from quorum.node.config_keys import misspelled_listener_keys, unknown_key_message, unknown_keys
 
 __all__ = [
     "ConfigError",
@@ -30,6 +34,8 @@ __all__ = [
     "parse_properties",
     "parse_voters",
 ]
+
+_log = logging.getLogger("pykraft.config")
 
 ROLE_CONTROLLER = "controller"
 ROLE_BROKER = "broker"
@@ -478,6 +484,11 @@ _OTHER_KEYS = frozenset(
 )
 
 
+def _interpreted_keys() -> frozenset[str]:
+    """Every key `config_from_properties` reads."""
+    return _OTHER_KEYS | _INT_KEYS.keys() | frozenset(_BOOL_KEYS)
+
+
 def _field(key: str) -> str:
     return key.replace(".", "_")
 
@@ -542,6 +553,13 @@ def config_from_properties(props: Mapping[str, str]) -> NodeConfig:
 
     # listeners
     listeners_text = get("listeners")
+    if listeners_text is None and get("advertised.listeners") is None:
+        misspelled = misspelled_listener_keys(props, _interpreted_keys())
+        if misspelled:
+            raise ConfigError(
+                f"listeners is not set and {', '.join(repr(k) for k in misspelled)} isn't a known config; "
+                "refusing to fall back to the default listener PLAINTEXT://:9092"
+            )
     listeners = parse_listeners(listeners_text) if listeners_text is not None else (Listener("PLAINTEXT", "", 9092),)
     if not listeners:
         raise ConfigError("listeners is empty")
@@ -635,7 +653,7 @@ def config_from_properties(props: Mapping[str, str]) -> NodeConfig:
     cluster_id = get("cluster.id") or None
     replica_selector_class = get("replica.selector.class") or None
 
-    known = _OTHER_KEYS | _INT_KEYS.keys() | set(_BOOL_KEYS)
+    known = _interpreted_keys()
     extra = {k: v for k, v in props.items() if k not in known}
 
     config = NodeConfig(
@@ -660,8 +678,13 @@ def config_from_properties(props: Mapping[str, str]) -> NodeConfig:
     return config
 
 
-def load_config(path: str | Path, *, overrides: Mapping[str, str] | None = None) -> NodeConfig:
-    """Read and validate a ``.properties`` file (UTF-8). ``overrides`` win over the file's keys."""
+def load_config(
+    path: str | Path, *, overrides: Mapping[str, str] | None = None, warn_unknown: bool = True
+) -> NodeConfig:
+    """Read and validate a ``.properties`` file (UTF-8). ``overrides`` win over the file's keys.
+
+    With `warn_unknown`, logs Kafka's warning (WARNING, logger ``pykraft.config``) for each unknown key.
+    """
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -673,6 +696,9 @@ def load_config(path: str | Path, *, overrides: Mapping[str, str] | None = None)
     if overrides:
         props.update(overrides)
     try:
-        return config_from_properties(props)
+        config = config_from_properties(props)
     except ConfigError as exc:
         raise ConfigError(f"{p}: {exc}") from None
+    for key in unknown_keys(props, _interpreted_keys()) if warn_unknown else ():
+        _log.warning("%s", unknown_key_message(key, _interpreted_keys()))
+    return config

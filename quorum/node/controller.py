@@ -169,7 +169,7 @@ def run_controller(
     events_file: str | None = None,
 ) -> int:
     try:
-        node_id = load_config(config_path).node_id
+        node_id = load_config(config_path, warn_unknown=False).node_id  # warns once, logged
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -12,7 +12,7 @@ import json
 import time
 
 from quorum.raft.describe import QuorumDescription, ReplicaDescription
-from quorum.wire import codec
+from quorum.wire import admin_codec, codec
 from quorum.wire.transport import PeerUnavailable, request
 
 DESCRIBE_QUORUM_VERSION = codec.REQUEST_VERSIONS[codec.api_key_of(codec.DescribeQuorumCall())]
@@ -34,6 +34,33 @@ async def _describe_one(host: str, port: int, timeout_s: float) -> QuorumDescrip
     except (PeerUnavailable, codec.WireError, TimeoutError, OSError):
         return None
     return answer if isinstance(answer, QuorumDescription) else None
+
+
+async def _cluster_id_of(host: str, port: int, timeout_s: float) -> str | None:
+    """The cluster id a controller reports in DescribeCluster (what kafka-metadata-quorum.sh prints)."""
+    call = admin_codec.DescribeClusterRequest(endpoint_type=2)
+    frame, api_key, version = admin_codec.encode_admin_request(call, correlation_id=2, client_id="pykraft-quorum-cli")
+    try:
+        raw = await asyncio.wait_for(request(host, port, frame), timeout_s)
+        answer = admin_codec.decode_admin_response(api_key, version, raw, call)
+    except (PeerUnavailable, codec.WireError, TimeoutError, OSError):
+        return None
+    if not isinstance(answer, admin_codec.DescribeClusterResponse) or answer.error_code:
+        return None
+    return answer.cluster_id
+
+
+def query_cluster_id(addresses: list[tuple[str, int]], timeout_s: float = 2.0) -> str | None:
+    """The cluster id from the first controller address that answers DescribeCluster."""
+
+    async def run() -> str | None:
+        for host, port in addresses:
+            found = await _cluster_id_of(host, port, timeout_s)
+            if found is not None:
+                return found
+        return None
+
+    return asyncio.run(run())
 
 
 def query_leader(addresses: list[tuple[str, int]], timeout_s: float = 2.0) -> QuorumDescription | None:
@@ -119,13 +146,20 @@ def format_table(rows: list[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
+EXPECTED_ERRORS = (ValueError,)  # a bad --bootstrap-controller
+
+
 def describe(args: argparse.Namespace) -> int:
-    described = query_leader(parse_bootstrap(args.bootstrap_controller))
+    addresses = parse_bootstrap(args.bootstrap_controller)
+    described = query_leader(addresses)
     if described is None:
         print(f"error: no quorum leader answered at {args.bootstrap_controller}", flush=True)
         return 1
     if args.status:
-        fields = status_fields(described)
+        # kafka-metadata-quorum.sh's first line: the cluster id (from DescribeCluster; a bare Raft
+        # test server, `controller --synthetic-load-*`, does not serve it and gets no such line).
+        cluster_id = query_cluster_id(addresses)
+        fields = {**({"ClusterId": cluster_id} if cluster_id else {}), **status_fields(described)}
         if args.json:
             print(json.dumps(fields))
         else:

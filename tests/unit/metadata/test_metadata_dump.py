@@ -64,7 +64,8 @@ def test_dump_segment(tmp_path: Path) -> None:
     size0, crc0 = batch_fields(data, 0)
     assert lines[1] == (
         f"baseOffset: 0 lastOffset: 0 count: 1 baseSequence: -1 lastSequence: -1 producerId: -1 "
-        f"producerEpoch: -1 partitionLeaderEpoch: 1 isTransactional: false isControl: true position: 0 "
+        f"producerEpoch: -1 partitionLeaderEpoch: 1 isTransactional: false isControl: true "
+        f"deleteHorizonMs: OptionalLong.empty position: 0 "
         f"CreateTime: {TS} size: {size0} magic: 2 compresscodec: none crc: {crc0} isvalid: true"
     )
     leader_change = encode_leader_change(1, [1, 2, 3], [1, 2])
@@ -76,7 +77,8 @@ def test_dump_segment(tmp_path: Path) -> None:
     size1, crc1 = batch_fields(data, size0)
     assert lines[3] == (
         f"baseOffset: 1 lastOffset: 2 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 "
-        f"producerEpoch: -1 partitionLeaderEpoch: 1 isTransactional: false isControl: false position: {size0} "
+        f"producerEpoch: -1 partitionLeaderEpoch: 1 isTransactional: false isControl: false "
+        f"deleteHorizonMs: OptionalLong.empty position: {size0} "
         f"CreateTime: {TS} size: {size1} magic: 2 compresscodec: none crc: {crc1} isvalid: true"
     )
     feature = encode_record(FeatureLevelRecord("metadata.version", 20))
@@ -144,3 +146,30 @@ def test_main_prints_files(tmp_path: Path, capsys) -> None:
     assert out[0] == f"Dumping {path}" and out[1] == "Log starting offset: 0" and len(out) == 10
     assert main([str(tmp_path / "missing.log")]) == 1
     assert main([]) == 2
+
+
+def test_dump_file_decodes_a_real_quorum_state_file(tmp_path: Path) -> None:
+    from quorum.metadata.dump import dump_file
+    from quorum.raft.types import ElectionState
+    from quorum.storage.quorum_state import QuorumStateStore
+
+    path = tmp_path / "quorum-state"
+    QuorumStateStore(path, voters=[1, 2, 3], cluster_id="c").write(ElectionState(epoch=7, voted_id=2, leader_id=2))
+    lines = list(dump_file(path))
+    assert lines == [
+        f"Dumping {path}",
+        "Quorum state: clusterId: c leaderId: 2 leaderEpoch: 7 votedId: 2 appliedOffset: 0 currentVoters: [1,2,3] "
+        "data_version: 0",
+    ]
+    assert not any("invalid bytes" in line for line in lines)
+    path.write_text("{not json")
+    assert list(dump_file(path))[1].startswith("Invalid quorum-state file quorum-state: not JSON")
+
+
+def test_dump_file_header_and_kind_by_name(tmp_path: Path) -> None:
+    from quorum.metadata.dump import dump_file
+
+    path = write_log(tmp_path / "log")
+    lines = list(dump_file(path))
+    assert lines[0] == f"Dumping {path}" and lines[1] == "Log starting offset: 0"
+    assert all("deleteHorizonMs: OptionalLong.empty" in line for line in lines if line.startswith("baseOffset:"))
