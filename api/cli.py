@@ -220,6 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--controllers", type=_non_negative, default=3, help="number of controllers (default 3)")
     up.add_argument("--brokers", type=_non_negative, default=3, help="number of brokers (default 3)")
     up.add_argument(
+        "--combined",
+        type=_non_negative,
+        default=0,
+        metavar="N",
+        help="instead: N combined nodes, each a controller and a broker (process.roles=broker,controller)",
+    )
+    up.add_argument(
         "--base-port",
         type=_port,
         default=None,

@@ -118,6 +118,38 @@ def plan_cluster(
     return plans
 
 
+def plan_combined(root: Path, nodes: int, base_port: int = DEFAULT_CONTROLLER_PORT) -> list[NodePlan]:
+    """Combined mode (`process.roles=broker,controller`, Kafka's quick-start shape): nodes 1..N
+    each a voter on CONTROLLER (base_port + i) and a broker on PLAINTEXT (9092 + i - 1,
+    shifted like the ports of `plan_cluster`). Launched as `pykraft broker` (the combined node)."""
+    if nodes < 1:
+        raise ClusterError("a combined cluster needs at least one node")
+    voters = ",".join(f"{i}@127.0.0.1:{base_port + i}" for i in range(1, nodes + 1))
+    shift = base_port - DEFAULT_CONTROLLER_PORT
+    plans = []
+    for i in range(1, nodes + 1):
+        directory = root / f"node-{i}"
+        props = _template("broker", 3 + i)
+        props.update(
+            {
+                "process.roles": "broker,controller",
+                "node.id": str(i),
+                "controller.quorum.voters": voters,
+                "listeners": f"PLAINTEXT://127.0.0.1:{DEFAULT_BROKER_PORT + shift + i - 1},"
+                f"CONTROLLER://127.0.0.1:{base_port + i}",
+                "controller.listener.names": "CONTROLLER",
+                "log.dirs": str(directory / "data"),
+                "metadata.log.dir": str(directory / "data"),
+                "rest.listener": f"http://127.0.0.1:{DEFAULT_REST_PORT + shift + i}",
+                "broker.rack": f"rack-{i}",
+                "default.replication.factor": str(min(3, nodes)),
+                "min.insync.replicas": str(min(2, nodes)),
+            }
+        )
+        plans.append(NodePlan(i, "broker", directory, props))
+    return plans
+
+
 def _alive(pid: int, config_path: str) -> bool:
     """Is `pid` a running node started with `config_path` (not a recycled pid, not a zombie)?"""
     try:
@@ -241,14 +273,18 @@ def cluster_up(args: argparse.Namespace) -> int:
         id_file.write_text(cluster_id + "\n")
     base_port = getattr(args, "base_port", None) or DEFAULT_CONTROLLER_PORT
     brokers = getattr(args, "brokers", 3)
-    plans = plan_cluster(root, args.controllers, base_port, brokers)
+    combined = getattr(args, "combined", 0) or 0
+    if combined:
+        plans = plan_combined(root, combined, base_port)
+    else:
+        plans = plan_cluster(root, args.controllers, base_port, brokers)
     nodes = []
     for plan in plans:
         proc = start_node(plan, cluster_id)
         nodes.append(
             {
                 "id": plan.node_id,
-                "roles": [plan.role],
+                "roles": plan.properties["process.roles"].split(","),
                 "pid": proc.pid,
                 "listeners": [plan.properties["listeners"]],
                 "log_dirs": [plan.properties["log.dirs"]],
@@ -261,7 +297,7 @@ def cluster_up(args: argparse.Namespace) -> int:
         )
     data: dict[str, object] = {"cluster_id": cluster_id, "nodes": nodes}
     _save_cluster(root, data)
-    addresses = [("127.0.0.1", base_port + p.node_id) for p in plans if p.role == "controller"]
+    addresses = [("127.0.0.1", base_port + p.node_id) for p in plans if "controller" in p.properties["process.roles"]]
     try:
         leader, epoch = wait_for_leader(addresses, cluster_id, timeout_s=30)
         wait_for_unfenced([p for p in plans if p.role == "broker"], timeout_s=60)
@@ -272,7 +308,8 @@ def cluster_up(args: argparse.Namespace) -> int:
     print(f"pykraft cluster {cluster_id} is up in {root}")
     for n in nodes:
         listeners = ", ".join(str(x) for x in n["listeners"])  # type: ignore[attr-defined]
-        print(f"  {n['roles'][0]} {n['id']}: {listeners}  rest {n['rest']}  pid {n['pid']}")  # type: ignore[index]
+        roles = "+".join(n["roles"])  # type: ignore[arg-type]
+        print(f"  {roles} {n['id']}: {listeners}  rest {n['rest']}  pid {n['pid']}")
     print(f"  leader: node {leader} in epoch {epoch}")
     print(f"stop it with: pykraft cluster down --dir {args.dir}")
     return 0
