@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up the environment (.venv from requirements.lock) and start a local cluster in the
-# background: 3 controllers for now, data under ${PYKRAFT_DATA:-./data/local}.
+# background: 3 controllers + 3 brokers (or `--combined N` combined nodes), data under ${PYKRAFT_DATA:-./data/local}.
 # Stop it with: .venv/bin/pykraft cluster down --dir data/local
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,0 +1,215 @@
+"""Combined mode (`process.roles=broker,controller`): one-node and three-node clusters of
+real processes, with topics created over REST and real clients producing and consuming;
+kill -9 of a combined node loses nothing acknowledged with acks=all; a saturating producer
+does not cost the quorum its leader."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from metadata_cluster import _port_free, wait_until
+
+from quorum.node.cluster import (
+    DEFAULT_BROKER_PORT,
+    DEFAULT_CONTROLLER_PORT,
+    DEFAULT_REST_PORT,
+    plan_combined,
+    start_node,
+)
+from quorum.node.meta_properties import random_uuid
+
+pytestmark = pytest.mark.integration
+
+FAST = {
+    "controller.quorum.election.timeout.ms": "500",
+    "controller.quorum.fetch.timeout.ms": "1000",
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.wait.max.ms": "200",
+    "auto.leader.rebalance.enable": "false",
+}
+
+
+class Combined:
+    def __init__(self, root: Path, nodes: int) -> None:
+        import random
+
+        for _ in range(200):
+            base = random.randrange(30000, 50000)  # noqa: S311
+            shift = base - DEFAULT_CONTROLLER_PORT
+            ports = [base + i for i in range(1, nodes + 1)]
+            ports += [DEFAULT_BROKER_PORT + shift + i - 1 for i in range(1, nodes + 1)]
+            ports += [DEFAULT_REST_PORT + shift + i for i in range(1, nodes + 1)]
+            if all(_port_free(p) for p in ports):
+                break
+        self.plans = {p.node_id: p for p in plan_combined(root, nodes, base)}
+        for p in self.plans.values():
+            p.properties.update(FAST)
+        self.cluster_id = random_uuid()
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.http = httpx.Client(timeout=10)
+
+    def start(self, node_id: int) -> None:
+        self.procs[node_id] = start_node(self.plans[node_id], self.cluster_id)
+
+    def start_all(self) -> None:
+        for i in self.plans:
+            self.start(i)
+
+    def kill9(self, node_id: int) -> None:
+        proc = self.procs[node_id]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        self.http.close()
+
+    def bootstrap(self, ids: list[int] | None = None) -> str:
+        ids = list(self.plans) if ids is None else ids
+        return ",".join(self.plans[i].properties["listeners"].split(",")[0].split("//")[1] for i in ids)
+
+    def rest(self, node_id: int) -> str:
+        return self.plans[node_id].properties["rest.listener"]
+
+    def unfenced(self, ids: list[int]) -> bool:
+        return all(
+            self.plans[i].events_file.exists() and '"state": "unfenced"' in self.plans[i].events_file.read_text()
+            for i in ids
+        )
+
+    def roles(self, node_id: int) -> list[str]:
+        lines = (
+            self.plans[node_id].events_file.read_text().splitlines() if self.plans[node_id].events_file.exists() else []
+        )
+        return [json.loads(line).get("role", "") for line in lines if '"role"' in line]
+
+    def elections(self) -> int:
+        """How many times any node became leader (from the event logs)."""
+        return sum(r.count("Leader") for r in (self.roles(i) for i in self.plans))
+
+    def create_topic(self, name: str, partitions: int, rf: int) -> None:
+        cluster = self.http.get(f"{self.rest(1)}/v3/clusters").json()["data"][0]["cluster_id"]
+        r = self.http.post(
+            f"{self.rest(1)}/v3/clusters/{cluster}/topics",
+            json={"topic_name": name, "partitions_count": partitions, "replication_factor": rf},
+        )
+        assert r.status_code in (200, 201), r.text
+
+
+def produce(bootstrap: str, topic: str, n: int, *, partitions: int, start: int = 0) -> dict[int, tuple[int, int]]:
+    from confluent_kafka import Producer
+
+    acked: dict[int, tuple[int, int]] = {}
+
+    def on_delivery(err: object, msg: object) -> None:
+        if err is None:
+            acked[int(msg.value())] = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.send.max.retries": 0, "linger.ms": 2})
+    for i in range(start, start + n):
+        p.produce(topic, value=str(i).encode(), partition=i % partitions, on_delivery=on_delivery)
+        if i % 100 == 0:
+            p.poll(0)
+    p.flush(30)
+    return acked
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, expected: int) -> dict[int, tuple[int, int]]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    c.assign(tps)
+    c.seek_to_beginning(*tps)
+    seen: dict[int, tuple[int, int]] = {}
+    deadline = time.monotonic() + 60
+    while len(seen) < expected and time.monotonic() < deadline:
+        for tp, msgs in c.poll(timeout_ms=500).items():
+            for m in msgs:
+                v = int(m.value)
+                assert v not in seen, f"record {v} read twice"
+                seen[v] = (tp.partition, m.offset)
+    c.close()
+    return seen
+
+
+@pytest.fixture
+def combined(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Combined]:
+    c = Combined(tmp_path, request.param)
+    c.start_all()
+    try:
+        wait_until("every combined node unfenced", lambda: c.unfenced(list(c.plans)), 60)
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("combined", [1], indirect=True)
+def test_single_combined_node_is_a_whole_cluster(combined: Combined) -> None:
+    combined.create_topic("solo", 2, 1)
+    time.sleep(0.5)
+    acked = produce(combined.bootstrap(), "solo", 500, partitions=2)
+    assert len(acked) == 500
+    seen = read_all(combined.bootstrap(), "solo", 2, 500)
+    assert seen == acked
+
+
+@pytest.mark.parametrize("combined", [3], indirect=True)
+def test_three_combined_nodes_kill9_loses_nothing_acked(combined: Combined) -> None:
+    combined.create_topic("trio", 3, 3)
+    time.sleep(1.0)
+    acked = produce(combined.bootstrap(), "trio", 1000, partitions=3)
+    assert len(acked) == 1000
+    victim = 1
+    combined.kill9(victim)
+    # The survivors (2 of 3 voters, 2 >= min.insync.replicas ISR members) keep going.
+    survivors = [i for i in combined.plans if i != victim]
+    more: dict[int, tuple[int, int]] = {}
+    deadline = time.monotonic() + 40
+    start = 10_000
+    while len(more) < 500 and time.monotonic() < deadline:
+        more.update(produce(combined.bootstrap(survivors), "trio", 500, partitions=3, start=start))
+        start += 500
+    assert more, "no acks=all write succeeded after the kill"
+    combined.start(victim)
+    wait_until("the killed node back", lambda: combined.unfenced([victim]), 60)
+    acked.update(more)
+    seen = read_all(combined.bootstrap(), "trio", 3, len(acked))
+    lost = {n: where for n, where in acked.items() if seen.get(n) != where}
+    assert not lost, f"{len(lost)} acknowledged records lost or moved, e.g. {list(lost.items())[:5]}"
+
+
+@pytest.mark.parametrize("combined", [3], indirect=True)
+def test_saturating_producer_does_not_cost_the_quorum_its_leader(combined: Combined) -> None:
+    combined.create_topic("busy", 3, 3)
+    time.sleep(1.0)
+    before = combined.elections()
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": combined.bootstrap(), "acks": "all", "linger.ms": 5})
+    payload = b"x" * 1024
+    end = time.monotonic() + 15
+    sent = 0
+    while time.monotonic() < end:
+        try:
+            p.produce("busy", payload, partition=sent % 3)
+            sent += 1
+        except BufferError:
+            p.poll(0.01)
+        if sent % 1000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+    assert sent > 10_000
+    assert combined.elections() == before, "the quorum elected a new leader during the load"
