@@ -10,6 +10,7 @@ may be moving) until the deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import fields, is_dataclass
@@ -20,6 +21,10 @@ from quorum.wire import admin_codec, codec
 from quorum.wire.transport import PeerClient, PeerUnavailable
 
 log = logging.getLogger(__name__)
+
+
+# How often a pending request checks whether the quorum named another leader (seconds).
+_LEADER_CHECK_S = 0.05
 
 
 class ControllerUnavailableError(Exception):
@@ -88,6 +93,14 @@ class ControllerClient:
         return core.leader_id if core is not None else -1
 
     async def call(self, request: admin_codec.AdminCall, timeout_s: float = 30.0) -> admin_codec.AdminReply:
+        """Send `request` to the active controller and return its answer.
+
+        The deadline bounds every attempt, not only the gaps between them: a request sent to a
+        controller that hangs (SIGSTOP, a cut network) is abandoned at the deadline, and at once
+        when this node learns of another leader, then sent again to the new one (Kafka's broker
+        re-routes its heartbeats the same way). So a broker's heartbeat, sent with a timeout
+        shorter than its session, reaches a newly elected controller in time.
+        """
         deadline = time.monotonic() + timeout_s
         last_error = "no quorum leader known"
         while time.monotonic() < deadline:
@@ -99,8 +112,20 @@ class ControllerClient:
             frame, api_key, api_version = admin_codec.encode_admin_request(
                 request, correlation_id=correlation, client_id=self.client_id
             )
+            attempt = asyncio.ensure_future(self.send(leader, frame, correlation, api_key, api_version))
+            while not attempt.done():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.leader_id() != leader:
+                    break
+                await asyncio.wait({attempt}, timeout=min(remaining, _LEADER_CHECK_S))
+            if not attempt.done():
+                attempt.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await attempt
+                last_error = f"controller {leader} did not answer (leader now {self.leader_id()})"
+                continue
             try:
-                raw = await self.send(leader, frame, correlation, api_key, api_version)
+                raw = attempt.result()
                 response = admin_codec.decode_admin_response(api_key, api_version, raw, request)
             except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
                 last_error = f"controller {leader}: {exc}"
