@@ -32,7 +32,11 @@ from quorum.node.controller_client import ControllerClient, ControllerUnavailabl
 
 log = logging.getLogger(__name__)
 
-STARTUP_HEARTBEAT_S = 0.01  # while fenced and catching up, as Kafka's BrokerLifecycleManager
+STARTUP_HEARTBEAT_S = 0.01
+_REGISTRATION_ERRORS = {
+    int(ErrorCode.DUPLICATE_BROKER_REGISTRATION): "Another broker is registered with that broker id.",
+    int(ErrorCode.INCONSISTENT_CLUSTER_ID): "The cluster id of this broker is not the controller's.",
+}  # while fenced and catching up, as Kafka's BrokerLifecycleManager
 
 
 class BrokerState(Enum):
@@ -125,7 +129,12 @@ class BrokerLifecycle:
                 self.state = BrokerState.RECOVERY
                 self._emit(f"registered with broker epoch {resp.broker_epoch}")
                 return
-            log.warning("broker %d: registration refused: %s %s", self.config.node_id, resp.error_code, resp.message)
+            # BrokerRegistrationResponse carries no message on the wire: say what the code means.
+            reason = resp.message or _REGISTRATION_ERRORS.get(resp.error_code, "")
+            name = ErrorCode(resp.error_code).name if resp.error_code in ErrorCode._value2member_map_ else "UNKNOWN"
+            log.warning(
+                "broker %d: registration refused: %s (%d) %s", self.config.node_id, name, resp.error_code, reason
+            )
             await asyncio.sleep(1.0)
 
     async def _run(self) -> None:

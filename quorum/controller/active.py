@@ -222,6 +222,7 @@ class QuorumController:
             return ControllerResult([], BrokerRegistrationResponse(0, existing.epoch))
         if existing is not None and not existing.fenced and self._session_alive(req.broker_id):
             msg = f"Another broker is registered with that broker id ({req.broker_id}) and its session is still alive."
+            log.warning("refused broker %d's registration (incarnation %s): %s", req.broker_id, req.incarnation_id, msg)
             return ControllerResult(
                 [], BrokerRegistrationResponse(int(ErrorCode.DUPLICATE_BROKER_REGISTRATION), -1, msg)
             )

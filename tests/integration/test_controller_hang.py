@@ -45,7 +45,9 @@ def test_sigstop_of_the_active_controller_fences_no_broker(md: MetadataCluster) 
         i = 0
         while not stop.is_set():
             try:
-                r = md.post(entry, "/topics", {"topic_name": f"hang-{i}", "partitions_count": 1, "replication_factor": 3})
+                r = md.post(
+                    entry, "/topics", {"topic_name": f"hang-{i}", "partitions_count": 1, "replication_factor": 3}
+                )
                 ok = r.status_code in (200, 201)
                 if not ok:
                     errors.append(f"{r.status_code} {r.text[:120]}")
@@ -85,3 +87,39 @@ def test_sigstop_of_the_active_controller_fences_no_broker(md: MetadataCluster) 
     # Nothing a broker saw was a fencing; all of them are unfenced now.
     brokers = md.brokers(md.active_controller())
     assert all(not brokers[b]["fenced"] for b in md.broker_ids), brokers
+
+
+def register_as(md: MetadataCluster, controller: int, broker_id: int) -> tuple[int, str | None]:
+    """Send a BrokerRegistration for `broker_id` with a fresh incarnation id to `controller`."""
+    import asyncio
+    import uuid
+
+    from quorum.controller.requests import BrokerEndpoint, BrokerRegistrationRequest
+    from quorum.wire.admin_codec import decode_admin_response, encode_admin_request
+    from quorum.wire.transport import request
+
+    req = BrokerRegistrationRequest(
+        broker_id=broker_id,
+        cluster_id=md.cluster_id,
+        incarnation_id=uuid.uuid4(),
+        listeners=(BrokerEndpoint("PLAINTEXT", "127.0.0.1", 1),),
+        features={"metadata.version": (1, 1)},
+    )
+    frame, key, version = encode_admin_request(req, correlation_id=1, client_id="impostor")
+    raw = asyncio.run(request("127.0.0.1", md.nodes[controller].port, frame, request_timeout_s=10))
+    resp = decode_admin_response(key, version, raw, req)
+    return int(resp.error_code), resp.message  # type: ignore[union-attr]
+
+
+def test_impostor_registration_after_a_controller_failover_is_refused(md: MetadataCluster) -> None:
+    old = md.active_controller()
+    md.kill9(old)
+    new = md.active_controller(timeout=20, not_id=old)
+    victim = md.broker_ids[0]
+    # The new active controller has no session history of its own, but the real broker 4 is
+    # registered, unfenced and heartbeating: another incarnation claiming its id is refused.
+    code, message = register_as(md, new, victim)
+    assert code == 101, (code, message)  # DUPLICATE_BROKER_REGISTRATION (the response has no message field)
+    assert "Another broker is registered with that broker id" in md.node_log(new)
+    brokers = md.brokers(new)
+    assert not brokers[victim]["fenced"]
