@@ -212,13 +212,26 @@ def brokers(args: argparse.Namespace) -> int:
 def log_dump(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from broker.log.dump import dump_partition_file, is_partition_file
     from quorum.metadata.dump import dump_file
 
-    path = Path(args.path)
-    if not path.is_file():
-        raise AdminCliError(f"{path} does not exist or is not a file")
-    for line in dump_file(args.path):
-        print(line)
+    paths = [Path(p) for p in (args.files or []) + ([args.path] if args.path else [])]
+    if not paths:
+        raise AdminCliError("give a file to dump (PATH or --files)")
+    for path in paths:
+        if not path.is_file():
+            raise AdminCliError(f"{path} does not exist or is not a file")
+        if is_partition_file(path):
+            lines = dump_partition_file(
+                path,
+                deep_iteration=args.deep_iteration,
+                print_data_log=args.print_data_log,
+                verify_index_only=args.verify_index_only,
+            )
+        else:
+            lines = dump_file(path)
+        for line in lines:
+            print(line)
     return 0
 
 
@@ -254,10 +267,16 @@ def add_commands(commands: Any, non_negative: Any) -> None:
     bl.add_argument("--rest-url", default=rest_default)
     bl.add_argument("--json", action="store_true")
     bl.set_defaults(handler=_guard(brokers))
-    lg = commands.add_parser("log", help="inspect metadata log files")
+    lg = commands.add_parser("log", help="inspect log files (kafka-dump-log.sh)")
     lg_cmds = lg.add_subparsers(dest="log_command", metavar="SUBCOMMAND", required=True)
-    dump = lg_cmds.add_parser("dump", help="print a metadata log segment, snapshot or quorum-state, decoded")
-    dump.add_argument("path", help="a .log segment, a .checkpoint snapshot or a quorum-state file")
+    dump = lg_cmds.add_parser(
+        "dump", help="print a log segment or index (partition or metadata log), snapshot or quorum-state, decoded"
+    )
+    dump.add_argument("path", nargs="?", help="a .log segment, .index/.timeindex, .checkpoint snapshot or quorum-state")
+    dump.add_argument("--files", action="append", help="as kafka-dump-log.sh: the file(s) to dump")
+    dump.add_argument("--print-data-log", action="store_true", help="print the records' keys and payloads")
+    dump.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
+    dump.add_argument("--verify-index-only", action="store_true", help="check an index against its segment")
     dump.set_defaults(handler=_guard(log_dump))
 
 

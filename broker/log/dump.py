@@ -1,0 +1,244 @@
+"""`pykraft log dump` for partition logs: the lines `kafka-dump-log.sh` prints.
+
+- a segment (`<base>.log`): `Dumping <file>`, `Log starting offset: <base>`, then one line per
+  batch (`baseOffset: .. lastOffset: .. count: .. baseSequence: .. lastSequence: ..
+  producerId: .. producerEpoch: .. partitionLeaderEpoch: .. isTransactional: ..
+  isControl: .. deleteHorizonMs: OptionalLong.empty position: .. CreateTime: .. size: ..
+  magic: 2 compresscodec: .. crc: .. isvalid: ..`); with `deep_iteration` (implied by
+  `print_data_log`) one `| offset: ..` line per record, and with `print_data_log` its
+  `key:` (when it has one) and `payload:` as text. A batch whose CRC does not match says
+  `isvalid: false`; bytes that do not frame end the dump with Kafka's
+  `Found N invalid bytes at the end of <file>`.
+- an offset index (`.index`): `offset: N position: P` per entry; a time index
+  (`.timeindex`): `timestamp: T offset: N` per entry.
+- `verify_index_only`: check each index entry against the segment instead and report
+  mismatches (`Mismatches in :<file>` / `  Index offset: I, log offset: L`), or for a time
+  index the entries whose timestamp or offset the segment contradicts.
+
+Records of compressed batches are decompressed (gzip, snappy (raw or xerial-framed), lz4
+frames, zstd) only here, in the tool: the broker never decompresses.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+from crc32c import crc32c
+
+from quorum.storage.record_batch import BATCH_HEADER_SIZE, LOG_OVERHEAD
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+_XERIAL = b"\x82SNAPPY\x00"
+
+
+def _decompress(codec: int, data: bytes) -> bytes:
+    if codec == 1:
+        return gzip.decompress(data)
+    if codec == 2:
+        import snappy
+
+        if data.startswith(_XERIAL):
+            out, pos = bytearray(), 16
+            while pos + 4 <= len(data):
+                (n,) = struct.unpack_from(">i", data, pos)
+                out += snappy.decompress(data[pos + 4 : pos + 4 + n])
+                pos += 4 + n
+            return bytes(out)
+        return bytes(snappy.decompress(data))
+    if codec == 3:
+        import lz4.frame
+
+        return bytes(lz4.frame.decompress(data))
+    if codec == 4:
+        import zstandard
+
+        return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(data))
+    return data
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = raw = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+def _records(body: bytes, count: int) -> Iterator[tuple[int, int, bytes | None, bytes | None, list[str]]]:
+    """(offset delta, timestamp delta, key, value, header keys) of each record."""
+    pos = 0
+    for _ in range(count):
+        length, pos = _varint(body, pos)
+        end = pos + length
+        p = pos + 1
+        ts_delta, p = _varint(body, p)
+        off_delta, p = _varint(body, p)
+        klen, p = _varint(body, p)
+        key = None if klen < 0 else body[p : p + klen]
+        p += max(klen, 0)
+        vlen, p = _varint(body, p)
+        value = None if vlen < 0 else body[p : p + vlen]
+        p += max(vlen, 0)
+        nh, p = _varint(body, p)
+        keys = []
+        for _h in range(nh):
+            hk, p = _varint(body, p)
+            keys.append(_text(body[p : p + hk]))
+            p += hk
+            hv, p = _varint(body, p)
+            p += max(hv, 0)
+        yield off_delta, ts_delta, key, value, keys
+        pos = end
+
+
+def dump_segment(path: Path, *, deep_iteration: bool = False, print_data_log: bool = False) -> Iterator[str]:
+    data = path.read_bytes()
+    stem = path.name.split(".")[0]
+    if stem.isdigit():
+        yield f"Log starting offset: {int(stem)}"
+    deep = deep_iteration or print_data_log
+    pos = 0
+    while len(data) - pos >= LOG_OVERHEAD:
+        (base, length) = struct.unpack_from(">qi", data, pos)
+        end = pos + LOG_OVERHEAD + length
+        if length < BATCH_HEADER_SIZE - LOG_OVERHEAD or end > len(data):
+            break
+        (_b, _l, epoch, magic, crc, attrs, last_delta, base_ts, max_ts, pid, pepoch, base_seq, count) = (
+            _HEADER.unpack_from(data, pos)
+        )
+        valid = magic == 2 and crc32c(memoryview(data)[pos + 21 : end]) == crc
+        codec = attrs & 0x07
+        ts_type = "LogAppendTime" if attrs & 0x08 else "CreateTime"
+        last_seq = -1 if base_seq == -1 else base_seq + last_delta
+        control = bool(attrs & 0x20)
+        yield (
+            f"baseOffset: {base} lastOffset: {base + last_delta} count: {count} baseSequence: {base_seq} "
+            f"lastSequence: {last_seq} producerId: {pid} producerEpoch: {pepoch} partitionLeaderEpoch: {epoch} "
+            f"isTransactional: {str(bool(attrs & 0x10)).lower()} isControl: {str(control).lower()} "
+            f"deleteHorizonMs: OptionalLong.empty position: {pos} {ts_type}: {max_ts} size: {end - pos} "
+            f"magic: {magic} compresscodec: {_CODECS[codec] if codec < len(_CODECS) else codec} crc: {crc} "
+            f"isvalid: {str(valid).lower()}"
+        )
+        if deep and valid:
+            try:
+                body = _decompress(codec, data[pos + BATCH_HEADER_SIZE : end])
+                for off_delta, ts_delta, key, value, hkeys in _records(body, count):
+                    ts = max_ts if attrs & 0x08 else base_ts + ts_delta
+                    seq = -1 if base_seq == -1 else base_seq + off_delta
+                    line = (
+                        f"| offset: {base + off_delta} {ts_type}: {ts} keySize: {-1 if key is None else len(key)} "
+                        f"valueSize: {-1 if value is None else len(value)} sequence: {seq} "
+                        f"headerKeys: [{','.join(hkeys)}]"
+                    )
+                    if print_data_log:
+                        if key is not None:
+                            line += f" key: {_text(key)}"
+                        line += f" payload: {'' if value is None else _text(value)}"
+                    yield line
+            except (OSError, ValueError, IndexError, ImportError) as exc:
+                yield f"| could not read the records of this batch: {exc}"
+        pos = end
+    if pos < len(data):
+        yield f"Found {len(data) - pos} invalid bytes at the end of {path.name}"
+
+
+def _entries(path: Path, fmt: str) -> list[tuple[int, int]]:
+    s = struct.Struct(fmt)
+    raw = path.read_bytes()
+    return [s.unpack_from(raw, i) for i in range(0, len(raw) - len(raw) % s.size, s.size)]
+
+
+def _batches(segment: Path) -> dict[int, tuple[int, int, int]]:
+    """position -> (base offset, last offset, max timestamp) of each framed batch."""
+    data = segment.read_bytes() if segment.exists() else b""
+    out: dict[int, tuple[int, int, int]] = {}
+    pos = 0
+    while len(data) - pos >= BATCH_HEADER_SIZE:
+        base, length = struct.unpack_from(">qi", data, pos)
+        if length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+            break
+        last_delta = struct.unpack_from(">i", data, pos + 23)[0]
+        max_ts = struct.unpack_from(">q", data, pos + 35)[0]
+        out[pos] = (base, base + last_delta, max_ts)
+        pos += LOG_OVERHEAD + length
+    return out
+
+
+def dump_offset_index(path: Path, *, verify_index_only: bool = False) -> Iterator[str]:
+    base = int(path.name.split(".")[0])
+    entries = [(base + rel, position) for rel, position in _entries(path, ">ii")]
+    # Trailing zero entries of a preallocated index are not entries (Kafka trims them too).
+    while entries and entries[-1] == (base, 0) and len(entries) > 1:
+        entries.pop()
+    if not verify_index_only:
+        for offset, position in entries:
+            yield f"offset: {offset} position: {position}"
+        return
+    batches = _batches(path.with_suffix(".log"))
+    mismatches = []
+    for offset, position in entries:
+        batch = batches.get(position)
+        if batch is None or batch[0] != offset:
+            mismatches.append((offset, -1 if batch is None else batch[0]))
+    if [o for o, _ in entries] != sorted({o for o, _ in entries}):
+        yield f"Indexes in :{path} are not sorted."
+    if mismatches:
+        yield f"Mismatches in :{path}"
+        for index_offset, log_offset in mismatches:
+            yield f"  Index offset: {index_offset}, log offset: {log_offset}"
+    else:
+        yield f"Index {path} is consistent with its segment ({len(entries)} entries)."
+
+
+def dump_time_index(path: Path, *, verify_index_only: bool = False) -> Iterator[str]:
+    base = int(path.name.split(".")[0])
+    entries = [(ts, base + rel) for ts, rel in _entries(path, ">qi")]
+    while entries and entries[-1] == (0, base) and len(entries) > 1:
+        entries.pop()
+    if not verify_index_only:
+        for ts, offset in entries:
+            yield f"timestamp: {ts} offset: {offset}"
+        return
+    batches = sorted(_batches(path.with_suffix(".log")).values())
+    problems = []
+    for ts, offset in entries:
+        holder = next((b for b in batches if b[0] <= offset <= b[1]), None)
+        seen_max = max((b[2] for b in batches if b[0] <= offset), default=-1)
+        if holder is None:
+            problems.append(f"  Index timestamp: {ts}, offset {offset} is not in the log")
+        elif seen_max != ts:
+            problems.append(f"  Index timestamp: {ts}, log timestamp: {seen_max}")
+    if problems:
+        yield f"Found timestamp mismatch in :{path}"
+        yield from problems
+    else:
+        yield f"Index {path} is consistent with its segment ({len(entries)} entries)."
+
+
+def dump_partition_file(
+    path: Path, *, deep_iteration: bool = False, print_data_log: bool = False, verify_index_only: bool = False
+) -> Iterator[str]:
+    yield f"Dumping {path}"
+    if path.suffix == ".index":
+        yield from dump_offset_index(path, verify_index_only=verify_index_only)
+    elif path.suffix == ".timeindex":
+        yield from dump_time_index(path, verify_index_only=verify_index_only)
+    else:
+        yield from dump_segment(path, deep_iteration=deep_iteration, print_data_log=print_data_log)
+
+
+def is_partition_file(path: Path) -> bool:
+    """A file of a partition log (not of the metadata log `__cluster_metadata-0`)."""
+    parent = path.resolve().parent.name
+    return path.suffix in (".log", ".index", ".timeindex") and not parent.startswith("__cluster_metadata")
