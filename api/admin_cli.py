@@ -154,8 +154,17 @@ def topics(args: argparse.Namespace) -> int:
         return 0
     if cmd == "describe":
         names = [args.topic] if args.topic else sorted(t["topic_name"] for t in client.get("/topics")["data"])
+        only = (
+            "under-replicated"
+            if getattr(args, "under_replicated_partitions", False)
+            else "under-min-isr"
+            if getattr(args, "under_min_isr_partitions", False)
+            else "unavailable"
+            if getattr(args, "unavailable_partitions", False)
+            else None
+        )
         for name in names:
-            describe_topic(client, name, as_json=args.json)
+            describe_topic(client, name, as_json=args.json, only=only)
         return 0
     raise AdminCliError(f"unknown topics command {cmd}")
 
@@ -172,7 +181,10 @@ def _non_default(config: dict[str, Any]) -> bool:
     return not builtin or builtin[0] != config.get("value")
 
 
-def describe_topic(client: RestClient, name: str, *, as_json: bool) -> None:
+def describe_topic(client: RestClient, name: str, *, as_json: bool, only: str | None = None) -> None:
+    """kafka-topics.sh --describe: the topic line and one line per partition, from live state.
+    `only` (--under-replicated-partitions, --under-min-isr-partitions,
+    --unavailable-partitions) prints just the partition lines that match, as Kafka does."""
     topic = client.get(f"/topics/{name}")
     partitions = client.get(f"/topics/{name}/partitions")["data"]
     configs = client.get(f"/topics/{name}/configs")["data"]
@@ -180,16 +192,24 @@ def describe_topic(client: RestClient, name: str, *, as_json: bool) -> None:
     if as_json:
         print(json.dumps({"topic": topic, "partitions": partitions, "configs": explicit}))
         return
-    config_text = ",".join(f"{c['name']}={c['value']}" for c in explicit)
-    print(
-        f"Topic: {name}\tTopicId: {topic.get('topic_id', '')}\tPartitionCount: {topic.get('partitions_count')}\t"
-        f"ReplicationFactor: {topic.get('replication_factor')}\tConfigs: {config_text}"
-    )
+    min_isr = next((int(c["value"]) for c in configs if c["name"] == "min.insync.replicas" and c.get("value")), 1)
+    if only is None:
+        config_text = ",".join(f"{c['name']}={c['value']}" for c in explicit)
+        print(
+            f"Topic: {name}\tTopicId: {topic.get('topic_id', '')}\tPartitionCount: {topic.get('partitions_count')}\t"
+            f"ReplicationFactor: {topic.get('replication_factor')}\tConfigs: {config_text}"
+        )
     for p in sorted(partitions, key=lambda p: p["partition_id"]):
         replicas = client.get(f"/topics/{name}/partitions/{p['partition_id']}/replicas")["data"]
         leader = p.get("leader_id", next((r["broker_id"] for r in replicas if r.get("is_leader")), -1))
         reps = ",".join(str(r["broker_id"]) for r in replicas)
         isr = p.get("isr") or [r["broker_id"] for r in replicas if r.get("is_in_sync")]
+        if only == "under-replicated" and len(isr) >= len(replicas):
+            continue
+        if only == "under-min-isr" and len(isr) >= min_isr:
+            continue
+        if only == "unavailable" and leader not in (None, -1):
+            continue
         print(
             f"\tTopic: {name}\tPartition: {p['partition_id']}\tLeader: {leader if leader is not None else -1}"
             f"\tReplicas: {reps}\tIsr: {','.join(str(x) for x in isr)}"
@@ -248,6 +268,10 @@ def add_commands(commands: Any, non_negative: Any) -> None:
         if name == "describe":
             sub.add_argument("--topic")
             sub.add_argument("--json", action="store_true")
+            only = sub.add_mutually_exclusive_group()
+            only.add_argument("--under-replicated-partitions", action="store_true", help="ISR smaller than replicas")
+            only.add_argument("--under-min-isr-partitions", action="store_true", help="ISR below min.insync.replicas")
+            only.add_argument("--unavailable-partitions", action="store_true", help="partitions without a leader")
         if name in ("alter", "delete", "describe"):
             sub.add_argument("--if-exists", action="store_true", help="do nothing if the topic does not exist")
         if name in ("create", "alter"):

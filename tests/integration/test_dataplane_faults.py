@@ -205,6 +205,19 @@ def test_two_of_three_brokers_down_refuses_acks_all(cluster: MetadataCluster) ->
         lambda: partition_state(cluster, topic, lead)[0]["isr"] == [lead],
         30,
     )
+    # The operator's view (kafka-topics.sh --describe's filters), from the surviving leader.
+    from metadata_cluster import run_pykraft
+
+    def describe(flag: str) -> list[str]:
+        out = run_pykraft("topics", "describe", "--topic", topic, flag, "--rest-url", cluster.nodes[lead].rest_url)
+        assert out.returncode == 0, out.stderr
+        return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+    under = describe("--under-replicated-partitions")
+    assert len(under) == 1 and under[0].startswith(f"Topic: {topic}\tPartition: 0\tLeader: {lead}"), under
+    assert under[0].endswith(f"Isr: {lead}"), under
+    assert describe("--under-min-isr-partitions") == under
+    assert describe("--unavailable-partitions") == []
     errors: list[str] = []
     p = Producer(
         {
