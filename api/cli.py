@@ -207,6 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_commands(commands, _non_negative)
 
+    # kafka-console-producer.sh / kafka-console-consumer.sh
+    from api.console import add_commands as add_console_commands
+
+    add_console_commands(commands)
+
     # audit and export of the metadata log (PySpark is imported only when they run)
     from quorum.audit.cli import add_audit_commands
 

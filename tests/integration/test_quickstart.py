@@ -1,0 +1,117 @@
+"""Kafka's quick start, step by step with pykraft's own commands: one combined node
+(process.roles=broker,controller), a topic, two events written with the console producer
+and read back with the console consumer."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from metadata_cluster import _port_free, pykraft_script, run_pykraft, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def free_ports(n: int) -> list[int]:
+    import random
+
+    for _ in range(200):
+        base = random.randrange(30000, 60000 - n)  # noqa: S311
+        ports = list(range(base, base + n))
+        if all(_port_free(p) for p in ports):
+            return ports
+    raise RuntimeError("no free ports")
+
+
+def test_quick_start(tmp_path: Path) -> None:
+    kafka_port, controller_port, rest_port = free_ports(3)
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "process.roles=broker,controller\n"
+        "node.id=1\n"
+        f"controller.quorum.voters=1@127.0.0.1:{controller_port}\n"
+        f"listeners=PLAINTEXT://127.0.0.1:{kafka_port},CONTROLLER://127.0.0.1:{controller_port}\n"
+        "controller.listener.names=CONTROLLER\n"
+        f"log.dirs={tmp_path / 'kraft-combined-logs'}\n"
+        f"rest.listener=http://127.0.0.1:{rest_port}\n"
+    )
+    # Step 1: generate a cluster id and format the log directories.
+    uuid = run_pykraft("storage", "random-uuid")
+    assert uuid.returncode == 0
+    cluster_id = uuid.stdout.strip()
+    formatted = run_pykraft("storage", "format", "--config", str(config), "--cluster-id", cluster_id)
+    assert formatted.returncode == 0, formatted.stderr
+    assert "Formatting" in formatted.stdout
+    # Step 2: start the server.
+    log = (tmp_path / "server.log").open("wb")
+    server = subprocess.Popen([str(pykraft_script()), "broker", "--config", str(config)], stdout=log, stderr=log)
+    rest = f"http://127.0.0.1:{rest_port}"
+    bootstrap = f"127.0.0.1:{kafka_port}"
+    try:
+        wait_until(
+            "the server's REST API", lambda: run_pykraft("brokers", "list", "--rest-url", rest).returncode == 0, 60
+        )
+        # Step 3: create a topic, and describe it.
+        created = run_pykraft(
+            "topics", "create", "--topic", "quickstart-events", "--partitions", "1", "--replication-factor", "1",
+            "--rest-url", rest,
+        )  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        assert created.stdout.strip() == "Created topic quickstart-events."
+        described = run_pykraft("topics", "describe", "--topic", "quickstart-events", "--rest-url", rest)
+        assert described.returncode == 0, described.stderr
+        lines = described.stdout.splitlines()
+        assert lines[0].startswith("Topic: quickstart-events\tTopicId: ")
+        assert "PartitionCount: 1" in lines[0] and "ReplicationFactor: 1" in lines[0]
+        assert lines[1].strip() == "Topic: quickstart-events\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1"
+        # Step 4: write some events.
+        produced = subprocess.run(
+            [
+                str(pykraft_script()),
+                "console-producer",
+                "--topic",
+                "quickstart-events",
+                "--bootstrap-server",
+                bootstrap,
+            ],
+            input="This is my first event\nThis is my second event\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert produced.returncode == 0, produced.stderr
+        # Step 5: read them.
+        consumed = run_pykraft(
+            "console-consumer", "--topic", "quickstart-events", "--from-beginning", "--bootstrap-server", bootstrap,
+            "--max-messages", "2",
+        )  # fmt: skip
+        assert consumed.returncode == 0, consumed.stderr
+        assert consumed.stdout.splitlines() == ["This is my first event", "This is my second event"]
+        assert "Processed a total of 2 messages" in consumed.stderr
+        # Keys, as people use them.
+        keyed = subprocess.run(
+            [str(pykraft_script()), "console-producer", "--topic", "quickstart-events", "--bootstrap-server", bootstrap,
+             "--property", "parse.key=true", "--property", "key.separator=:"],
+            input="user1:logged in\n", capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert keyed.returncode == 0, keyed.stderr
+        with_keys = run_pykraft(
+            "console-consumer", "--topic", "quickstart-events", "--from-beginning", "--bootstrap-server", bootstrap,
+            "--property", "print.key=true", "--property", "key.separator=:", "--max-messages", "3",
+        )  # fmt: skip
+        assert with_keys.stdout.splitlines() == [
+            "null:This is my first event",
+            "null:This is my second event",
+            "user1:logged in",
+        ]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            assert server.wait(30) == 0
+        finally:
+            if server.poll() is None:
+                server.kill()
+            log.close()
