@@ -137,3 +137,51 @@ def add_commands(commands: Any) -> None:
     c.add_argument("--max-messages", type=int)
     c.add_argument("--timeout-ms", type=int)
     c.set_defaults(handler=console_consumer)
+    add_log_dirs_command(commands)
+
+
+def log_dirs(args: argparse.Namespace) -> int:
+    """kafka-log-dirs.sh --describe: every broker's log dirs and partitions as Kafka's JSON."""
+    import json
+
+    from kafka import KafkaAdminClient
+
+    if not args.describe:
+        print("error: only --describe is supported", file=sys.stderr)
+        return 2
+    wanted = set(args.topic_list.split(",")) if args.topic_list else None
+    admin = KafkaAdminClient(bootstrap_servers=args.bootstrap_server, client_id="pykraft-log-dirs")
+    try:
+        print("Querying brokers for log directories information")
+        answers = admin.describe_log_dirs()
+    finally:
+        admin.close()
+    brokers = []
+    for answer in sorted(answers, key=lambda a: a["broker"]):
+        dirs = []
+        for d in answer["log_dirs"]:
+            parts = [
+                {
+                    "partition": f"{t['name']}-{p['partition_index']}",
+                    "size": p["partition_size"],
+                    "offsetLag": p["offset_lag"],
+                    "isFuture": p["is_future_key"],
+                }
+                for t in d["topics"]
+                if wanted is None or t["name"] in wanted
+                for p in t["partitions"]
+            ]
+            error = None if d["error_code"] == 0 else str(d["error_code"])
+            dirs.append({"partitions": parts, "error": error, "logDir": d["log_dir"]})
+        brokers.append({"broker": answer["broker"], "logDirs": dirs})
+    print(f"Received log directory information from brokers {','.join(str(b['broker']) for b in brokers)}")
+    print(json.dumps({"brokers": brokers, "version": 1}, separators=(",", ":")))
+    return 0
+
+
+def add_log_dirs_command(commands: Any) -> None:
+    ld = commands.add_parser("log-dirs", help="kafka-log-dirs.sh: the brokers' log dirs and partition sizes")
+    ld.add_argument("--bootstrap-server", required=True)
+    ld.add_argument("--describe", action="store_true")
+    ld.add_argument("--topic-list", help="comma-separated topics (default: all)")
+    ld.set_defaults(handler=log_dirs)

@@ -4,6 +4,7 @@ and read back with the console consumer."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 from pathlib import Path
@@ -107,6 +108,20 @@ def test_quick_start(tmp_path: Path) -> None:
             "null:This is my second event",
             "user1:logged in",
         ]
+        # kafka-log-dirs.sh --describe's JSON.
+        dirs = run_pykraft(
+            "log-dirs", "--describe", "--bootstrap-server", bootstrap, "--topic-list", "quickstart-events"
+        )
+        assert dirs.returncode == 0, dirs.stderr
+        out = dirs.stdout.splitlines()
+        assert out[0] == "Querying brokers for log directories information"
+        assert out[1] == "Received log directory information from brokers 1"
+        report = json.loads(out[2])
+        [entry] = report["brokers"]
+        [logdir] = entry["logDirs"]
+        assert logdir["logDir"] == str(tmp_path / "kraft-combined-logs") and logdir["error"] is None
+        [part] = logdir["partitions"]
+        assert part["partition"] == "quickstart-events-0" and part["size"] > 0 and part["offsetLag"] == 0
     finally:
         server.send_signal(signal.SIGTERM)
         try:
