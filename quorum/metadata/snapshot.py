@@ -15,6 +15,7 @@ its listeners (brokers, the controller) about every update.
 
 from __future__ import annotations
 
+import collections
 import gc
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -125,6 +126,12 @@ class MetadataStateMachine:
     def __init__(self, image: MetadataImage = EMPTY, listeners: Iterable[MetadataListener] = ()) -> None:
         self._image = image
         self._listeners: list[MetadataListener] = list(listeners)
+        # The active controller's own replay of the batches it appended, oldest first:
+        # (batch base offset, last offset, epoch, delta, image after). See `expect`.
+        self._expected: collections.deque[tuple[Offset, Offset, int, MetadataDelta, MetadataImage]] = (
+            collections.deque()
+        )
+        self.replayed_batches = 0  # data batches decoded and replayed here (not taken from `expect`)
 
     @property
     def image(self) -> MetadataImage:
@@ -149,6 +156,32 @@ class MetadataStateMachine:
             except Exception:
                 log.exception("metadata listener %r failed at offset %d", listener, image.offset)
 
+    def expect(self, base_offset: Offset, epoch: int, delta: MetadataDelta, image: MetadataImage) -> None:
+        """The leader appended a batch at `base_offset` in `epoch` holding the records it
+        replayed into `delta` (whose `apply()` is `image`). When that very batch commits
+        on top of `delta.image`, it is applied as `image` without decoding and replaying
+        it a second time. A batch at the same offset in the same epoch is the same batch
+        (Raft's log matching); anything else is replayed as usual."""
+        self._expected.append((base_offset, image.offset, epoch, delta, image))
+
+    def forget_expected(self) -> None:
+        """Drop every `expect`ed batch (the node is no longer the leader)."""
+        self._expected.clear()
+
+    def _take_expected(self, batch: Batch) -> tuple[MetadataDelta, MetadataImage] | None:
+        expected = self._expected
+        while expected and expected[0][1] < batch.base_offset:
+            expected.popleft()
+        if not expected:
+            return None
+        base, last, epoch, delta, image = expected[0]
+        if base != batch.base_offset:
+            return None
+        expected.popleft()
+        if last != batch.last_offset or epoch != batch.epoch or delta.image is not self._image:
+            return None
+        return delta, image
+
     def apply(self, batch: Batch) -> None:
         if batch.base_offset != self.applied_offset:
             raise ValueError(f"batch at {batch.base_offset} applied at {self.applied_offset}")
@@ -156,6 +189,12 @@ class MetadataStateMachine:
             self._image = self._image.with_provenance(batch.last_offset, batch.epoch)
             self.on_update(None, self._image)
             return
+        replayed = self._take_expected(batch) if self._expected else None
+        if replayed is not None:
+            delta, self._image = replayed
+            self.on_update(delta, self._image)
+            return
+        self.replayed_batches += 1
         delta = MetadataDelta(self._image)
         offset = batch.base_offset
         epoch = batch.epoch
@@ -182,6 +221,7 @@ class MetadataStateMachine:
         The snapshot records carry no epoch; pass the snapshot id's `epoch` to keep
         the image's provenance complete.
         """
+        self._expected.clear()
         old = self._image
         new = image_from_records(records, end_offset - 1, epoch)
         self._image = new
