@@ -46,6 +46,7 @@ from quorum.controller.requests import (
 )
 from quorum.controller.result import ControllerResult
 from quorum.metadata.delta import MetadataDelta
+from quorum.metadata.gc_policy import large_change
 from quorum.metadata.image import MetadataImage
 from quorum.metadata.records import (
     BrokerEndpoint,
@@ -73,11 +74,11 @@ METADATA_VERSION = 1  # pykraft's own metadata format version
 
 
 # Fencing a broker writes its partition changes in batches of at most this many records,
-# yielding the event loop between them (one batch is ~10-20 ms of work), so that heartbeats
+# yielding the event loop between them (one batch is a few ms of work), so that heartbeats
 # and other requests are served throughout; the fence record goes with the last batch.
-FENCE_BATCH_RECORDS = 2000
-# ...and stops adding topics to a batch after this much CPU time (seconds).
-FENCE_BATCH_BUDGET_S = 0.01
+FENCE_BATCH_RECORDS = 1000
+# ...and stops adding topics to a batch after this long (seconds, wall clock).
+FENCE_BATCH_BUDGET_S = 0.005
 
 
 class NotControllerError(Exception):
@@ -404,42 +405,53 @@ class QuorumController:
         epoch = broker.epoch
         topic_ids = list(image.topics.by_id.keys())
         touched = self._fencing.setdefault(broker_id, set())
-        settings = self.settings
         futures: list[asyncio.Future[Offset]] = []
         try:
-            i = 0
-            while True:
-                image = self.working_image
-                now = image.cluster.brokers.get(broker_id)
-                if now is None or now.fenced or now.epoch != epoch:
-                    return
-                by_id = image.topics.by_id
-                records: list[MetadataRecord] = []
-                start = i
-                deadline = time.process_time() + FENCE_BATCH_BUDGET_S
-                while i < len(topic_ids) and len(records) < FENCE_BATCH_RECORDS and time.process_time() < deadline:
-                    topic = by_id.get(topic_ids[i])
-                    if topic is not None:
-                        records += rc.leave_partitions(image, broker_id, settings, (topic,))
-                    i += 1
-                if i >= len(topic_ids):
-                    # The last batch: the rest of this range again with the topics changed
-                    # by others meanwhile, and the fence record.
-                    again = dict.fromkeys([*topic_ids[start:i], *touched])
-                    topics = [t for t in map(by_id.get, again) if t is not None]
-                    records = rc.leave_partitions(image, broker_id, settings, topics)
-                    records.append(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch, fenced=1))
-                    own = len(records) <= self._max_batch_records
-                    futures.append(self._append(records, own_batch=own, fence_moves=True))
-                    break
-                if records:
-                    futures.append(self._append(records, own_batch=True, fence_moves=True))
-                await asyncio.sleep(0)
+            with large_change():
+                await self._fence_batches(broker_id, epoch, topic_ids, touched, futures)
         finally:
             if self._fencing.get(broker_id) is touched:
                 del self._fencing[broker_id]
         for future in futures:
             await future
+
+    async def _fence_batches(
+        self,
+        broker_id: int,
+        epoch: int,
+        topic_ids: list[uuid.UUID],
+        touched: set[uuid.UUID],
+        futures: list[asyncio.Future[Offset]],
+    ) -> None:
+        settings = self.settings
+        i = 0
+        while True:
+            image = self.working_image
+            now = image.cluster.brokers.get(broker_id)
+            if now is None or now.fenced or now.epoch != epoch:
+                return
+            by_id = image.topics.by_id
+            records: list[MetadataRecord] = []
+            start = i
+            deadline = time.perf_counter() + FENCE_BATCH_BUDGET_S
+            while i < len(topic_ids) and len(records) < FENCE_BATCH_RECORDS and time.perf_counter() < deadline:
+                topic = by_id.get(topic_ids[i])
+                if topic is not None:
+                    records += rc.leave_partitions(image, broker_id, settings, (topic,))
+                i += 1
+            if i >= len(topic_ids):
+                # The last batch: the rest of this range again with the topics changed
+                # by others meanwhile, and the fence record.
+                again = dict.fromkeys([*topic_ids[start:i], *touched])
+                topics = [t for t in map(by_id.get, again) if t is not None]
+                records = rc.leave_partitions(image, broker_id, settings, topics)
+                records.append(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch, fenced=1))
+                own = len(records) <= self._max_batch_records
+                futures.append(self._append(records, own_batch=own, fence_moves=True))
+                break
+            if records:
+                futures.append(self._append(records, own_batch=True, fence_moves=True))
+            await asyncio.sleep(0)
 
     async def _heartbeat(self, req: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
         image = self.working_image

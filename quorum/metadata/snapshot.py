@@ -16,13 +16,12 @@ its listeners (brokers, the controller) about every update.
 from __future__ import annotations
 
 import collections
-import gc
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.errors import MetadataReplayError, RecordDecodeError
+from quorum.metadata.gc_policy import large_change
 from quorum.metadata.image import EMPTY, METADATA_VERSION, MetadataImage
 from quorum.metadata.records import (
     ConfigRecord,
@@ -74,20 +73,6 @@ def image_records(image: MetadataImage) -> Iterator[bytes]:
         yield encode_record(ProducerIdsRecord(-1, -1, image.next_producer_id))
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while building a large image: millions of new tracked
-    objects would trigger repeated full collections that find nothing (the image
-    holds no cycles)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def image_from_records(records: Iterable[bytes], offset: int, epoch: int) -> MetadataImage:
     """The image that `records` (e.g. a snapshot's) build from nothing, with
     provenance (`offset`, `epoch`): the last log offset and epoch they cover.
@@ -97,7 +82,7 @@ def image_from_records(records: Iterable[bytes], offset: int, epoch: int) -> Met
     """
     delta = MetadataDelta(EMPTY)
     replay = delta.replay
-    with _gc_paused():
+    with large_change(collect=True):
         for index, raw in enumerate(records):
             try:
                 replay(decode_record(raw))

@@ -1022,21 +1022,14 @@ class _FenceLogWatch(logging.Handler):
 
 
 class TimedController(QuorumController):
-    """QuorumController noting how long the fence decision and each large append take."""
+    """QuorumController noting each append of the fencing (records, start, end)."""
 
-    fence_records_s: list[float]
     appends: list[tuple[int, float, float]]  # (records, start, end)
 
-    def _fence_records(self, image: MetadataImage, broker_id: int) -> list[Any]:
+    def _append(self, records: Any, **kw: Any) -> asyncio.Future[int]:
         t0 = time.perf_counter()
-        records = super()._fence_records(image, broker_id)
-        self.fence_records_s = [*getattr(self, "fence_records_s", []), time.perf_counter() - t0]
-        return records
-
-    def _append(self, records: Any) -> asyncio.Future[int]:
-        t0 = time.perf_counter()
-        fut = super()._append(records)
-        if len(records) > 1000:
+        fut = super()._append(records, **kw)
+        if kw.get("fence_moves"):
             self.appends = [*getattr(self, "appends", []), (len(records), t0, time.perf_counter())]
         return fut
 
@@ -1082,6 +1075,7 @@ async def _fencing(work: Path, partitions: int, profile: Path | None, what_if: s
         hb_tasks = [asyncio.create_task(b.run(2.0)) for b in brokers]  # Kafka's broker.heartbeat.interval.ms
         await asyncio.sleep(1.0)
         brokers[0].heartbeating = False
+        hb_before = sum(b.heartbeats for b in brokers[1:])
         stopped = time.perf_counter()
         probe = LoopStallProbe().start()
         print(f"    victim {victim} stopped heartbeating; fencing after the {session_ms} ms session timeout ...")
@@ -1107,7 +1101,7 @@ async def _fencing(work: Path, partitions: int, profile: Path | None, what_if: s
         ctrl = h.controller
         assert isinstance(ctrl, TimedController)
         appends = getattr(ctrl, "appends", [])
-        fence_append = next((a for a in appends if a[1] >= decided_t), None)
+        fence_appends = [a for a in appends if a[1] >= decided_t]
         others_fenced = [b.broker_id for b in brokers[1:] if final.cluster.brokers[b.broker_id].fenced]
         return {
             "partitions": total,
@@ -1123,18 +1117,11 @@ async def _fencing(work: Path, partitions: int, profile: Path | None, what_if: s
             "fence_gc_s": round(committed_gc - decided_gc, 3),
             "fence_gc_full_collections": committed_full - decided_full,
             "loadavg": loadavg(),
-            "breakdown_s": {
-                "fence_records (move_leadership_off)": round(ctrl.fence_records_s[0], 3)
-                if getattr(ctrl, "fence_records_s", None)
-                else None,
-                "append (encode + propose + replay into working image)": round(fence_append[2] - fence_append[1], 3)
-                if fence_append
-                else None,
-                "records in the fence append": fence_append[0] if fence_append else None,
-                "after append until committed image shows it (fsync + apply)": round(committed_t - fence_append[2], 3)
-                if fence_append
-                else None,
-            },
+            "fence_batches": len(fence_appends),
+            "fence_records": sum(a[0] for a in fence_appends),
+            "longest_batch_build_ms": round(max((a[2] - a[1] for a in fence_appends), default=0) * 1000, 1),
+            "batches_replayed_by_the_state_machine": h.sm.replayed_batches,
+            "heartbeats_answered_since_victim_stopped": sum(b.heartbeats for b in brokers[1:]) - hb_before,
             "max_event_loop_stall_s": max_stall,
             "victim_led_after": still_led,
             "victim_in_isr_after": still_isr,
