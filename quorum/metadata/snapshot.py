@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.errors import MetadataReplayError, RecordDecodeError
-from quorum.metadata.gc_policy import large_change
+from quorum.metadata.gc_policy import large_change, partitions_changed
 from quorum.metadata.image import EMPTY, METADATA_VERSION, MetadataImage
 from quorum.metadata.records import (
     ConfigRecord,
@@ -177,6 +177,7 @@ class MetadataStateMachine:
         replayed = self._take_expected(batch) if self._expected else None
         if replayed is not None:
             delta, self._image = replayed
+            partitions_changed(sum(len(td.partitions) for td in delta.changed_topics.values()))
             self.on_update(delta, self._image)
             return
         self.replayed_batches += 1
@@ -192,6 +193,7 @@ class MetadataStateMachine:
             delta.replay(record, offset, epoch)
             offset += 1
         self._image = delta.apply()
+        partitions_changed(sum(len(td.partitions) for td in delta.changed_topics.values()))
         self.on_update(delta, self._image)
 
     def snapshot_records(self) -> Sequence[bytes]:
