@@ -518,20 +518,12 @@ def alter_partition(image: MetadataImage, request: AlterPartitionRequest) -> Con
                 AlterPartitionResult(item.topic_id, item.partition, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             )
             continue
-        req = pc.AlterPartitionRequest(
-            broker_id=request.broker_id,
-            broker_epoch=request.broker_epoch,
-            leader_epoch=item.leader_epoch,
-            partition_epoch=item.partition_epoch,
-            new_isr=item.new_isr,
-            leader_recovery_state=item.leader_recovery_state,
-        )
         state = state_of(p)
-        code = pc.validate_alter_partition(state, req, registrations)
+        code = pc.validate_alter_partition(state, request, item, registrations)
         if code != ErrorCode.NONE:
             results.append(AlterPartitionResult(item.topic_id, item.partition, int(code)))
             continue
-        change = pc.alter_partition_change(state, req, acceptable_in(image))
+        change = pc.alter_partition_change(state, item, acceptable_in(image))
         after = pc.apply_change(state, change) if change is not None else state
         if change is not None:
             records.append(change_record(topic.id, item.partition, change))

@@ -116,7 +116,8 @@ def test_fencing_a_broker_leading_20000_partitions_never_blocks_the_loop(tmp_pat
                 assert p.leader in (1, 2) and VICTIM not in p.isr
             assert probe.wakeups > 0
             assert probe.max_lag_s <= LOOP_BLOCK_BOUND_S, (
-                f"the event loop was blocked for {probe.max_lag_s * 1000:.1f} ms (bound {LOOP_BLOCK_BOUND_S * 1000:.0f} ms)"
+                f"the event loop was blocked for {probe.max_lag_s * 1000:.1f} ms "
+                f"(bound {LOOP_BLOCK_BOUND_S * 1000:.0f} ms)"
             )
             # The other brokers were answered throughout: no gap between two answers much
             # longer than their 50 ms interval plus the bound.
