@@ -1910,6 +1910,24 @@ def table_rows(results: dict[str, Any], quick: bool) -> list[list[str]]:
                     "-" if diag else verdict(p["writes_per_s"] >= TARGET_WRITES_PER_S),
                 ]
             )
+        by_path = {p["path"]: p["writes_per_s"] for p in r5["paths"]}
+        kafka = by_path.get("kafka-protocol-to-active-controller", 0)
+        for rest_path in ("rest-on-broker", "rest-on-active-controller"):
+            if rest_path in by_path and kafka:
+                ratio = by_path[rest_path] / kafka
+                rows.append(
+                    [
+                        f"5. {rest_path} vs kafka-protocol-to-active-controller (same run)",
+                        f"{by_path[rest_path]:,.0f} vs {kafka:,.0f} writes/s (ratio {ratio:.2f})",
+                        "",
+                        "",
+                        "",
+                        "",
+                        "",
+                        f"ratio >= {TARGET_REST_VS_KAFKA}",
+                        verdict(ratio >= TARGET_REST_VS_KAFKA),
+                    ]
+                )
         rows.append(
             [
                 "5. best client path",
