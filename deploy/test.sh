@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up the environment (.venv from requirements.lock) and run the whole test suite:
-# ruff (lint), mypy --strict on quorum/ (types), then pytest. Arguments go to pytest:
+# ruff (lint), mypy --strict on quorum/, broker/ and api/ (types), then pytest. Arguments go to pytest:
 #   ./deploy/test.sh                        # everything but the opt-in slow soak tests
 #   ./deploy/test.sh tests/unit/node -x     # a subset
 #   ./deploy/test.sh -m integration         # only the tests that start real processes
@@ -22,8 +22,8 @@ static_failed=0
 if [ "${PYKRAFT_SKIP_LINT:-0}" != 1 ]; then
     log "ruff check ."
     "$VENV/bin/ruff" check . || static_failed=1
-    log "mypy --strict quorum"
-    "$VENV/bin/mypy" --strict quorum || static_failed=1
+    log "mypy --strict quorum broker api"
+    "$VENV/bin/mypy" --strict quorum broker api || static_failed=1
 fi
 
 log "pytest $*"

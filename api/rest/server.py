@@ -105,6 +105,7 @@ async def serve_rest(ctx: NodeContext, host: str, port: int) -> RestServer:
         host=host,
         port=port,
         loop="none",
+        http="httptools",  # the C HTTP/1.1 parser (h11, uvicorn's pure-Python default, costs more per request)
         lifespan="off",
         log_level="warning",
         access_log=False,

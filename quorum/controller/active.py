@@ -22,7 +22,9 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from quorum.controller import replication_control as rc
@@ -44,6 +46,7 @@ from quorum.controller.requests import (
 )
 from quorum.controller.result import ControllerResult
 from quorum.metadata.delta import MetadataDelta
+from quorum.metadata.gc_policy import large_change
 from quorum.metadata.image import MetadataImage
 from quorum.metadata.records import (
     BrokerEndpoint,
@@ -60,7 +63,7 @@ from quorum.node.raft_node import RaftNode
 from quorum.raft.errors import ErrorCode as RaftErrorCode
 from quorum.raft.errors import NotLeaderError
 from quorum.raft.roles import Role
-from quorum.raft.types import Epoch
+from quorum.raft.types import Epoch, Offset
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +73,35 @@ METADATA_VERSION_FEATURE = "metadata.version"
 METADATA_VERSION = 1  # pykraft's own metadata format version
 
 
+# Fencing a broker writes its partition changes in batches of at most this many records,
+# yielding the event loop between them (one batch is a few ms of work), so that heartbeats
+# and other requests are served throughout; the fence record goes with the last batch.
+FENCE_BATCH_RECORDS = 1000
+# ...and stops adding topics to a batch after this long (seconds, wall clock).
+FENCE_BATCH_BUDGET_S = 0.005
+
+
 class NotControllerError(Exception):
     """This node is not the active controller (NOT_CONTROLLER)."""
+
+
+@dataclass(slots=True, eq=False)
+class _OpenBatch:
+    """Records of concurrent writes gathered into one batch (one append, one fsync).
+
+    Its records have offsets `first`, `first + 1`, ... already: they are replayed into
+    `delta` (based on the working image when the batch opened) as they are added, and
+    `image` is `delta.apply()` after the last write. `done` resolves with the batch's
+    last offset once it is committed.
+    """
+
+    first: Offset
+    epoch: Epoch
+    delta: MetadataDelta
+    image: MetadataImage
+    done: asyncio.Future[Offset]
+    records: list[bytes] = field(default_factory=list)
+    timer: asyncio.TimerHandle | None = None
 
 
 class QuorumController:
@@ -87,6 +117,7 @@ class QuorumController:
         auto_rebalance: bool,
         rebalance_interval_s: int,
         imbalance_percentage: int,
+        append_linger_ms: int = 25,
     ) -> None:
         self.node = node
         self.state_machine = state_machine
@@ -102,6 +133,13 @@ class QuorumController:
         self._contact: dict[int, float] = {}  # broker id -> last heartbeat, monotonic ms
         self._last_write_ms = 0.0
         self._tasks: list[asyncio.Task[None]] = []
+        # controller.quorum.append.linger.ms: how long a write may wait in the open batch
+        # for others to join it while an earlier batch is still being committed.
+        self.append_linger_ms = append_linger_ms
+        self._open: _OpenBatch | None = None
+        self._inflight = 0  # batches appended to the log and not committed (or failed) yet
+        # Brokers being fenced -> topics other writes changed meanwhile (see `_fence`).
+        self._fencing: dict[int, set[uuid.UUID]] = {}
 
     # ---------------------------------------------------------------- state
 
@@ -143,6 +181,14 @@ class QuorumController:
         self._image = None
         self._active_epoch = -1
         self._contact.clear()
+        self._fencing.clear()
+        self.state_machine.forget_expected()
+        ob, self._open = self._open, None
+        if ob is not None:
+            if ob.timer is not None:
+                ob.timer.cancel()
+            core = self.node.core
+            _fail(ob.done, NotLeaderError(core.leader_id if core else -1, core.epoch if core else 0))
         for task in self._tasks:
             task.cancel()
         self._tasks = []
@@ -156,19 +202,116 @@ class QuorumController:
 
     # ---------------------------------------------------------------- writes
 
-    def _append(self, records: Sequence[MetadataRecord]) -> asyncio.Future[int]:
-        """Append records now (their offsets are the log's next ones) and replay them
-        into the working image; the future resolves when they are committed."""
+    @property
+    def _max_batch_records(self) -> int:
+        return self.node.raft_config.max_batch_records
+
+    def _next_offset(self) -> Offset:
+        """The offset the next record written gets."""
+        ob = self._open
+        if ob is not None:
+            return ob.first + len(ob.records)
+        core = self.node.core
+        assert core is not None
+        return core.log.end_offset
+
+    def _append(
+        self, records: Sequence[MetadataRecord], *, own_batch: bool = False, fence_moves: bool = False
+    ) -> asyncio.Future[Offset]:
+        """Add records to the open batch (their offsets follow everything written before)
+        and replay them into the working image at once; the future resolves when they are
+        committed (with the batch's last offset), or fails with NotLeaderError.
+
+        Concurrent writes share the open batch: it is appended to the log (one batch,
+        one fsync) at the end of the current event-loop turn when nothing else of ours is
+        waiting for its commit, else when that commits or after append_linger_ms,
+        whichever comes first, or as soon as it is full. `own_batch` appends these
+        records as a batch of their own, now. `fence_moves`: `_fence`'s own records.
+        """
         image = self.working_image
         core = self.node.core
         assert core is not None
-        first, future = self.node.propose_now([encode_record(r) for r in records])
-        delta = MetadataDelta(image)
-        for i, record in enumerate(records):
-            delta.replay(record, first + i, core.epoch)
-        self._image = delta.apply()
+        if not records:
+            raise ValueError("nothing to append")
+        if self._fencing and not fence_moves:
+            for record in records:
+                topic_id = getattr(record, "topic_id", None)
+                if topic_id is not None:
+                    for touched in self._fencing.values():
+                        touched.add(topic_id)
+        if len(records) > self._max_batch_records:
+            # Larger than one batch: its own batches, atomic neither way (Raft commits a
+            # prefix of them only if the leader fails meanwhile, as for any batches).
+            step = self._max_batch_records
+            future: asyncio.Future[Offset] | None = None
+            for i in range(0, len(records), step):
+                future = self._append(records[i : i + step], own_batch=True, fence_moves=True)
+            assert future is not None
+            return future
+        ob = self._open
+        if ob is not None and (own_batch or len(ob.records) + len(records) > self._max_batch_records):
+            self._seal()
+            ob = None
+        if ob is None:
+            loop = asyncio.get_running_loop()
+            ob = self._open = _OpenBatch(
+                core.log.end_offset, core.epoch, MetadataDelta(image), image, loop.create_future()
+            )
+            ob.done.add_done_callback(_retrieve)
+            if not own_batch:
+                delay = 0.0 if self._inflight == 0 else self.append_linger_ms / 1000
+                ob.timer = loop.call_later(delay, self._seal_if, ob)
+        offset = ob.first + len(ob.records)
+        epoch = ob.epoch
+        replay = ob.delta.replay
+        for record in records:
+            replay(record, offset, epoch)
+            offset += 1
+        ob.records.extend([encode_record(r) for r in records])
+        ob.image = self._image = ob.delta.apply()
         self._last_write_ms = self._now_ms()
+        future = ob.done
+        if own_batch or len(ob.records) >= self._max_batch_records:
+            self._seal()
         return future
+
+    def _seal_if(self, ob: _OpenBatch) -> None:
+        if self._open is ob:
+            self._seal()
+
+    def _seal(self) -> None:
+        """Append the open batch to the log."""
+        ob, self._open = self._open, None
+        if ob is None:
+            return
+        if ob.timer is not None:
+            ob.timer.cancel()
+        core = self.node.core
+        if core is None or not core.is_leader or core.epoch != ob.epoch or self._image is None:
+            _fail(ob.done, NotLeaderError(core.leader_id if core else -1, core.epoch if core else 0))
+            return
+        if core.log.end_offset != ob.first:
+            # Only the active controller appends to the metadata log while it is active.
+            log.error("metadata log end %d moved from %d under the controller", core.log.end_offset, ob.first)
+            _fail(ob.done, NotLeaderError(core.leader_id, core.epoch))
+            self._deactivate()
+            return
+        first, committed = self.node.propose_now(ob.records)
+        self.state_machine.expect(first, ob.epoch, ob.delta, ob.image)
+        self._inflight += 1
+        committed.add_done_callback(lambda f: self._committed(f, ob))
+
+    def _committed(self, committed: asyncio.Future[Offset], ob: _OpenBatch) -> None:
+        self._inflight -= 1
+        if not ob.done.done():
+            if committed.cancelled():
+                ob.done.cancel()
+            elif (exc := committed.exception()) is not None:
+                ob.done.set_exception(exc)
+            else:
+                ob.done.set_result(committed.result())
+        if self._inflight == 0 and self._open is not None:
+            self._seal()
 
     async def _write(self, op: Callable[[MetadataImage], ControllerResult[T]]) -> T:
         result = op(self.working_image)
@@ -226,9 +369,7 @@ class QuorumController:
             return ControllerResult(
                 [], BrokerRegistrationResponse(int(ErrorCode.DUPLICATE_BROKER_REGISTRATION), -1, msg)
             )
-        core = self.node.core
-        assert core is not None
-        epoch = core.log.end_offset  # the broker epoch is the offset of its registration record
+        epoch = self._next_offset()  # the broker epoch is the offset of its registration record
         records: list[MetadataRecord] = []
         if existing is not None and not existing.fenced:
             records += rc.move_leadership_off(image, req.broker_id, self.settings)
@@ -247,11 +388,71 @@ class QuorumController:
         log.info("broker %d registered with epoch %d (rack %s)", req.broker_id, epoch, req.rack)
         return ControllerResult(records, BrokerRegistrationResponse(0, epoch))
 
-    def _fence_records(self, image: MetadataImage, broker_id: int) -> list[MetadataRecord]:
-        b = image.cluster.brokers[broker_id]
-        records = rc.move_leadership_off(image, broker_id, self.settings)
-        records.append(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=b.epoch, fenced=1))
-        return records
+    async def _fence(self, broker_id: int) -> None:
+        """Fence a broker: it leaves every ISR, the partitions it led get new leaders,
+        then it is fenced (Kafka's handleBrokerFenced).
+
+        The partition changes go in batches of at most FENCE_BATCH_RECORDS, built from
+        the working image of the moment, topic by topic, with the event loop free in
+        between; the last batch also holds the fence record, so that a fenced broker
+        leads nothing at any batch end. Topics that other writes change meanwhile are
+        looked at again for the last batch. Stops early if the broker re-registers or
+        is fenced by someone else meanwhile. Returns once everything is committed.
+        """
+        image = self.working_image
+        broker = image.cluster.brokers.get(broker_id)
+        if broker is None or broker.fenced:
+            return
+        epoch = broker.epoch
+        topic_ids = list(image.topics.by_id.keys())
+        touched = self._fencing.setdefault(broker_id, set())
+        futures: list[asyncio.Future[Offset]] = []
+        try:
+            with large_change():
+                await self._fence_batches(broker_id, epoch, topic_ids, touched, futures)
+        finally:
+            if self._fencing.get(broker_id) is touched:
+                del self._fencing[broker_id]
+        for future in futures:
+            await future
+
+    async def _fence_batches(
+        self,
+        broker_id: int,
+        epoch: int,
+        topic_ids: list[uuid.UUID],
+        touched: set[uuid.UUID],
+        futures: list[asyncio.Future[Offset]],
+    ) -> None:
+        settings = self.settings
+        i = 0
+        while True:
+            image = self.working_image
+            now = image.cluster.brokers.get(broker_id)
+            if now is None or now.fenced or now.epoch != epoch:
+                return
+            by_id = image.topics.by_id
+            records: list[MetadataRecord] = []
+            start = i
+            deadline = time.perf_counter() + FENCE_BATCH_BUDGET_S
+            while i < len(topic_ids) and len(records) < FENCE_BATCH_RECORDS and time.perf_counter() < deadline:
+                topic = by_id.get(topic_ids[i])
+                if topic is not None:
+                    records += rc.leave_partitions(image, broker_id, settings, (topic,))
+                i += 1
+            if i >= len(topic_ids):
+                # The last batch: the rest of this range again with the topics changed
+                # by others meanwhile, and the fence record.
+                again = dict.fromkeys([*topic_ids[start:i], *touched])
+                topics = [t for t in map(by_id.get, again) if t is not None]
+                records = rc.leave_partitions(image, broker_id, settings, topics)
+                records.append(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch, fenced=1))
+                own = len(records) <= self._max_batch_records
+                futures.append(self._append(records, own_batch=own, fence_moves=True))
+                break
+            if records:
+                futures.append(self._append(records, own_batch=True, fence_moves=True))
+            await asyncio.sleep(0)
 
     async def _heartbeat(self, req: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
         image = self.working_image
@@ -274,7 +475,10 @@ class QuorumController:
                 delta.replay(records[0])
                 records += rc.elect_for_unfenced(delta.apply(), b.id, self.settings)
         elif req.want_fence:
-            records = self._fence_records(image, b.id)
+            try:
+                await self._fence(b.id)
+            except NotLeaderError as exc:
+                raise NotControllerError() from exc
             should_shut_down = req.want_shut_down
         elif req.want_shut_down:
             if not b.in_controlled_shutdown:
@@ -334,9 +538,8 @@ class QuorumController:
                 return
             _, broker_id = min(stale)
             log.info("fencing broker %d: no heartbeat for %d ms", broker_id, self.session_timeout_ms)
-            future = self._append(self._fence_records(image, broker_id))
             with contextlib.suppress(NotLeaderError):
-                await future
+                await self._fence(broker_id)
 
     async def _rebalance(self) -> None:
         image = self.working_image
@@ -347,3 +550,14 @@ class QuorumController:
         if records:
             log.info("auto leader rebalance: %d preferred elections", len(records))
             await self._append(records)
+
+
+def _retrieve(future: asyncio.Future[Offset]) -> None:
+    """Mark a batch's failure as seen (a NoOp batch may have no one waiting for it)."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _fail(future: asyncio.Future[Offset], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)

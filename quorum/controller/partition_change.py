@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from enum import Enum, IntEnum
 
 from quorum.controller.errors import ErrorCode
+from quorum.controller.requests import AlterPartitionItem, AlterPartitionRequest
 from quorum.controller.requests import IsrMember as IsrMember  # AlterPartition NewIsrWithEpochs entry
 
 NO_LEADER = -1
@@ -254,18 +255,6 @@ class BrokerRegistrationState:
     in_controlled_shutdown: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class AlterPartitionRequest:
-    """One partition of an AlterPartition request, with the request-level sender fields."""
-
-    broker_id: int
-    broker_epoch: int
-    leader_epoch: int
-    partition_epoch: int
-    new_isr: tuple[IsrMember, ...]
-    leader_recovery_state: int = LeaderRecoveryState.RECOVERED
-
-
 def _isr_is_valid(replicas: Sequence[int], isr: Sequence[int]) -> bool:
     """Kafka's ``Replicas.validateIsr``: no negative ids, no duplicates, all within the replicas."""
     return all(b >= 0 for b in isr) and len(set(isr)) == len(isr) and set(isr) <= set(replicas)
@@ -297,11 +286,13 @@ def ineligible_replicas(
 def validate_alter_partition(
     state: PartitionState | None,
     request: AlterPartitionRequest,
+    item: AlterPartitionItem,
     registrations: Mapping[int, BrokerRegistrationState],
     *,
     request_version: int = 3,
 ) -> ErrorCode:
-    """Validate one partition of an AlterPartition request, in the KRaft controller's order.
+    """Validate one partition (`item`) of an AlterPartition `request` (whose sender
+    fields are used), in the KRaft controller's order.
 
     1. the sender is not registered or its broker epoch is stale → STALE_BROKER_EPOCH (Kafka
        fails the whole request with it, before looking at any partition);
@@ -323,36 +314,36 @@ def validate_alter_partition(
         return ErrorCode.STALE_BROKER_EPOCH
     if state is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    if request.leader_epoch > state.leader_epoch:
+    if item.leader_epoch > state.leader_epoch:
         return ErrorCode.NOT_CONTROLLER
-    if request.partition_epoch > state.partition_epoch:
+    if item.partition_epoch > state.partition_epoch:
         return ErrorCode.NOT_CONTROLLER
-    if request.leader_epoch < state.leader_epoch:
+    if item.leader_epoch < state.leader_epoch:
         return ErrorCode.FENCED_LEADER_EPOCH
     if request.broker_id != state.leader:
         return ErrorCode.INVALID_REQUEST
-    if request.partition_epoch < state.partition_epoch:
+    if item.partition_epoch < state.partition_epoch:
         return ErrorCode.INVALID_UPDATE_VERSION
-    new_isr = [m.broker_id for m in request.new_isr]
+    new_isr = [m.broker_id for m in item.new_isr]
     if not _isr_is_valid(state.replicas, new_isr):
         return ErrorCode.INVALID_REQUEST
     if state.leader not in new_isr:
         return ErrorCode.INVALID_REQUEST
-    if request.leader_recovery_state == LeaderRecoveryState.RECOVERING and len(new_isr) > 1:
+    if item.leader_recovery_state == LeaderRecoveryState.RECOVERING and len(new_isr) > 1:
         return ErrorCode.INVALID_REQUEST
     if (
         state.leader_recovery_state == LeaderRecoveryState.RECOVERED
-        and request.leader_recovery_state == LeaderRecoveryState.RECOVERING
+        and item.leader_recovery_state == LeaderRecoveryState.RECOVERING
     ):
         return ErrorCode.INVALID_REQUEST
-    if ineligible_replicas(request.new_isr, registrations):
+    if ineligible_replicas(item.new_isr, registrations):
         return ErrorCode.INELIGIBLE_REPLICA if request_version > 1 else ErrorCode.OPERATION_NOT_ATTEMPTED
     return ErrorCode.NONE
 
 
 def alter_partition_change(
     state: PartitionState,
-    request: AlterPartitionRequest,
+    item: AlterPartitionItem,
     is_acceptable: Callable[[int], bool],
     *,
     unclean_allowed: bool = False,
@@ -361,9 +352,9 @@ def alter_partition_change(
     return build_partition_change(
         state,
         is_acceptable,
-        target_isr=[m.broker_id for m in request.new_isr],
+        target_isr=[m.broker_id for m in item.new_isr],
         election=_election(unclean_allowed),
-        target_leader_recovery_state=request.leader_recovery_state,
+        target_leader_recovery_state=item.leader_recovery_state,
     )
 
 

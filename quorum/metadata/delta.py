@@ -51,6 +51,8 @@ from quorum.metadata.image import (
     TopicImage,
     TopicsImage,
     _copy_map,
+    _hamt,
+    collision_key,
 )
 from quorum.metadata.records import (
     NO_LEADER_CHANGE,
@@ -424,44 +426,63 @@ class MetadataDelta:
         topics = self._apply_topics(image.topics)
         configs = image.configs
         if self._configs:
-            new_configs = _copy_map(configs)
-            for resource, change in self._configs.items():
-                keys = {} if change.cleared else _copy_map(new_configs.get(resource, {}))
-                for key, value in change.keys.items():
-                    if value is None:
-                        keys.pop(key, None)
-                    else:
-                        keys[key] = value
-                if keys:
-                    new_configs[resource] = MappingProxyType(keys)
-                else:
-                    new_configs.pop(resource, None)
-            configs = MappingProxyType(new_configs)
+            with _hamt(configs).mutate() as new_configs:
+                for resource, change in self._configs.items():
+                    keys = {} if change.cleared else _copy_map(new_configs.get(resource, {}))
+                    for key, value in change.keys.items():
+                        if value is None:
+                            keys.pop(key, None)
+                        else:
+                            keys[key] = value
+                    if keys:
+                        new_configs[resource] = MappingProxyType(keys)
+                    elif resource in new_configs:
+                        del new_configs[resource]
+                configs = new_configs.finish()
         next_pid = image.next_producer_id if self._next_producer_id is None else self._next_producer_id
         return MetadataImage(features, cluster, topics, configs, next_pid, self._offset, self._epoch)
 
     def _apply_topics(self, topics: TopicsImage) -> TopicsImage:
+        """The topics with this delta's changes: O(changed topics x log topics), the
+        unchanged topics' structure is shared (persistent maps)."""
         if not self._topics and not self._deleted:
             return topics
-        by_id = _copy_map(topics.by_id)
-        by_name = _copy_map(topics.by_name)
-        for topic_id, old in self._deleted.items():
-            by_id.pop(topic_id, None)
-            if by_name.get(old.name) is old:
-                del by_name[old.name]
-        for topic_id, td in self._topics.items():
-            base = td.base
-            if base is None:
-                partitions = dict(td.partitions)
-            elif td.partitions:
-                partitions = _copy_map(base.partitions)
-                partitions.update(td.partitions)
-            else:
-                continue
-            topic = TopicImage(td.name, topic_id, MappingProxyType(partitions))
-            by_id[topic_id] = topic
-            by_name[td.name] = topic
-        return TopicsImage(MappingProxyType(by_id), MappingProxyType(by_name))
+        collisions = topics.by_collision
+        assert collisions is not None
+        with _hamt(topics.by_id).mutate() as by_id, _hamt(topics.by_name).mutate() as by_name, _hamt(
+            collisions
+        ).mutate() as by_collision:
+            for topic_id, old in self._deleted.items():
+                if topic_id in by_id:
+                    del by_id[topic_id]
+                if by_name.get(old.name) is old:
+                    del by_name[old.name]
+                    key = collision_key(old.name)
+                    if key is not None:
+                        rest = tuple(n for n in by_collision.get(key, ()) if n != old.name)
+                        if rest:
+                            by_collision[key] = rest
+                        elif key in by_collision:
+                            del by_collision[key]
+            for topic_id, td in self._topics.items():
+                base = td.base
+                if base is None:
+                    partitions = dict(td.partitions)
+                    key = collision_key(td.name)
+                    if key is not None:
+                        names = by_collision.get(key, ())
+                        if td.name not in names:
+                            by_collision[key] = (*names, td.name)
+                elif td.partitions:
+                    partitions = _copy_map(base.partitions)
+                    partitions.update(td.partitions)
+                else:
+                    continue
+                topic = TopicImage(td.name, topic_id, MappingProxyType(partitions))
+                by_id[topic_id] = topic
+                by_name[td.name] = topic
+            result = TopicsImage(by_id.finish(), by_name.finish(), by_collision.finish())
+        return result
 
     # ------------------------------------------------------------------ broker view
 
@@ -529,7 +550,7 @@ class MetadataDelta:
             if before is None or td.partitions:
                 d._topics[topic_id] = td
                 d._names[topic.name] = topic_id
-        for resource in old.configs.keys() | new.configs.keys():
+        for resource in set(old.configs) | set(new.configs):
             keys = new.configs.get(resource)
             if old.configs.get(resource) != keys:
                 change = d._configs[resource] = _ConfigChange()

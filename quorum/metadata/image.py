@@ -31,6 +31,8 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 from uuid import UUID
 
+from immutables import Map
+
 from quorum.metadata._codec import fast_constructor
 from quorum.metadata.records import (
     NO_LEADER,
@@ -55,6 +57,7 @@ __all__ = [
     "TopicIdPartition",
     "TopicImage",
     "TopicsImage",
+    "collision_key",
     "intern_replicas",
 ]
 
@@ -258,18 +261,61 @@ class TopicImage:
         return len(first.replicas) if first is not None else 0
 
 
+_EMPTY_HAMT: Map[Any, Any] = Map()
+
+
+def _hamt(value: Mapping[Any, Any]) -> Map[Any, Any]:
+    return value if type(value) is Map else Map(value)
+
+
+def collision_key(name: str) -> str | None:
+    """The key under which topic names collide ('.' and '_' are the same character), or
+    None for a name without either (it collides with no other name)."""
+    if "." in name or "_" in name:
+        return name.replace(".", "_")
+    return None
+
+
+def _collision_index(by_name: Mapping[str, TopicImage]) -> Map[str, tuple[str, ...]]:
+    index: dict[str, tuple[str, ...]] = {}
+    for name in by_name:
+        key = collision_key(name)
+        if key is not None:
+            index[key] = (*index.get(key, ()), name)
+    return Map(index)
+
+
 @dataclass(frozen=True, slots=True)
 class TopicsImage:
-    """All topics, by id and by name (the same TopicImage objects)."""
+    """All topics, by id and by name (the same TopicImage objects).
 
-    by_id: Mapping[UUID, TopicImage] = field(default_factory=_empty_map)
-    by_name: Mapping[str, TopicImage] = field(default_factory=_empty_map)
+    The maps are persistent hash maps (`immutables.Map`, a HAMT): a new image with a
+    few topics changed shares almost all of the structure with the previous one, so
+    building it costs O(changed topics x log topics), not O(topics). Their iteration
+    order is not insertion order; sort where an order matters. `by_collision` indexes
+    the names holding '.' or '_' by `collision_key` (Kafka's topic name collisions).
+    """
+
+    by_id: Mapping[UUID, TopicImage] = field(default_factory=lambda: _EMPTY_HAMT)
+    by_name: Mapping[str, TopicImage] = field(default_factory=lambda: _EMPTY_HAMT)
+    by_collision: Mapping[str, tuple[str, ...]] | None = None
 
     def __post_init__(self) -> None:
-        if type(self.by_id) is not MappingProxyType:
-            object.__setattr__(self, "by_id", _frozen_map(self.by_id))
-        if type(self.by_name) is not MappingProxyType:
-            object.__setattr__(self, "by_name", _frozen_map(self.by_name))
+        if type(self.by_id) is not Map:
+            object.__setattr__(self, "by_id", _hamt(self.by_id))
+        if type(self.by_name) is not Map:
+            object.__setattr__(self, "by_name", _hamt(self.by_name))
+        if self.by_collision is None:
+            object.__setattr__(self, "by_collision", _collision_index(self.by_name))
+
+    def colliding_names(self, name: str) -> tuple[str, ...]:
+        """Existing names that collide with `name` through '.'/'_' (possibly `name` itself)."""
+        key = collision_key(name)
+        if key is None:
+            return ()
+        index = self.by_collision
+        assert index is not None
+        return index.get(key, ())
 
     def __len__(self) -> int:
         return len(self.by_id)
@@ -409,7 +455,7 @@ class MetadataImage:
     features: Mapping[str, int] = field(default_factory=_empty_map)
     cluster: ClusterImage = ClusterImage()
     topics: TopicsImage = TopicsImage()
-    configs: Mapping[ConfigResource, Mapping[str, str]] = field(default_factory=_empty_map)
+    configs: Mapping[ConfigResource, Mapping[str, str]] = field(default_factory=lambda: _EMPTY_HAMT)  # a HAMT
     next_producer_id: int = -1
     offset: int = -1
     epoch: int = -1
@@ -417,9 +463,9 @@ class MetadataImage:
     def __post_init__(self) -> None:
         if type(self.features) is not MappingProxyType:
             object.__setattr__(self, "features", _frozen_map(self.features))
-        if type(self.configs) is not MappingProxyType:
+        if type(self.configs) is not Map:
             frozen = {ConfigResource(*k): _frozen_map(v) for k, v in self.configs.items()}
-            object.__setattr__(self, "configs", MappingProxyType(frozen))
+            object.__setattr__(self, "configs", Map(frozen))
 
     # ------------------------------------------------------------------ provenance
 

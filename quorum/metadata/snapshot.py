@@ -15,13 +15,13 @@ its listeners (brokers, the controller) about every update.
 
 from __future__ import annotations
 
-import gc
+import collections
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.errors import MetadataReplayError, RecordDecodeError
+from quorum.metadata.gc_policy import large_change, partitions_changed
 from quorum.metadata.image import EMPTY, METADATA_VERSION, MetadataImage
 from quorum.metadata.records import (
     ConfigRecord,
@@ -73,20 +73,6 @@ def image_records(image: MetadataImage) -> Iterator[bytes]:
         yield encode_record(ProducerIdsRecord(-1, -1, image.next_producer_id))
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while building a large image: millions of new tracked
-    objects would trigger repeated full collections that find nothing (the image
-    holds no cycles)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def image_from_records(records: Iterable[bytes], offset: int, epoch: int) -> MetadataImage:
     """The image that `records` (e.g. a snapshot's) build from nothing, with
     provenance (`offset`, `epoch`): the last log offset and epoch they cover.
@@ -96,7 +82,7 @@ def image_from_records(records: Iterable[bytes], offset: int, epoch: int) -> Met
     """
     delta = MetadataDelta(EMPTY)
     replay = delta.replay
-    with _gc_paused():
+    with large_change(collect=True):
         for index, raw in enumerate(records):
             try:
                 replay(decode_record(raw))
@@ -125,6 +111,12 @@ class MetadataStateMachine:
     def __init__(self, image: MetadataImage = EMPTY, listeners: Iterable[MetadataListener] = ()) -> None:
         self._image = image
         self._listeners: list[MetadataListener] = list(listeners)
+        # The active controller's own replay of the batches it appended, oldest first:
+        # (batch base offset, last offset, epoch, delta, image after). See `expect`.
+        self._expected: collections.deque[tuple[Offset, Offset, int, MetadataDelta, MetadataImage]] = (
+            collections.deque()
+        )
+        self.replayed_batches = 0  # data batches decoded and replayed here (not taken from `expect`)
 
     @property
     def image(self) -> MetadataImage:
@@ -149,6 +141,32 @@ class MetadataStateMachine:
             except Exception:
                 log.exception("metadata listener %r failed at offset %d", listener, image.offset)
 
+    def expect(self, base_offset: Offset, epoch: int, delta: MetadataDelta, image: MetadataImage) -> None:
+        """The leader appended a batch at `base_offset` in `epoch` holding the records it
+        replayed into `delta` (whose `apply()` is `image`). When that very batch commits
+        on top of `delta.image`, it is applied as `image` without decoding and replaying
+        it a second time. A batch at the same offset in the same epoch is the same batch
+        (Raft's log matching); anything else is replayed as usual."""
+        self._expected.append((base_offset, image.offset, epoch, delta, image))
+
+    def forget_expected(self) -> None:
+        """Drop every `expect`ed batch (the node is no longer the leader)."""
+        self._expected.clear()
+
+    def _take_expected(self, batch: Batch) -> tuple[MetadataDelta, MetadataImage] | None:
+        expected = self._expected
+        while expected and expected[0][1] < batch.base_offset:
+            expected.popleft()
+        if not expected:
+            return None
+        base, last, epoch, delta, image = expected[0]
+        if base != batch.base_offset:
+            return None
+        expected.popleft()
+        if last != batch.last_offset or epoch != batch.epoch or delta.image is not self._image:
+            return None
+        return delta, image
+
     def apply(self, batch: Batch) -> None:
         if batch.base_offset != self.applied_offset:
             raise ValueError(f"batch at {batch.base_offset} applied at {self.applied_offset}")
@@ -156,6 +174,13 @@ class MetadataStateMachine:
             self._image = self._image.with_provenance(batch.last_offset, batch.epoch)
             self.on_update(None, self._image)
             return
+        replayed = self._take_expected(batch) if self._expected else None
+        if replayed is not None:
+            delta, self._image = replayed
+            partitions_changed(sum(len(td.partitions) for td in delta.changed_topics.values()))
+            self.on_update(delta, self._image)
+            return
+        self.replayed_batches += 1
         delta = MetadataDelta(self._image)
         offset = batch.base_offset
         epoch = batch.epoch
@@ -168,6 +193,7 @@ class MetadataStateMachine:
             delta.replay(record, offset, epoch)
             offset += 1
         self._image = delta.apply()
+        partitions_changed(sum(len(td.partitions) for td in delta.changed_topics.values()))
         self.on_update(delta, self._image)
 
     def snapshot_records(self) -> Sequence[bytes]:
@@ -182,6 +208,7 @@ class MetadataStateMachine:
         The snapshot records carry no epoch; pass the snapshot id's `epoch` to keep
         the image's provenance complete.
         """
+        self._expected.clear()
         old = self._image
         new = image_from_records(records, end_offset - 1, epoch)
         self._image = new

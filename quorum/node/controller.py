@@ -61,6 +61,7 @@ def build_controller(config: NodeConfig, node: RaftNode, sm: MetadataStateMachin
         auto_rebalance=config.auto_leader_rebalance_enable,
         rebalance_interval_s=config.leader_imbalance_check_interval_seconds,
         imbalance_percentage=config.leader_imbalance_per_broker_percentage,
+        append_linger_ms=config.controller_quorum_append_linger_ms,
     )
     apis = ControllerApis(controller, sm, node, cluster_id=cluster_id, broker_defaults=defaults)
     node.extra_api_handler = apis.handle

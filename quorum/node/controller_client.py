@@ -47,7 +47,7 @@ def _has_error(value: object, code: int) -> bool:
 
 
 class ControllerClient:
-    def __init__(self, node: RaftNode, *, client_id: str, retry_backoff_ms: int = 50, connections: int = 8) -> None:
+    def __init__(self, node: RaftNode, *, client_id: str, retry_backoff_ms: int = 50, connections: int = 32) -> None:
         self.node = node
         self.client_id = client_id
         self.retry_backoff_s = retry_backoff_ms / 1000

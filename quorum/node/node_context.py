@@ -98,14 +98,15 @@ class LocalNodeContext:
         response: object = None
         if self.controller is not None and self.controller.active:
             try:
-                response = await self.controller.handle(request)
+                # Answered once committed; this node applies a commit before it resolves
+                # the writes waiting for it, so a read here sees it: no further wait.
+                return await self.controller.handle(request)  # type: ignore[return-value]
             except NotControllerError:
                 response = None
-        if response is None:
-            try:
-                response = await self.client.call(request)
-            except ControllerUnavailableError as exc:
-                raise NotAvailableError(str(exc)) from exc
+        try:
+            response = await self.client.call(request)
+        except ControllerUnavailableError as exc:
+            raise NotAvailableError(str(exc)) from exc
         await self.wait_for_committed()
         return response  # type: ignore[return-value]
 

@@ -76,6 +76,7 @@ from quorum.controller.requests import (
 )
 from quorum.raft.errors import ErrorCode
 from quorum.wire._reader import MalformedError, entity_reader
+from quorum.wire.admin_versions import ADMIN_API_VERSIONS, AdminApiKey
 from quorum.wire.codec import RequestHeaderInfo, WireError, _frame, _kio_error, _make, _nested, _peek_header, _schema
 
 __all__ = [
@@ -109,43 +110,6 @@ __all__ = [
     "is_admin_api",
 ]
 
-
-class AdminApiKey(IntEnum):
-    CREATE_TOPICS = 19
-    DELETE_TOPICS = 20
-    DESCRIBE_CONFIGS = 32
-    CREATE_PARTITIONS = 37
-    ELECT_LEADERS = 43
-    INCREMENTAL_ALTER_CONFIGS = 44
-    ALTER_PARTITION = 56
-    DESCRIBE_CLUSTER = 60
-    BROKER_REGISTRATION = 62
-    BROKER_HEARTBEAT = 63
-    UNREGISTER_BROKER = 64
-
-
-# (min, max) version served per api key: every version kio 0.6.5 has a schema for (a
-# range wherever Kafka has more than one version; UnregisterBroker only has v0). The
-# minima are Kafka 4.0's (KIP-896 removed CreateTopics v0-1, DeleteTopics v0,
-# DescribeConfigs v0, AlterPartition v0-1). Negotiation picks min(client max, ours):
-# librdkafka 2.x (max CreateTopics 4, DeleteTopics 4, DescribeConfigs 1,
-# CreatePartitions 2, IncrementalAlterConfigs 1) and kafka-python 3.0.12 (schema maxima,
-# equal to ours for the seven client apis) both land inside, and so do the broker RPCs
-# of Kafka 3.9/4.0 brokers (kio's schemas are newer than theirs). BrokerHeartbeat v2
-# only adds a tagged field (cordoned log dirs), so serving it costs nothing.
-ADMIN_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
-    AdminApiKey.CREATE_TOPICS: (2, 7),
-    AdminApiKey.DELETE_TOPICS: (1, 6),
-    AdminApiKey.DESCRIBE_CONFIGS: (1, 4),
-    AdminApiKey.CREATE_PARTITIONS: (0, 3),
-    AdminApiKey.ELECT_LEADERS: (0, 2),
-    AdminApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
-    AdminApiKey.ALTER_PARTITION: (2, 3),
-    AdminApiKey.DESCRIBE_CLUSTER: (0, 2),
-    AdminApiKey.BROKER_REGISTRATION: (0, 4),
-    AdminApiKey.BROKER_HEARTBEAT: (0, 2),
-    AdminApiKey.UNREGISTER_BROKER: (0, 0),
-}
 
 # The version `encode_admin_request` sends unless told otherwise: the highest served.
 ADMIN_REQUEST_VERSIONS: Final[dict[int, int]] = {key: high for key, (_, high) in ADMIN_API_VERSIONS.items()}

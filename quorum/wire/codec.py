@@ -54,6 +54,7 @@ from quorum.raft.messages import (
 from quorum.raft.types import OffsetAndEpoch
 from quorum.storage.record_batch import CorruptRecordError, decode_batches, encode_batches
 from quorum.wire._reader import MalformedError, entity_reader
+from quorum.wire.admin_versions import ADMIN_API_VERSIONS
 
 __all__ = [
     "API_VERSIONS",
@@ -118,10 +119,8 @@ REQUEST_VERSIONS: Final[dict[int, int]] = {key: high for key, (_, high) in API_V
 
 def advertised_api_versions() -> dict[int, tuple[int, int]]:
     """Every (min, max) version a node serves, for ApiVersions: this module's API_VERSIONS
-    plus the controller's admin apis (`quorum.wire.admin_codec.ADMIN_API_VERSIONS`,
-    whose requests the node routes to that module before `decode_request`)."""
-    from quorum.wire.admin_codec import ADMIN_API_VERSIONS  # deferred: admin_codec imports this module
-
+    plus the controller's admin apis (`quorum.wire.admin_versions.ADMIN_API_VERSIONS`,
+    whose requests the node routes to `quorum.wire.admin_codec` before `decode_request`)."""
     return {**API_VERSIONS, **ADMIN_API_VERSIONS}
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,7 +12,6 @@ from quorum.controller.errors import ErrorCode
 from quorum.controller.partition_change import (
     NO_LEADER,
     NO_LEADER_CHANGE,
-    AlterPartitionRequest,
     BrokerRegistrationState,
     Election,
     IsrMember,
@@ -31,6 +32,7 @@ from quorum.controller.partition_change import (
     remove_broker_from_partition,
     validate_alter_partition,
 )
+from quorum.controller.requests import AlterPartitionItem, AlterPartitionRequest
 
 RECOVERED = LeaderRecoveryState.RECOVERED
 RECOVERING = LeaderRecoveryState.RECOVERING
@@ -247,10 +249,15 @@ REGS = {
     5: BrokerRegistrationState(epoch=500, in_controlled_shutdown=True),
 }
 STATE = part([1, 2, 3, 4, 5], [1, 2], 1, le=5, pe=7)
+TOPIC_ID = uuid.UUID(int=7)
 
 
-def req(*, broker=1, broker_epoch=100, le=5, pe=7, isr=((1, 100), (2, 200)), lrs=RECOVERED) -> AlterPartitionRequest:
-    return AlterPartitionRequest(broker, broker_epoch, le, pe, tuple(IsrMember(b, e) for b, e in isr), lrs)
+def req(
+    *, broker=1, broker_epoch=100, le=5, pe=7, isr=((1, 100), (2, 200)), lrs=RECOVERED
+) -> tuple[AlterPartitionRequest, AlterPartitionItem]:
+    """An AlterPartition request from `broker` for one partition, and that partition's item."""
+    item = AlterPartitionItem(TOPIC_ID, 0, le, tuple(IsrMember(b, e) for b, e in isr), lrs, pe)
+    return AlterPartitionRequest(broker, broker_epoch, (item,)), item
 
 
 @pytest.mark.parametrize(
@@ -287,7 +294,7 @@ def req(*, broker=1, broker_epoch=100, le=5, pe=7, isr=((1, 100), (2, 200)), lrs
     ],
 )
 def test_alter_partition_validation(request_, state, expected):
-    assert validate_alter_partition(state, request_, REGS) == expected
+    assert validate_alter_partition(state, *request_, REGS) == expected
 
 
 @pytest.mark.parametrize(
@@ -310,13 +317,13 @@ def test_alter_partition_validation(request_, state, expected):
     ],
 )
 def test_alter_partition_validation_order(request_, expected):
-    assert validate_alter_partition(STATE, request_, REGS) == expected
+    assert validate_alter_partition(STATE, *request_, REGS) == expected
 
 
 def test_alter_partition_ineligible_on_old_versions_is_operation_not_attempted():
     request_ = req(isr=((1, 100), (4, 400)))
-    assert validate_alter_partition(STATE, request_, REGS, request_version=1) == ErrorCode.OPERATION_NOT_ATTEMPTED
-    assert validate_alter_partition(STATE, request_, REGS, request_version=2) == ErrorCode.INELIGIBLE_REPLICA
+    assert validate_alter_partition(STATE, *request_, REGS, request_version=1) == ErrorCode.OPERATION_NOT_ATTEMPTED
+    assert validate_alter_partition(STATE, *request_, REGS, request_version=2) == ErrorCode.INELIGIBLE_REPLICA
 
 
 def test_ineligible_replica_reasons():
@@ -330,12 +337,12 @@ def test_ineligible_replica_reasons():
 
 
 def test_alter_partition_change():
-    change = alter_partition_change(STATE, req(isr=((1, 100), (2, 200), (3, 300))), everyone)
+    change = alter_partition_change(STATE, req(isr=((1, 100), (2, 200), (3, 300)))[1], everyone)
     assert change == PartitionChange(isr=(1, 2, 3))
     after = apply_change(STATE, change)
     assert (after.isr, after.leader_epoch, after.partition_epoch) == ((1, 2, 3), 5, 8)
     recovering = part([1, 2], [1], 1, lrs=RECOVERING)
-    assert alter_partition_change(recovering, req(isr=((1, 100), (2, 200))), everyone) == PartitionChange(
+    assert alter_partition_change(recovering, req(isr=((1, 100), (2, 200)))[1], everyone) == PartitionChange(
         isr=(1, 2), leader_recovery_state=RECOVERED
     )
 

@@ -6,6 +6,7 @@ import uuid
 from types import MappingProxyType
 
 import pytest
+from immutables import Map
 from metadata_helpers import broker_record, replay_all, small_cluster, tid, topic_records
 
 from quorum.metadata.delta import MetadataDelta, replay_batches
@@ -339,7 +340,7 @@ def test_image_mappings_are_read_only() -> None:
     a = img.topic_by_name("a")
     assert a is not None
     for mapping in (img.features, img.cluster.brokers, img.topics.by_id, img.topics.by_name, a.partitions, img.configs):
-        assert isinstance(mapping, MappingProxyType)
+        assert isinstance(mapping, (MappingProxyType, Map))
         with pytest.raises(TypeError):
             mapping[0] = None  # type: ignore[index]
     with pytest.raises(AttributeError):
