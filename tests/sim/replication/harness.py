@@ -38,6 +38,7 @@ An unclean election forgets the acked/consumed records the new leader lacks (cou
 from __future__ import annotations
 
 import random
+import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -88,6 +89,9 @@ class OffsetsResp:
     error: ErrorCode
     start: int
     end: int
+
+
+_SIM_TOPIC_ID = uuid.UUID(int=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,10 +324,12 @@ class World:
             )
 
     def _on_alter(self, src: int, req: AlterReq) -> None:
-        request = pc.AlterPartitionRequest(src, req.broker_epoch, req.leader_epoch, req.partition_epoch, req.isr)
-        code = pc.validate_alter_partition(self.part, request, self.regs)
+        # The controller's own AlterPartition types and rules (one partition, one item).
+        item = pc.AlterPartitionItem(_SIM_TOPIC_ID, 0, req.leader_epoch, req.isr, 0, req.partition_epoch)
+        request = pc.AlterPartitionRequest(src, req.broker_epoch, (item,))
+        code = pc.validate_alter_partition(self.part, request, item, self.regs)
         if code == ErrorCode.NONE:
-            self._publish(pc.alter_partition_change(self.part, request, self.acceptable), "alter")
+            self._publish(pc.alter_partition_change(self.part, item, self.acceptable), "alter")
             self.stats["alter_ok"] += 1
             resp = AlterResp(ErrorCode.NONE, self.part.leader_epoch, self.part.partition_epoch, self.part.isr)
         else:
