@@ -93,7 +93,17 @@ class ControllerClient:
         return core.leader_id if core is not None else -1
 
     async def call(self, request: admin_codec.AdminCall, timeout_s: float = 30.0) -> admin_codec.AdminReply:
-        """Send `request` to the active controller and return its answer.
+        """Send `request` to the active controller and return its answer (see `call_with_outcome`)."""
+        reply, _uncertain = await self.call_with_outcome(request, timeout_s)
+        return reply
+
+    async def call_with_outcome(
+        self, request: admin_codec.AdminCall, timeout_s: float = 30.0
+    ) -> tuple[admin_codec.AdminReply, bool]:
+        """Send `request` to the active controller; (its answer, whether an earlier attempt
+        was sent and its fate is unknown). When the second is True, an earlier attempt may
+        have been carried out (committed) although its answer was lost: a retried create
+        then meets the topic that attempt created.
 
         The deadline bounds every attempt, not only the gaps between them: a request sent to a
         controller that hangs (SIGSTOP, a cut network) is abandoned at the deadline, and at once
@@ -103,6 +113,7 @@ class ControllerClient:
         """
         deadline = time.monotonic() + timeout_s
         last_error = "no quorum leader known"
+        uncertain = False
         while time.monotonic() < deadline:
             leader = self.leader_id()
             if leader < 0 or leader not in self.node.voters:
@@ -123,19 +134,22 @@ class ControllerClient:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await attempt
                 last_error = f"controller {leader} did not answer (leader now {self.leader_id()})"
+                uncertain = True
                 continue
             try:
                 raw = attempt.result()
                 response = admin_codec.decode_admin_response(api_key, api_version, raw, request)
             except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
                 last_error = f"controller {leader}: {exc}"
+                # Sent but unanswered (a connection that broke after the frame went out).
+                uncertain = uncertain or isinstance(exc, PeerUnavailable | TimeoutError)
                 await asyncio.sleep(self.retry_backoff_s)
                 continue
             if _has_error(response, int(ErrorCode.NOT_CONTROLLER)):
                 last_error = f"node {leader} is not the active controller"
                 await asyncio.sleep(self.retry_backoff_s)
                 continue
-            return response
+            return response, uncertain
         raise ControllerUnavailableError(last_error)
 
     async def close(self) -> None:
