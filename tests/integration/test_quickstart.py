@@ -54,11 +54,18 @@ def test_quick_start(tmp_path: Path) -> None:
         wait_until(
             "the server's REST API", lambda: run_pykraft("brokers", "list", "--rest-url", rest).returncode == 0, 60
         )
-        # Step 3: create a topic, and describe it.
-        created = run_pykraft(
-            "topics", "create", "--topic", "quickstart-events", "--partitions", "1", "--replication-factor", "1",
-            "--rest-url", rest,
-        )  # fmt: skip
+
+        # Step 3: create a topic, and describe it. (Right after its first start the node may
+        # still be fencing itself while it catches up: then the create says all brokers are
+        # fenced, and is tried again.)
+        def create() -> subprocess.CompletedProcess[str] | None:
+            out = run_pykraft(
+                "topics", "create", "--topic", "quickstart-events", "--partitions", "1", "--replication-factor", "1",
+                "--rest-url", rest,
+            )  # fmt: skip
+            return out if out.returncode == 0 or "fenced" not in out.stderr else None
+
+        created = wait_until("the topic created", create, 30)
         assert created.returncode == 0, created.stderr
         assert created.stdout.strip() == "Created topic quickstart-events."
         described = run_pykraft("topics", "describe", "--topic", "quickstart-events", "--rest-url", rest)
