@@ -216,11 +216,22 @@ class QuorumController:
             msg = f"Expected cluster ID {self.cluster_id}, but got cluster ID {req.cluster_id}"
             code = int(RaftErrorCode.INCONSISTENT_CLUSTER_ID)
             return ControllerResult([], BrokerRegistrationResponse(code, -1, msg))
+        # The latest registration record in the image names the live incarnation. Another
+        # incarnation is refused while that broker's session is alive, fenced or not (a broker
+        # catching up heartbeats fenced). Sessions survive a failover: activation starts one
+        # for every registered broker, so an impostor right after a failover is refused too.
         existing = image.cluster.brokers.get(req.broker_id)
         if existing is not None and existing.incarnation_id == req.incarnation_id:
             self._contact[req.broker_id] = self._now_ms()
             return ControllerResult([], BrokerRegistrationResponse(0, existing.epoch))
-        if existing is not None and not existing.fenced and self._session_alive(req.broker_id):
+        if existing is not None and self._session_alive(req.broker_id):
+            log.warning(
+                "refusing registration of broker %d with incarnation %s: incarnation %s (epoch %d) is alive",
+                req.broker_id,
+                req.incarnation_id,
+                existing.incarnation_id,
+                existing.epoch,
+            )
             msg = f"Another broker is registered with that broker id ({req.broker_id}) and its session is still alive."
             return ControllerResult(
                 [], BrokerRegistrationResponse(int(ErrorCode.DUPLICATE_BROKER_REGISTRATION), -1, msg)
@@ -292,6 +303,9 @@ class QuorumController:
         if after is not None and after.in_controlled_shutdown and req.want_shut_down:
             # Shut down once it leads nothing (the moves are committed: we waited above).
             should_shut_down = not any(p.leader == b.id for _, _, p in rc.iter_partitions(self.working_image))
+        if should_shut_down:
+            # Its session ends here: the broker's next incarnation may register at once.
+            self._contact.pop(b.id, None)
         fenced = after.fenced if after is not None else True
         return BrokerHeartbeatResponse(0, caught_up, fenced, should_shut_down)
 

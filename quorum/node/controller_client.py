@@ -4,7 +4,8 @@ The active controller is the Raft leader; every node (controllers and the
 brokers that observe the metadata log) knows the leader's id from its own
 RaftNode and the voters' addresses from `controller.quorum.voters`. A request
 answered NOT_CONTROLLER, or one that cannot be sent, is retried (leadership
-may be moving) until the deadline.
+may be moving) until the deadline; a pending request is abandoned at the deadline
+and resent as soon as another leader is known.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from quorum.wire import admin_codec, codec
 from quorum.wire.transport import PeerClient, PeerUnavailable
 
 log = logging.getLogger(__name__)
+
+LEADER_POLL_S = 0.05  # how often a pending request checks whether the leader moved
 
 
 class ControllerUnavailableError(Exception):
@@ -88,30 +91,63 @@ class ControllerClient:
         return core.leader_id if core is not None else -1
 
     async def call(self, request: admin_codec.AdminCall, timeout_s: float = 30.0) -> admin_codec.AdminReply:
+        """Send `request` to the active controller; its answer, within `timeout_s`.
+
+        Invariants: no attempt outlives the deadline (a request stuck on a hung or
+        cut-off controller's connection is abandoned at it), and an attempt is abandoned
+        and resent as soon as this node learns of another leader (Kafka's brokers resend
+        to the controller the metadata names). Abandoned requests may still take effect
+        on the old controller; the caller's request must tolerate a resend.
+        """
         deadline = time.monotonic() + timeout_s
         last_error = "no quorum leader known"
-        while time.monotonic() < deadline:
+        while (remaining := deadline - time.monotonic()) > 0:
             leader = self.leader_id()
             if leader < 0 or leader not in self.node.voters:
-                await asyncio.sleep(self.retry_backoff_s)
+                await asyncio.sleep(min(self.retry_backoff_s, remaining))
                 continue
             correlation = self.next_correlation_id()
             frame, api_key, api_version = admin_codec.encode_admin_request(
                 request, correlation_id=correlation, client_id=self.client_id
             )
+            attempt = asyncio.ensure_future(self.send(leader, frame, correlation, api_key, api_version))
             try:
-                raw = await self.send(leader, frame, correlation, api_key, api_version)
+                raw = await self._await_attempt(attempt, leader, deadline)
+                if raw is None:
+                    last_error = f"controller {leader}: no answer before the deadline or a leader change"
+                    continue
                 response = admin_codec.decode_admin_response(api_key, api_version, raw, request)
             except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
                 last_error = f"controller {leader}: {exc}"
-                await asyncio.sleep(self.retry_backoff_s)
+                await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - time.monotonic())))
                 continue
             if _has_error(response, int(ErrorCode.NOT_CONTROLLER)):
                 last_error = f"node {leader} is not the active controller"
-                await asyncio.sleep(self.retry_backoff_s)
+                await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - time.monotonic())))
                 continue
             return response
         raise ControllerUnavailableError(last_error)
+
+    async def _await_attempt(self, attempt: asyncio.Future[bytes], leader: int, deadline: float) -> bytes | None:
+        """The attempt's answer; None (the attempt cancelled) at the deadline or once this
+        node knows a leader other than `leader`."""
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                done, _ = await asyncio.wait({attempt}, timeout=min(LEADER_POLL_S, remaining))
+                if done:
+                    return attempt.result()
+                now_leader = self.leader_id()
+                if now_leader >= 0 and now_leader != leader:
+                    log.info("%s: controller %d replaced by %d; resending", self.client_id, leader, now_leader)
+                    break
+        finally:
+            if not attempt.done():
+                attempt.cancel()
+                await asyncio.wait({attempt})  # its connection bookkeeping ends before we resend
+        return None
 
     async def close(self) -> None:
         for pool in self._peers.values():
