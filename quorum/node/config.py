@@ -370,6 +370,9 @@ class NodeConfig:
     connections_max_idle_ms: int = 600_000
     # pykraft's own keys.
     rest_listener: str | None = None  # e.g. http://127.0.0.1:18081
+    # Close a REST connection after this long without a byte while no answer is pending
+    # (Confluent REST Proxy's idle.timeout.ms default).
+    rest_idle_timeout_ms: int = 30_000
     cluster_id: str | None = None  # cluster.id: if set, storage format and startup must agree with it
     # Keys pykraft does not interpret, as written.
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -437,6 +440,7 @@ _INT_KEYS: dict[str, _IntSpec] = {
     "max.connections": (0, None),
     "max.connections.per.ip": (0, None),
     "connections.max.idle.ms": (-1, None),
+    "rest.idle.timeout.ms": (1, None),
 }
 _BOOL_KEYS = ("unclean.leader.election.enable", "auto.leader.rebalance.enable")
 _OTHER_KEYS = frozenset(
