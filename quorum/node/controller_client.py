@@ -91,7 +91,17 @@ class ControllerClient:
         return core.leader_id if core is not None else -1
 
     async def call(self, request: admin_codec.AdminCall, timeout_s: float = 30.0) -> admin_codec.AdminReply:
-        """Send `request` to the active controller; its answer, within `timeout_s`.
+        """Send `request` to the active controller; its answer, within `timeout_s` (see `call_tracked`)."""
+        reply, _ = await self.call_tracked(request, timeout_s)
+        return reply
+
+    async def call_tracked(
+        self, request: admin_codec.AdminCall, timeout_s: float = 30.0
+    ) -> tuple[admin_codec.AdminReply, bool]:
+        """Send `request` to the active controller; (its answer, whether an earlier attempt
+        may have been delivered), within `timeout_s`. When the second item is True the
+        answer may be to a resend of a request that already took effect (e.g.
+        TOPIC_ALREADY_EXISTS for the topic the first attempt created).
 
         Invariants: no attempt outlives the deadline (a request stuck on a hung or
         cut-off controller's connection is abandoned at it), and an attempt is abandoned
@@ -101,6 +111,7 @@ class ControllerClient:
         """
         deadline = time.monotonic() + timeout_s
         last_error = "no quorum leader known"
+        maybe_delivered = False  # an attempt was written and never answered
         while (remaining := deadline - time.monotonic()) > 0:
             leader = self.leader_id()
             if leader < 0 or leader not in self.node.voters:
@@ -114,10 +125,12 @@ class ControllerClient:
             try:
                 raw = await self._await_attempt(attempt, leader, deadline)
                 if raw is None:
+                    maybe_delivered = True
                     last_error = f"controller {leader}: no answer before the deadline or a leader change"
                     continue
                 response = admin_codec.decode_admin_response(api_key, api_version, raw, request)
             except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
+                maybe_delivered = True  # (conservative: a refused connect delivered nothing)
                 last_error = f"controller {leader}: {exc}"
                 await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - time.monotonic())))
                 continue
@@ -125,7 +138,7 @@ class ControllerClient:
                 last_error = f"node {leader} is not the active controller"
                 await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - time.monotonic())))
                 continue
-            return response
+            return response, maybe_delivered
         raise ControllerUnavailableError(last_error)
 
     async def _await_attempt(self, attempt: asyncio.Future[bytes], leader: int, deadline: float) -> bytes | None:

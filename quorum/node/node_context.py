@@ -14,7 +14,8 @@ import time
 
 from api.context import NotAvailableError
 from quorum.controller.active import NotControllerError, QuorumController
-from quorum.controller.requests import AdminRequest, AdminResponse
+from quorum.controller.create_outcome import resolve_resent_create
+from quorum.controller.requests import AdminRequest, AdminResponse, CreateTopicsRequest, CreateTopicsResponse
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import MetadataImage
 from quorum.metadata.snapshot import MetadataStateMachine
@@ -96,17 +97,22 @@ class LocalNodeContext:
 
     async def admin(self, request: AdminRequest) -> AdminResponse:
         response: object = None
+        maybe_delivered = False  # an earlier attempt may have taken effect
         if self.controller is not None and self.controller.active:
             try:
                 response = await self.controller.handle(request)
             except NotControllerError:
                 response = None
+                maybe_delivered = True  # its records may still commit under the next leader
         if response is None:
             try:
-                response = await self.client.call(request)
+                response, resent = await self.client.call_tracked(request)
             except ControllerUnavailableError as exc:
                 raise NotAvailableError(str(exc)) from exc
+            maybe_delivered = maybe_delivered or resent
         await self.wait_for_committed()
+        if maybe_delivered and isinstance(request, CreateTopicsRequest) and isinstance(response, CreateTopicsResponse):
+            response = resolve_resent_create(self.state_machine.image, request, response)
         return response  # type: ignore[return-value]
 
     async def wait_for_committed(self, timeout_s: float = 10.0) -> None:
