@@ -315,11 +315,21 @@ class QuorumController:
         """Fencing of silent brokers, NoOp records, preferred-leader rebalancing."""
         tick_s = min(0.1, self.session_timeout_ms / 4000)
         next_rebalance = self._now_ms() + self.rebalance_interval_s * 1000
+        last_tick = self._now_ms()
         try:
             while True:
                 await asyncio.sleep(tick_s)
                 if self._image is None or self._active_epoch != epoch:
                     return
+                now = self._now_ms()
+                stalled_ms, last_tick = now - last_tick - tick_s * 1000, now
+                if stalled_ms >= self.session_timeout_ms / 2:
+                    # This process did not run (SIGSTOP, a long GC or swap): the brokers' silence
+                    # is ours. Restart their sessions rather than fence them; if we were replaced
+                    # meanwhile, the quorum tells us before any new session could expire.
+                    log.warning("controller timers stalled for %.0f ms; restarting broker sessions", stalled_ms)
+                    self._contact = {b: now for b in (*self._contact, *self._image.cluster.brokers)}
+                    continue
                 await self._fence_stale_brokers()
                 now = self._now_ms()
                 if self.auto_rebalance and now >= next_rebalance:
