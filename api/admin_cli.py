@@ -109,6 +109,31 @@ def _ensure_topic(client: RestClient, name: str, if_exists: bool) -> bool:
     return True
 
 
+def _exists_as_requested(client: RestClient, name: str, body: dict[str, Any]) -> bool:
+    """Does topic `name` exist with what the create `body` asked for (partitions, replication
+    factor or assignment, configs)? The REST twin of quorum.controller.create_outcome."""
+    topic = client.get(f"/topics/{name}")
+    parts = {p["partition_id"]: p for p in client.get(f"/topics/{name}/partitions")["data"]}
+    assignment = body.get("replicas_assignments")
+    if assignment is not None:
+        for item in assignment:
+            replicas = client.get(f"/topics/{name}/partitions/{item['partition_id']}/replicas")["data"]
+            if sorted(r["broker_id"] for r in replicas) != sorted(item["broker_ids"]):
+                return False
+        if len(parts) != len(assignment):
+            return False
+    else:
+        if "partitions_count" in body and topic["partitions_count"] != body["partitions_count"]:
+            return False
+        if "replication_factor" in body and topic["replication_factor"] != body["replication_factor"]:
+            return False
+    if body.get("configs"):
+        actual = {c["name"]: c["value"] for c in client.get(f"/topics/{name}/configs")["data"]}
+        if any(actual.get(c["name"]) != c["value"] for c in body["configs"]):
+            return False
+    return True
+
+
 def topics(args: argparse.Namespace) -> int:
     client = RestClient(args.rest_url)
     cmd = args.topics_command
@@ -131,10 +156,28 @@ def topics(args: argparse.Namespace) -> int:
                 body["replication_factor"] = args.replication_factor
         if args.validate_only:
             body["validate_only"] = True
+        resent = False
         try:
-            client.post("/topics", body)
+            try:
+                client.post("/topics", body)
+            except (httpx.ConnectError, httpx.ConnectTimeout):
+                raise
+            except httpx.TransportError as exc:
+                # The request may have been delivered (and the topic created) before the
+                # connection broke: send it again and judge an "already exists" below.
+                print(f"connection broken during the create ({exc!r}); resending", file=sys.stderr)
+                resent = True
+                client.post("/topics", body)
         except AdminCliError as exc:
-            if args.if_not_exists and "already exists" in str(exc):
+            if "already exists" not in str(exc):
+                raise
+            if resent and not args.validate_only and _exists_as_requested(client, args.topic, body):
+                print(
+                    f"Created topic {args.topic}. (The first attempt's connection broke; the topic now exists "
+                    "exactly as requested, so that attempt created it.)"
+                )
+                return 0
+            if args.if_not_exists:
                 return 0
             raise
         print(f"Created topic {args.topic}." if not args.validate_only else f"Topic {args.topic} is valid.")

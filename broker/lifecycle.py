@@ -27,16 +27,13 @@ from quorum.controller.requests import (
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
 )
+from quorum.kafka_errors import default_message
 from quorum.node.config import NodeConfig
 from quorum.node.controller_client import ControllerClient, ControllerUnavailableError
 
 log = logging.getLogger(__name__)
 
-STARTUP_HEARTBEAT_S = 0.01
-_REGISTRATION_ERRORS = {
-    int(ErrorCode.DUPLICATE_BROKER_REGISTRATION): "Another broker is registered with that broker id.",
-    int(ErrorCode.INCONSISTENT_CLUSTER_ID): "The cluster id of this broker is not the controller's.",
-}  # while fenced and catching up, as Kafka's BrokerLifecycleManager
+STARTUP_HEARTBEAT_S = 0.01  # while fenced and catching up, as Kafka's BrokerLifecycleManager
 
 
 class BrokerState(Enum):
@@ -130,7 +127,7 @@ class BrokerLifecycle:
                 self._emit(f"registered with broker epoch {resp.broker_epoch}")
                 return
             # BrokerRegistrationResponse carries no message on the wire: say what the code means.
-            reason = resp.message or _REGISTRATION_ERRORS.get(resp.error_code, "")
+            reason = resp.message or default_message(resp.error_code) or ""
             name = ErrorCode(resp.error_code).name if resp.error_code in ErrorCode._value2member_map_ else "UNKNOWN"
             log.warning(
                 "broker %d: registration refused: %s (%d) %s", self.config.node_id, name, resp.error_code, reason

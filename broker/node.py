@@ -109,7 +109,7 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
     if address is not None:
         from api.rest.server import serve_rest
 
-        rest = await serve_rest(ctx, address.host, address.port)
+        rest = await serve_rest(ctx, address.host, address.port, idle_timeout_s=config.rest_idle_timeout_ms / 1000)
     log.info("broker %d started (cluster %s, rest %s)", config.node_id, meta.cluster_id, address)
     events.emit("started")
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode as KioErrorCode
 
+from quorum.kafka_errors import DEFAULT_MESSAGES
+
 # ---------------------------------------------------------------- REST Proxy codes
 
 BAD_REQUEST = 40002  # KAFKA_BAD_REQUEST
@@ -59,36 +61,8 @@ def bad_request(message: str) -> ApiError:
 
 # ---------------------------------------------------------------- Kafka error codes
 
-# Kafka's standard messages (``Errors.java``) for the codes an admin call commonly returns;
-# used when the controller sent no message of its own.
-KAFKA_DEFAULT_MESSAGES: dict[int, str] = {
-    -1: "The server experienced an unexpected error when processing the request.",
-    3: "This server does not host this topic-partition.",
-    5: "There is no leader for this topic-partition as we are in the middle of a leadership election.",
-    7: "The request timed out.",
-    8: "The broker is not available.",
-    17: "The request attempted to perform an operation on an invalid topic.",
-    35: "The version of API is not supported.",
-    36: "Topic with this name already exists.",
-    37: "Number of partitions is below 1.",
-    38: "Replication-factor is invalid.",
-    39: "Replica assignment is invalid.",
-    40: "Configuration is invalid.",
-    41: "This is not the correct controller for this cluster.",
-    42: (
-        "This most likely occurs because of a request being malformed by the client library or the "
-        "message was sent to an incompatible broker. See the broker logs for more details."
-    ),
-    44: "Request parameters do not satisfy the configured policy.",
-    55: "The broker did not attempt to execute this operation.",
-    60: "A partition reassignment is in progress.",
-    73: "Topic deletion is disabled.",
-    80: "The preferred leader was not available.",
-    83: "Eligible topic partition leaders are not available.",
-    84: "Leader election not needed for topic partition.",
-    89: "The throttling quota has been exceeded.",
-    100: "This server does not host this topic ID.",
-}
+# Kafka's standard messages, shared with the protocol layer.
+KAFKA_DEFAULT_MESSAGES = DEFAULT_MESSAGES
 
 # Codes the REST Proxy's exception mapper names explicitly: Kafka code -> (HTTP status, REST code).
 KAFKA_ERROR_MAP: dict[int, tuple[int, int]] = {

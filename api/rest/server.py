@@ -17,6 +17,7 @@ import socket
 from collections.abc import Generator
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from api.context import NodeContext
 from api.rest.app import create_app
@@ -25,6 +26,54 @@ log = logging.getLogger(__name__)
 
 _START_TIMEOUT_S = 10.0
 _GRACEFUL_SHUTDOWN_S = 5
+# Confluent REST Proxy's idle.timeout.ms default: an idle connection, or one whose request
+# head or body stalls, is closed after this long without a byte.
+DEFAULT_IDLE_TIMEOUT_S = 30.0
+
+
+class _TimedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol (the C HTTP/1.1 parser), plus: a connection that is not
+    waiting for the app to answer (no request yet, a half-sent head, a stalled body, or
+    between requests) and has received nothing for `idle_timeout_s` is closed. uvicorn alone
+    closes only after a response (keep-alive) and never a connection that sends part of a
+    request and stops."""
+
+    idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._last_rx = self.loop.time()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._arm_idle_timer(self.idle_timeout_s)
+
+    def _arm_idle_timer(self, delay: float) -> None:
+        self._idle_timer = self.loop.call_later(max(delay, 0.01), self._check_idle)
+
+    def _check_idle(self) -> None:
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        # No request yet / between requests, or a request whose body is still arriving.
+        waiting_for_client = cycle is None or cycle.response_complete or cycle.more_body
+        quiet = self.loop.time() - self._last_rx
+        if waiting_for_client and quiet >= self.idle_timeout_s:
+            log.info("closing REST connection from %s: nothing received for %.1f s", self.client, quiet)
+            self.transport.close()
+            return
+        self._arm_idle_timer(self.idle_timeout_s - quiet if waiting_for_client else self.idle_timeout_s)
+
+    def data_received(self, data: bytes) -> None:
+        self._last_rx = self.loop.time()
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        super().connection_lost(exc)
+
+
+def _protocol_with_timeout(idle_timeout_s: float) -> type[HttpToolsProtocol]:
+    return type("RestHttpProtocol", (_TimedHttpProtocol,), {"idle_timeout_s": idle_timeout_s})
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -97,15 +146,21 @@ async def _run(server: uvicorn.Server, sock: socket.socket) -> None:
         log.exception("REST server failed")
 
 
-async def serve_rest(ctx: NodeContext, host: str, port: int) -> RestServer:
-    """Start serving `create_app(ctx)` on host:port in the running loop; return the handle."""
+async def serve_rest(
+    ctx: NodeContext, host: str, port: int, *, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+) -> RestServer:
+    """Start serving `create_app(ctx)` on host:port in the running loop; return the handle.
+
+    Connections not waiting for an answer are closed after `idle_timeout_s` without a byte.
+    """
     app = create_app(ctx)
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        http=_protocol_with_timeout(idle_timeout_s),
+        timeout_keep_alive=max(1, int(min(idle_timeout_s, 5))),
         loop="none",
-        http="httptools",  # the C HTTP/1.1 parser (h11, uvicorn's pure-Python default, costs more per request)
         lifespan="off",
         log_level="warning",
         access_log=False,

@@ -19,7 +19,6 @@ in request order too.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from typing import Any, Final, cast
@@ -38,6 +37,7 @@ from broker.kafka.offsets import handle_list_offsets, handle_offset_for_leader_e
 from broker.kafka.produce import handle_produce
 from broker.kafka.services import BrokerServices, ListenerConfig
 from broker.kafka.wire import MalformedRequest, parse_request_header, peek_api
+from quorum.wire.limits import ConnectionLimits
 from quorum.wire.transport import CloseConnection, close_server, serve
 
 __all__ = [
@@ -138,10 +138,8 @@ class KafkaRequestHandler:
 
 
 def _serve_kwargs(config: ListenerConfig) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"max_frame_bytes": config.socket_request_max_bytes}
-    if "pipeline_depth" in inspect.signature(serve).parameters:
-        kwargs["pipeline_depth"] = PIPELINE_DEPTH
-    return kwargs
+    limits = config.limits if config.limits is not None else ConnectionLimits(config.socket_request_max_bytes)
+    return {"limits": limits, "pipeline_depth": PIPELINE_DEPTH}
 
 
 class KafkaListener:
@@ -191,6 +189,7 @@ def listener_config_from(node_config: Any, listener_name: str) -> ListenerConfig
             get("max_incremental_fetch_session_cache_slots", defaults.max_incremental_fetch_session_cache_slots)
         ),
         socket_request_max_bytes=int(get("socket_request_max_bytes", defaults.socket_request_max_bytes)),
+        limits=ConnectionLimits.from_config(node_config),
     )
 
 

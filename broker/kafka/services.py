@@ -28,6 +28,7 @@ from typing import Final, Protocol, runtime_checkable
 
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.image import MetadataImage
+from quorum.wire.limits import ConnectionLimits
 
 __all__ = [
     "CONSUMER_REPLICA_ID",
@@ -379,6 +380,9 @@ class ListenerConfig:
     min_incremental_fetch_session_eviction_ms: int = 120_000  # Kafka's fixed eviction floor
     forward_timeout_ms: int = 30_000  # how long an admin request may wait for the active controller
     socket_request_max_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
+    # The listener's connection limits (socket.request.max.bytes, queued.max.request.bytes,
+    # max.connections[.per.ip], connections.max.idle.ms); None: Kafka's defaults.
+    limits: ConnectionLimits | None = None
 
     @property
     def rack_aware_selector(self) -> bool:

@@ -359,13 +359,23 @@ class QuorumController:
             msg = f"Expected cluster ID {self.cluster_id}, but got cluster ID {req.cluster_id}"
             code = int(RaftErrorCode.INCONSISTENT_CLUSTER_ID)
             return ControllerResult([], BrokerRegistrationResponse(code, -1, msg))
+        # The latest registration record in the image names the live incarnation. Another
+        # incarnation is refused while that broker's session is alive, fenced or not (a broker
+        # catching up heartbeats fenced). Sessions survive a failover: activation starts one
+        # for every registered broker, so an impostor right after a failover is refused too.
         existing = image.cluster.brokers.get(req.broker_id)
         if existing is not None and existing.incarnation_id == req.incarnation_id:
             self._contact[req.broker_id] = self._now_ms()
             return ControllerResult([], BrokerRegistrationResponse(0, existing.epoch))
-        if existing is not None and not existing.fenced and self._session_alive(req.broker_id):
+        if existing is not None and self._session_alive(req.broker_id):
+            log.warning(
+                "refusing registration of broker %d with incarnation %s: incarnation %s (epoch %d) is alive",
+                req.broker_id,
+                req.incarnation_id,
+                existing.incarnation_id,
+                existing.epoch,
+            )
             msg = f"Another broker is registered with that broker id ({req.broker_id}) and its session is still alive."
-            log.warning("refused broker %d's registration (incarnation %s): %s", req.broker_id, req.incarnation_id, msg)
             return ControllerResult(
                 [], BrokerRegistrationResponse(int(ErrorCode.DUPLICATE_BROKER_REGISTRATION), -1, msg)
             )
@@ -497,6 +507,9 @@ class QuorumController:
         if after is not None and after.in_controlled_shutdown and req.want_shut_down:
             # Shut down once it leads nothing (the moves are committed: we waited above).
             should_shut_down = not any(p.leader == b.id for _, _, p in rc.iter_partitions(self.working_image))
+        if should_shut_down:
+            # Its session ends here: the broker's next incarnation may register at once.
+            self._contact.pop(b.id, None)
         fenced = after.fenced if after is not None else True
         return BrokerHeartbeatResponse(0, caught_up, fenced, should_shut_down)
 
@@ -506,11 +519,21 @@ class QuorumController:
         """Fencing of silent brokers, NoOp records, preferred-leader rebalancing."""
         tick_s = min(0.1, self.session_timeout_ms / 4000)
         next_rebalance = self._now_ms() + self.rebalance_interval_s * 1000
+        last_tick = self._now_ms()
         try:
             while True:
                 await asyncio.sleep(tick_s)
                 if self._image is None or self._active_epoch != epoch:
                     return
+                now = self._now_ms()
+                stalled_ms, last_tick = now - last_tick - tick_s * 1000, now
+                if stalled_ms >= self.session_timeout_ms / 2:
+                    # This process did not run (SIGSTOP, a long GC or swap): the brokers' silence
+                    # is ours. Restart their sessions rather than fence them; if we were replaced
+                    # meanwhile, the quorum tells us before any new session could expire.
+                    log.warning("controller timers stalled for %.0f ms; restarting broker sessions", stalled_ms)
+                    self._contact = {b: now for b in (*self._contact, *self._image.cluster.brokers)}
+                    continue
                 await self._fence_stale_brokers()
                 now = self._now_ms()
                 if self.auto_rebalance and now >= next_rebalance:

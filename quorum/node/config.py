@@ -382,8 +382,18 @@ class NodeConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
+    # Listener resource limits (Kafka's socket server keys; see quorum.wire.limits).
+    socket_request_max_bytes: int = 100 * MIB
+    # Kafka's default is -1 (unbounded); pykraft bounds what all connections buffer by default.
+    queued_max_request_bytes: int = 200 * MIB
+    max_connections: int = 2**31 - 1
+    max_connections_per_ip: int = 2**31 - 1
+    connections_max_idle_ms: int = 600_000
     # pykraft's own keys.
     rest_listener: str | None = None  # e.g. http://127.0.0.1:18081
+    # Close a REST connection after this long without a byte while no answer is pending
+    # (Confluent REST Proxy's idle.timeout.ms default).
+    rest_idle_timeout_ms: int = 30_000
     cluster_id: str | None = None  # cluster.id: if set, storage format and startup must agree with it
     # Keys pykraft does not interpret, as written.
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -458,6 +468,12 @@ _INT_KEYS: dict[str, _IntSpec] = {
     "log.segment.bytes": (14, None),
     "leader.imbalance.check.interval.seconds": (1, None),
     "leader.imbalance.per.broker.percentage": (0, 100),
+    "socket.request.max.bytes": (1, None),
+    "queued.max.request.bytes": (-1, None),
+    "max.connections": (0, None),
+    "max.connections.per.ip": (0, None),
+    "connections.max.idle.ms": (-1, None),
+    "rest.idle.timeout.ms": (1, None),
 }
 _BOOL_KEYS = ("unclean.leader.election.enable", "auto.leader.rebalance.enable", "auto.create.topics.enable")
 _OTHER_KEYS = frozenset(
@@ -655,6 +671,15 @@ def config_from_properties(props: Mapping[str, str]) -> NodeConfig:
 
     known = _interpreted_keys()
     extra = {k: v for k, v in props.items() if k not in known}
+
+    queued = values.get("queued_max_request_bytes", 200 * MIB)
+    request_max = values.get("socket_request_max_bytes", 100 * MIB)
+    if queued != -1 and queued < request_max:
+        raise ConfigError(
+            f"queued.max.request.bytes: {queued} must be -1 or at least socket.request.max.bytes ({request_max})"
+        )
+    if values.get("connections_max_idle_ms") == 0:
+        raise ConfigError("connections.max.idle.ms: must be -1 (never) or > 0")
 
     config = NodeConfig(
         process_roles=roles,

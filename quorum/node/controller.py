@@ -125,7 +125,7 @@ async def serve_controller(
         if address is not None:
             from api.rest.server import serve_rest
 
-            rest = await serve_rest(ctx, address.host, address.port)
+            rest = await serve_rest(ctx, address.host, address.port, idle_timeout_s=config.rest_idle_timeout_ms / 1000)
     events.emit("started", listener=str(listener))
 
     stop = asyncio.Event()

@@ -4,13 +4,13 @@ The active controller is the Raft leader; every node (controllers and the
 brokers that observe the metadata log) knows the leader's id from its own
 RaftNode and the voters' addresses from `controller.quorum.voters`. A request
 answered NOT_CONTROLLER, or one that cannot be sent, is retried (leadership
-may be moving) until the deadline.
+may be moving) until the deadline; a pending request is abandoned at the deadline
+and resent as soon as another leader is known.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import fields, is_dataclass
@@ -22,9 +22,7 @@ from quorum.wire.transport import PeerClient, PeerUnavailable
 
 log = logging.getLogger(__name__)
 
-
-# How often a pending request checks whether the quorum named another leader (seconds).
-_LEADER_CHECK_S = 0.05
+LEADER_POLL_S = 0.05  # how often a pending request checks whether the leader moved
 
 
 class ControllerUnavailableError(Exception):
@@ -47,7 +45,7 @@ def _has_error(value: object, code: int) -> bool:
 
 
 class ControllerClient:
-    def __init__(self, node: RaftNode, *, client_id: str, retry_backoff_ms: int = 50, connections: int = 32) -> None:
+    def __init__(self, node: RaftNode, *, client_id: str, retry_backoff_ms: int = 50, connections: int = 8) -> None:
         self.node = node
         self.client_id = client_id
         self.retry_backoff_s = retry_backoff_ms / 1000
@@ -93,64 +91,76 @@ class ControllerClient:
         return core.leader_id if core is not None else -1
 
     async def call(self, request: admin_codec.AdminCall, timeout_s: float = 30.0) -> admin_codec.AdminReply:
-        """Send `request` to the active controller and return its answer (see `call_with_outcome`)."""
-        reply, _uncertain = await self.call_with_outcome(request, timeout_s)
+        """Send `request` to the active controller; its answer, within `timeout_s` (see `call_tracked`)."""
+        reply, _ = await self.call_tracked(request, timeout_s)
         return reply
 
-    async def call_with_outcome(
+    async def call_tracked(
         self, request: admin_codec.AdminCall, timeout_s: float = 30.0
     ) -> tuple[admin_codec.AdminReply, bool]:
         """Send `request` to the active controller; (its answer, whether an earlier attempt
-        was sent and its fate is unknown). When the second is True, an earlier attempt may
-        have been carried out (committed) although its answer was lost: a retried create
-        then meets the topic that attempt created.
+        may have been delivered), within `timeout_s`. When the second item is True the
+        answer may be to a resend of a request that already took effect (e.g.
+        TOPIC_ALREADY_EXISTS for the topic the first attempt created).
 
-        The deadline bounds every attempt, not only the gaps between them: a request sent to a
-        controller that hangs (SIGSTOP, a cut network) is abandoned at the deadline, and at once
-        when this node learns of another leader, then sent again to the new one (Kafka's broker
-        re-routes its heartbeats the same way). So a broker's heartbeat, sent with a timeout
-        shorter than its session, reaches a newly elected controller in time.
+        Invariants: no attempt outlives the deadline (a request stuck on a hung or
+        cut-off controller's connection is abandoned at it), and an attempt is abandoned
+        and resent as soon as this node learns of another leader (Kafka's brokers resend
+        to the controller the metadata names). Abandoned requests may still take effect
+        on the old controller; the caller's request must tolerate a resend.
         """
         deadline = time.monotonic() + timeout_s
         last_error = "no quorum leader known"
-        uncertain = False
-        while time.monotonic() < deadline:
+        maybe_delivered = False  # an attempt was written and never answered
+        while (remaining := deadline - time.monotonic()) > 0:
             leader = self.leader_id()
             if leader < 0 or leader not in self.node.voters:
-                await asyncio.sleep(self.retry_backoff_s)
+                await asyncio.sleep(min(self.retry_backoff_s, remaining))
                 continue
             correlation = self.next_correlation_id()
             frame, api_key, api_version = admin_codec.encode_admin_request(
                 request, correlation_id=correlation, client_id=self.client_id
             )
             attempt = asyncio.ensure_future(self.send(leader, frame, correlation, api_key, api_version))
-            while not attempt.done():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self.leader_id() != leader:
-                    break
-                await asyncio.wait({attempt}, timeout=min(remaining, _LEADER_CHECK_S))
-            if not attempt.done():
-                attempt.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await attempt
-                last_error = f"controller {leader} did not answer (leader now {self.leader_id()})"
-                uncertain = True
-                continue
             try:
-                raw = attempt.result()
+                raw = await self._await_attempt(attempt, leader, deadline)
+                if raw is None:
+                    maybe_delivered = True
+                    last_error = f"controller {leader}: no answer before the deadline or a leader change"
+                    continue
                 response = admin_codec.decode_admin_response(api_key, api_version, raw, request)
             except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
+                maybe_delivered = True  # (conservative: a refused connect delivered nothing)
                 last_error = f"controller {leader}: {exc}"
-                # Sent but unanswered (a connection that broke after the frame went out).
-                uncertain = uncertain or isinstance(exc, PeerUnavailable | TimeoutError)
-                await asyncio.sleep(self.retry_backoff_s)
+                await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - time.monotonic())))
                 continue
             if _has_error(response, int(ErrorCode.NOT_CONTROLLER)):
                 last_error = f"node {leader} is not the active controller"
-                await asyncio.sleep(self.retry_backoff_s)
+                await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - time.monotonic())))
                 continue
-            return response, uncertain
+            return response, maybe_delivered
         raise ControllerUnavailableError(last_error)
+
+    async def _await_attempt(self, attempt: asyncio.Future[bytes], leader: int, deadline: float) -> bytes | None:
+        """The attempt's answer; None (the attempt cancelled) at the deadline or once this
+        node knows a leader other than `leader`."""
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                done, _ = await asyncio.wait({attempt}, timeout=min(LEADER_POLL_S, remaining))
+                if done:
+                    return attempt.result()
+                now_leader = self.leader_id()
+                if now_leader >= 0 and now_leader != leader:
+                    log.info("%s: controller %d replaced by %d; resending", self.client_id, leader, now_leader)
+                    break
+        finally:
+            if not attempt.done():
+                attempt.cancel()
+                await asyncio.wait({attempt})  # its connection bookkeeping ends before we resend
+        return None
 
     async def close(self) -> None:
         for pool in self._peers.values():

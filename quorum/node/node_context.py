@@ -10,21 +10,14 @@ read right after a write on the same node sees it.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 
 from api.context import NotAvailableError
 from quorum.controller.active import NotControllerError, QuorumController
-from quorum.controller.requests import (
-    AdminRequest,
-    AdminResponse,
-    CreateTopicResult,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-)
-from quorum.kafka_errors import ErrorCode
+from quorum.controller.create_outcome import resolve_resent_create
+from quorum.controller.requests import AdminRequest, AdminResponse, CreateTopicsRequest, CreateTopicsResponse
 from quorum.metadata.delta import MetadataDelta
-from quorum.metadata.image import ConfigResource, MetadataImage
+from quorum.metadata.image import MetadataImage
 from quorum.metadata.snapshot import MetadataStateMachine
 from quorum.node.config import NodeConfig
 from quorum.node.controller_client import ControllerClient, ControllerUnavailableError
@@ -32,8 +25,6 @@ from quorum.node.raft_node import RaftNode
 from quorum.raft.describe import QuorumDescription
 from quorum.wire import codec
 from quorum.wire.transport import PeerUnavailable
-
-log = logging.getLogger(__name__)
 
 # Broker configs that topic config defaults and creation defaults come from.
 _BROKER_DEFAULT_KEYS = (
@@ -106,52 +97,23 @@ class LocalNodeContext:
 
     async def admin(self, request: AdminRequest) -> AdminResponse:
         response: object = None
+        maybe_delivered = False  # an earlier attempt may have taken effect
         if self.controller is not None and self.controller.active:
             try:
-                # Answered once committed; this node applies a commit before it resolves
-                # the writes waiting for it, so a read here sees it: no further wait.
-                return await self.controller.handle(request)  # type: ignore[return-value]
+                response = await self.controller.handle(request)
             except NotControllerError:
                 response = None
-        try:
-            response, uncertain = await self.client.call_with_outcome(request)
-        except ControllerUnavailableError as exc:
-            raise NotAvailableError(str(exc)) from exc
+                maybe_delivered = True  # its records may still commit under the next leader
+        if response is None:
+            try:
+                response, resent = await self.client.call_tracked(request)
+            except ControllerUnavailableError as exc:
+                raise NotAvailableError(str(exc)) from exc
+            maybe_delivered = maybe_delivered or resent
         await self.wait_for_committed()
-        if uncertain and isinstance(request, CreateTopicsRequest) and isinstance(response, CreateTopicsResponse):
-            response = self._created_by_a_lost_attempt(request, response)
+        if maybe_delivered and isinstance(request, CreateTopicsRequest) and isinstance(response, CreateTopicsResponse):
+            response = resolve_resent_create(self.state_machine.image, request, response)
         return response  # type: ignore[return-value]
-
-    def _created_by_a_lost_attempt(
-        self, request: CreateTopicsRequest, response: CreateTopicsResponse
-    ) -> CreateTopicsResponse:
-        """A create that was retried after an attempt whose answer was lost meets the topic
-        that attempt created: TOPIC_ALREADY_EXISTS would be a lie. When the existing topic is
-        exactly what was asked (partition count, replication factor or assignment, explicit
-        configs), answer it as created by this request."""
-        image = self.state_machine.image
-        asked = {t.name: t for t in request.topics}
-        results = []
-        for r in response.topics:
-            t = asked.get(r.name)
-            existing = image.topics.by_name.get(r.name)
-            if r.error_code == int(ErrorCode.TOPIC_ALREADY_EXISTS) and t is not None and existing is not None:
-                parts = existing.partitions
-                replicas = {p: reg.replicas for p, reg in parts.items()}
-                rf = len(next(iter(replicas.values()), ()))
-                count_ok = t.num_partitions in (-1, len(parts)) and t.replication_factor in (-1, rf)
-                if t.num_partitions == -1:
-                    count_ok = (
-                        count_ok
-                        and (t.assignments is None or dict(t.assignments) == replicas)
-                        and (t.assignments is not None or len(parts) == self.config.num_partitions)
-                    )
-                configs = dict(image.configs.get(ConfigResource(2, r.name), {}))
-                if count_ok and configs == dict(t.configs):
-                    log.info("topic %s: created by an earlier attempt of this request whose answer was lost", r.name)
-                    r = CreateTopicResult(r.name, 0, None, existing.id, len(parts), rf, configs)
-            results.append(r)
-        return CreateTopicsResponse(tuple(results))
 
     async def wait_for_committed(self, timeout_s: float = 10.0) -> None:
         """Wait until this node applied everything the quorum leader has committed."""

@@ -52,7 +52,7 @@ from quorum.storage.file_log import FileLog
 from quorum.storage.quorum_state import QuorumStateStore
 from quorum.storage.snapshots import SnapshotStore, decode_snapshot, encode_snapshot
 from quorum.wire import codec
-from quorum.wire.transport import CloseConnection, PeerClient, PeerUnavailable, close_server, serve
+from quorum.wire.transport import CloseConnection, ConnectionLimits, PeerClient, PeerUnavailable, close_server, serve
 from quorum.wire.transport import request as one_shot_request
 
 log = logging.getLogger(__name__)
@@ -203,7 +203,12 @@ class RaftNode:
         )
         if self._serve_raft:
             listener = self.config.controller_listeners[0]
-            self._server = await serve(listener.host or "0.0.0.0", listener.port, self._handle_frame)  # noqa: S104
+            self._server = await serve(
+                listener.host or "0.0.0.0",  # noqa: S104
+                listener.port,
+                self._handle_frame,
+                limits=ConnectionLimits.from_config(self.config),
+            )
         self._task = asyncio.create_task(self._run(), name=f"raft-{self.node_id}")
 
     async def stop(self, *, graceful: bool = True, resign_wait_s: float = 0.5) -> None:

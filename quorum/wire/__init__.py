@@ -30,11 +30,14 @@ from quorum.wire.codec import (
 from quorum.wire.transport import (
     DEFAULT_MAX_FRAME_BYTES,
     CloseConnection,
+    ConnectionLimits,
+    MemoryPool,
     PeerClient,
     PeerUnavailable,
     close_server,
     request,
     serve,
+    server_stats,
 )
 
 __all__ = [
@@ -51,6 +54,8 @@ __all__ = [
     "ApiVersionsCall",
     "ApiVersionsResult",
     "CloseConnection",
+    "ConnectionLimits",
+    "MemoryPool",
     "DecodedRequest",
     "DescribeQuorumCall",
     "ErrorResult",
@@ -69,4 +74,5 @@ __all__ = [
     "error_response_for",
     "request",
     "serve",
+    "server_stats",
 ]

@@ -74,6 +74,7 @@ from quorum.controller.requests import (
     IsrMember,
     PartitionsIncrease,
 )
+from quorum.kafka_errors import default_message
 from quorum.raft.errors import ErrorCode
 from quorum.wire._reader import MalformedError, entity_reader
 from quorum.wire.admin_versions import ADMIN_API_VERSIONS, AdminApiKey
@@ -846,7 +847,9 @@ def _enc_broker_registration_response(cls: type[Any], r: BrokerRegistrationRespo
 
 
 def _dec_broker_registration_response(body: Any, version: int) -> BrokerRegistrationResponse:
-    return BrokerRegistrationResponse(_code(body.error_code), body.broker_epoch)
+    code = _code(body.error_code)
+    # The response has no message field: a refusal carries Kafka's standard message.
+    return BrokerRegistrationResponse(code, body.broker_epoch, default_message(code) if code else None)
 
 
 def _err_broker_registration(r: Any, code: int, message: str | None) -> BrokerRegistrationResponse:

@@ -2,44 +2,46 @@
 
 A frame on the wire is a 4-byte big-endian signed length followed by that many
 bytes (header + body). The server answers the requests of one connection strictly
-in order. By default it handles them one at a time (Kafka mutes a connection while a
-request is in flight); with `pipeline_depth` > 1 it keeps reading up to that many
-requests ahead, runs their handlers concurrently and still writes the responses in
-request order (a client's pipelined produce requests then wait for replication
-together instead of one after another). Connections are independent. The client pipelines: any number of requests may be
+in order: by default one at a time (Kafka mutes a connection while a request is in
+flight), or, with a pipeline depth above 1, handling several concurrently; connections
+are independent, within the listener's ConnectionLimits (frame size, pooled request
+bytes, connection counts, idle time). The client pipelines: any number of requests may be
 in flight on its single connection, matched to responses by correlation id.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final
+
+from quorum.wire.limits import DEFAULT_SOCKET_REQUEST_MAX_BYTES, ConnectionLimits, MemoryPool
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "CloseConnection",
+    "ConnectionLimits",
     "Handler",
+    "MemoryPool",
     "PeerClient",
     "PeerUnavailable",
     "close_server",
     "request",
     "serve",
+    "server_stats",
 ]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_FRAME_BYTES: Final = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+DEFAULT_MAX_FRAME_BYTES: Final = DEFAULT_SOCKET_REQUEST_MAX_BYTES  # Kafka's socket.request.max.bytes
 _STREAM_LIMIT: Final = 1 << 20  # StreamReader buffer before it pauses the socket
 
 Handler = Callable[[bytes], Awaitable[bytes | None]]
-
-# Open connections (and the tasks serving them) per server, so that `close_server` can
-# drop them: 3.11's Server.close() leaves accepted connections running.
-_CONNECTIONS: dict[asyncio.Server, dict[asyncio.StreamWriter, asyncio.Task[None] | None]] = {}
 
 
 class PeerUnavailable(ConnectionError):
@@ -49,6 +51,10 @@ class PeerUnavailable(ConnectionError):
 class CloseConnection(Exception):
     """Raise from a server handler to close its connection quietly (e.g. a request that
     cannot be answered: Kafka closes the connection on an unknown api key)."""
+
+
+class _BadFrameSize(CloseConnection):
+    """A length prefix outside 0..socket.request.max.bytes (logged as a warning)."""
 
 
 def _set_nodelay(writer: asyncio.StreamWriter) -> None:
@@ -67,92 +73,252 @@ async def _close_writer(writer: asyncio.StreamWriter) -> None:
 
 # --------------------------------------------------------------------------- server
 
+_SERVER_STREAM_LIMIT: Final = 64 * 1024  # per connection: a StreamReader pauses the socket at 2x this
+_READ_CHUNK: Final = 256 * 1024  # large bodies are read in chunks so that activity is seen as it comes
+
+
+class _Conn:
+    """One accepted connection: its task, peer address and activity (monotonic seconds)."""
+
+    __slots__ = ("in_flight", "ip", "last_active", "peer", "task", "writer")
+
+    def __init__(self, writer: asyncio.StreamWriter, task: asyncio.Task[None] | None) -> None:
+        self.writer = writer
+        self.task = task
+        self.peer = writer.get_extra_info("peername")
+        self.ip: str = self.peer[0] if isinstance(self.peer, tuple) and self.peer else str(self.peer)
+        self.last_active = time.monotonic()
+        self.in_flight = 0  # requests read and not yet answered
+
+    def touch(self) -> None:
+        self.last_active = time.monotonic()
+
+
+class _ServerState:
+    """What `close_server` needs of a server: its connections and its idle sweeper."""
+
+    def __init__(self, limits: ConnectionLimits, pool: MemoryPool) -> None:
+        self.limits = limits
+        self.pool = pool
+        self.connections: dict[asyncio.StreamWriter, _Conn] = {}
+        self.per_ip: collections.Counter[str] = collections.Counter()
+        self.sweeper: asyncio.Task[None] | None = None
+
+    async def sweep_idle(self, idle_s: float) -> None:
+        """Close connections idle for `idle_s` (Kafka's connections.max.idle.ms)."""
+        while True:
+            await asyncio.sleep(min(1.0, idle_s / 4))
+            now = time.monotonic()
+            for conn in list(self.connections.values()):
+                if conn.in_flight == 0 and now - conn.last_active > idle_s:
+                    log.info("closing connection from %s: idle for more than %.0f ms", conn.peer, idle_s * 1000)
+                    conn.writer.close()
+                    if conn.task is not None:
+                        conn.task.cancel()
+
+
+# Per server, so that `close_server` can drop its connections: 3.11's Server.close()
+# leaves accepted connections running.
+_SERVERS: dict[asyncio.Server, _ServerState] = {}
+
+
+async def _read_frame(
+    reader: asyncio.StreamReader, conn: _Conn, limits: ConnectionLimits, pool: MemoryPool
+) -> tuple[bytes, int] | None:
+    """The next request frame (without prefix) and its size reserved in `pool`; None at a
+    clean end of stream. The caller releases the reservation once the frame is handled."""
+    try:
+        prefix = await reader.readexactly(4)
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial:
+            raise
+        return None  # the client closed the connection between requests
+    conn.touch()
+    size = int.from_bytes(prefix, "big", signed=True)
+    if size < 0 or size > limits.socket_request_max_bytes:
+        raise _BadFrameSize(f"frame size {size} outside 0..{limits.socket_request_max_bytes}")
+    await pool.reserve(size)
+    try:
+        if size <= _READ_CHUNK:
+            body = await reader.readexactly(size)
+        else:
+            buf = bytearray()
+            while len(buf) < size:
+                chunk = await reader.read(min(size - len(buf), _READ_CHUNK))
+                if not chunk:
+                    raise asyncio.IncompleteReadError(bytes(buf), size)
+                buf += chunk
+                conn.touch()
+            body = bytes(buf)
+            del buf
+    except BaseException:
+        pool.release(size)
+        raise
+    conn.touch()
+    return body, size
+
+
+async def _serve_sequential(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    conn: _Conn,
+    handler: Handler,
+    limits: ConnectionLimits,
+    pool: MemoryPool,
+) -> None:
+    """One request at a time: read, handle, answer (Kafka mutes a connection in flight)."""
+    while True:
+        read = await _read_frame(reader, conn, limits, pool)
+        if read is None:
+            return
+        frame, size = read
+        conn.in_flight = 1
+        try:
+            response = await handler(frame)
+        finally:
+            del frame
+            pool.release(size)
+            conn.in_flight = 0
+        if response is not None:
+            if writer.is_closing():
+                return  # the peer or the server went away while we worked on it
+            writer.write(response)
+            await writer.drain()
+            conn.touch()
+
+
+async def _serve_pipelined(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    conn: _Conn,
+    handler: Handler,
+    limits: ConnectionLimits,
+    pool: MemoryPool,
+    depth: int,
+) -> None:
+    """Up to `depth` requests in flight, handled concurrently, answered in request order."""
+    slots = asyncio.Semaphore(depth)
+    queue: asyncio.Queue[asyncio.Future[bytes | None] | None] = asyncio.Queue()
+    handlers: set[asyncio.Future[bytes | None]] = set()
+    reading = asyncio.current_task()
+    failure: list[BaseException] = []
+
+    async def write_in_order() -> None:
+        try:
+            while True:
+                task = await queue.get()
+                if task is None:
+                    return  # the client ended its stream and every response is out
+                response = await task
+                conn.in_flight -= 1
+                if response is not None:
+                    if writer.is_closing():
+                        break  # the peer or the server went away while we worked on it
+                    writer.write(response)
+                    await writer.drain()
+                    conn.touch()
+                slots.release()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            failure.append(exc)
+        writer.close()
+        if reading is not None:
+            reading.cancel()
+
+    def on_done(size: int) -> Callable[[asyncio.Future[bytes | None]], None]:
+        def release(task: asyncio.Future[bytes | None]) -> None:
+            handlers.discard(task)
+            pool.release(size)
+
+        return release
+
+    writing = asyncio.get_running_loop().create_task(write_in_order())
+    try:
+        while True:
+            await slots.acquire()
+            read = await _read_frame(reader, conn, limits, pool)
+            if read is None:
+                break
+            frame, size = read
+            task: asyncio.Future[bytes | None] = asyncio.ensure_future(handler(frame))
+            del frame
+            handlers.add(task)
+            task.add_done_callback(on_done(size))
+            conn.in_flight += 1
+            queue.put_nowait(task)
+        queue.put_nowait(None)
+        await writing
+    except asyncio.CancelledError:
+        if failure:
+            raise failure[0] from None  # a handler failed: report it as the sequential mode does
+        raise
+    finally:
+        writing.cancel()
+        for task in list(handlers):
+            task.cancel()
+        pending: set[asyncio.Future[Any]] = {writing, *handlers}
+        await asyncio.wait(pending)
+
 
 async def serve(
     host: str | None,
     port: int,
     handler: Handler,
     *,
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    limits: ConnectionLimits | None = None,
     pipeline_depth: int = 1,
+    memory_pool: MemoryPool | None = None,
 ) -> asyncio.Server:
     """Listen on host:port; call `handler(frame)` for each request frame.
 
-    `frame` excludes the length prefix; the handler returns the complete response
-    frame (with its prefix) or None to send nothing. A length prefix below 0 or
-    above `max_frame_bytes` is logged and closes that connection; so does an
-    exception from the handler. Stop with `close_server`.
+    `frame` excludes the length prefix; the handler returns the complete response frame
+    (with its prefix) or None to send nothing. `limits` (default: Kafka's defaults, see
+    ConnectionLimits) bound frame size, buffered bytes, connections and idleness. A bad
+    length prefix, a handler exception or CloseConnection close that connection only.
+
+    `pipeline_depth` 1 (default): a connection's requests are read and answered one at a
+    time. Above 1: up to that many frames are read ahead and handled concurrently, and
+    their responses written strictly in request order (a None response is skipped in
+    place). Received frames count against `queued_max_request_bytes` until their handler
+    returns; when the pool is full, reading stops (sockets back-pressure) until it is
+    released. `memory_pool` shares one budget between servers (default: one per server).
+    Stop with `close_server`.
     """
-    connections: dict[asyncio.StreamWriter, asyncio.Task[None] | None] = {}
-
-    async def read_frame(reader: asyncio.StreamReader, peer: object) -> bytes | None:
-        try:
-            prefix = await reader.readexactly(4)
-        except asyncio.IncompleteReadError:
-            return None  # the client closed the connection
-        size = int.from_bytes(prefix, "big", signed=True)
-        if size < 0 or size > max_frame_bytes:
-            log.warning("closing connection from %s: frame size %d outside 0..%d", peer, size, max_frame_bytes)
-            return None
-        return await reader.readexactly(size)
-
-    async def serial(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object) -> None:
-        while True:
-            frame = await read_frame(reader, peer)
-            if frame is None:
-                return
-            response = await handler(frame)
-            if response is not None:
-                if writer.is_closing():
-                    return  # the peer or the server went away while we worked on it
-                writer.write(response)
-                await writer.drain()
-
-    async def pipelined(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object) -> None:
-        # Invariant: the handler tasks of requests read but not yet answered are the one the
-        # writer awaits plus those in `pending`, in request order: at most `pipeline_depth`.
-        pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(maxsize=pipeline_depth - 1)
-
-        async def write_in_order() -> None:
-            while True:
-                task = await pending.get()
-                if task is None:
-                    return
-                response = await task
-                if response is not None:
-                    if writer.is_closing():
-                        return
-                    writer.write(response)
-                    await writer.drain()
-
-        writer_task = asyncio.create_task(write_in_order())
-        try:
-            while not writer_task.done():
-                frame = await read_frame(reader, peer)
-                if frame is None:
-                    break
-                await pending.put(asyncio.ensure_future(handler(frame)))
-            if not writer_task.done():
-                await pending.put(None)
-            await writer_task  # answers what was read, or raises what a handler raised
-        finally:
-            writer_task.cancel()
-            while not pending.empty():
-                task = pending.get_nowait()
-                if task is not None:
-                    task.cancel()
+    if pipeline_depth < 1:
+        raise ValueError(f"pipeline_depth must be >= 1, got {pipeline_depth}")
+    limits = limits if limits is not None else ConnectionLimits()
+    pool = memory_pool if memory_pool is not None else MemoryPool(limits.queued_max_request_bytes)
+    state = _ServerState(limits, pool)
 
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connections[writer] = asyncio.current_task()
+        conn = _Conn(writer, asyncio.current_task())
+        peer = conn.peer
+        if len(state.connections) >= limits.max_connections or state.per_ip[conn.ip] >= limits.max_connections_per_ip:
+            log.warning(
+                "refusing connection from %s: %d connections open (%d from %s); max.connections=%d, "
+                "max.connections.per.ip=%d",
+                peer,
+                len(state.connections),
+                state.per_ip[conn.ip],
+                conn.ip,
+                limits.max_connections,
+                limits.max_connections_per_ip,
+            )
+            await _close_writer(writer)
+            return
+        state.connections[writer] = conn
+        state.per_ip[conn.ip] += 1
         _set_nodelay(writer)
-        peer = writer.get_extra_info("peername")
         try:
-            if pipeline_depth > 1:
-                await pipelined(reader, writer, peer)
+            if pipeline_depth == 1:
+                await _serve_sequential(reader, writer, conn, handler, limits, pool)
             else:
-                await serial(reader, writer, peer)
+                await _serve_pipelined(reader, writer, conn, handler, limits, pool, pipeline_depth)
         except (asyncio.IncompleteReadError, ConnectionError):
             log.debug("connection from %s lost", peer)
+        except _BadFrameSize as exc:
+            log.warning("closing connection from %s: %s", peer, exc)
         except CloseConnection as exc:
             log.info("closing connection from %s: %s", peer, exc)
         except Exception:
@@ -162,11 +328,17 @@ async def serve(
             # for a cancelled connection task. Nothing awaits this task but close_server.
             log.debug("connection from %s cancelled", peer)
         finally:
-            connections.pop(writer, None)
+            if state.connections.pop(writer, None) is not None:
+                state.per_ip[conn.ip] -= 1
+                if state.per_ip[conn.ip] <= 0:
+                    del state.per_ip[conn.ip]
             await _close_writer(writer)
 
-    server = await asyncio.start_server(on_connect, host, port, limit=_STREAM_LIMIT)
-    _CONNECTIONS[server] = connections
+    server = await asyncio.start_server(on_connect, host, port, limit=_SERVER_STREAM_LIMIT)
+    idle_s = limits.idle_s
+    if idle_s is not None:
+        state.sweeper = asyncio.get_running_loop().create_task(state.sweep_idle(idle_s))
+    _SERVERS[server] = state
     return server
 
 
@@ -176,18 +348,35 @@ async def close_server(server: asyncio.Server, *, grace_s: float = 1.0) -> None:
     Connections whose handler is still busy after `grace_s` are cancelled.
     """
     server.close()
-    connections = _CONNECTIONS.pop(server, {})
-    for writer in list(connections):
-        writer.close()
-    tasks = {task for task in connections.values() if task is not None and task is not asyncio.current_task()}
-    if tasks:
-        _, busy = await asyncio.wait(tasks, timeout=grace_s)
-        for task in busy:
-            task.cancel()
-        if busy:
-            await asyncio.wait(busy)
+    state = _SERVERS.pop(server, None)
+    if state is not None:
+        if state.sweeper is not None:
+            state.sweeper.cancel()
+        connections = dict(state.connections)
+        for writer in connections:
+            writer.close()
+        current = asyncio.current_task()
+        tasks = {c.task for c in connections.values() if c.task is not None and c.task is not current}
+        if tasks:
+            _, busy = await asyncio.wait(tasks, timeout=grace_s)
+            for task in busy:
+                task.cancel()
+            if busy:
+                await asyncio.wait(busy)
     with contextlib.suppress(Exception):
         await server.wait_closed()
+
+
+def server_stats(server: asyncio.Server) -> dict[str, int]:
+    """Open connections and pooled request bytes of a server (for diagnostics and tests)."""
+    state = _SERVERS.get(server)
+    if state is None:
+        return {"connections": 0, "memory_used": 0, "memory_waiting": 0}
+    return {
+        "connections": len(state.connections),
+        "memory_used": state.pool.used,
+        "memory_waiting": state.pool.waiting,
+    }
 
 
 # --------------------------------------------------------------------------- client

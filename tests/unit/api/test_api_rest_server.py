@@ -76,3 +76,40 @@ def test_two_servers_in_one_loop_and_the_loop_goes_on():
         return answers
 
     assert asyncio.run(main()) == [200, 200, 404]
+
+
+def test_idle_and_half_sent_connections_are_closed_while_requests_are_answered():
+    async def closed_by_server(reader: asyncio.StreamReader, timeout_s: float) -> bool:
+        try:
+            return await asyncio.wait_for(reader.read(), timeout_s) is not None
+        except TimeoutError:
+            return False
+
+    async def main() -> None:
+        handle = await serve_rest(FakeNode(), "127.0.0.1", 0, idle_timeout_s=0.5)
+        try:
+            idle = [await asyncio.open_connection("127.0.0.1", handle.port) for _ in range(50)]
+            half_head = [await asyncio.open_connection("127.0.0.1", handle.port) for _ in range(50)]
+            for _, writer in half_head:
+                writer.write(b"GET /v3/clusters HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            half_body = await asyncio.open_connection("127.0.0.1", handle.port)
+            half_body[1].write(
+                f"POST {V3}/topics HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                "Content-Length: 100\r\n\r\n{".encode()
+            )
+            started = asyncio.get_running_loop().time()
+            async with httpx.AsyncClient(base_url=handle.url) as client:
+                # Real requests are answered throughout, on a connection kept busy past the timeout.
+                for _ in range(8):
+                    assert (await client.get(f"{V3}/topics")).status_code == 200
+                    await asyncio.sleep(0.1)
+            for reader, _ in [*idle, *half_head, half_body]:
+                assert await closed_by_server(reader, 3.0)
+            elapsed = asyncio.get_running_loop().time() - started
+            assert elapsed < 3.0
+            for _, writer in [*idle, *half_head, half_body]:
+                writer.close()
+        finally:
+            await handle.stop()
+
+    asyncio.run(main())

@@ -191,6 +191,51 @@ def test_duplicate_live_registration_refused(tmp_path: Path) -> None:
     run(scenario())
 
 
+def test_impostor_registration_refused_after_controller_failover(tmp_path: Path) -> None:
+    """A new active controller knows the live incarnation from the image: another process
+    posing as the broker is refused (while the session lives, fenced or not) until the
+    real broker's session times out or its controlled shutdown completes."""
+
+    async def scenario() -> None:
+        h = await start(tmp_path, session_timeout_ms=1500)
+        await h.unfenced_brokers(4, 5)
+        real = h.incarnations[4]
+        await stop(h)
+        # A new active controller: no heartbeat seen yet, only the image.
+        h = await start(tmp_path, session_timeout_ms=1500)
+        try:
+            assert h.sm.image.cluster.brokers[4].incarnation_id == real
+            impostor = BrokerRegistrationRequest(
+                broker_id=4, cluster_id=CLUSTER, incarnation_id=uuid.uuid4(), listeners=()
+            )
+            resp = await h.controller.handle(impostor)
+            assert isinstance(resp, BrokerRegistrationResponse)
+            assert resp.error_code == ErrorCode.DUPLICATE_BROKER_REGISTRATION, resp
+            assert resp.message and "4" in resp.message
+            before = h.sm.image.cluster.brokers[4]
+            # The real broker, catching up and asking to stay fenced, still owns its id.
+            epoch4 = before.epoch
+            assert (await h.heartbeat(4, epoch4, want_fence=True)).is_fenced
+            resp = await h.controller.handle(impostor)
+            assert isinstance(resp, BrokerRegistrationResponse)
+            assert resp.error_code == ErrorCode.DUPLICATE_BROKER_REGISTRATION
+            assert h.sm.image.cluster.brokers[4].incarnation_id == real
+            # Broker 5 shuts down under control: its next incarnation registers at once.
+            epoch5 = h.sm.image.cluster.brokers[5].epoch
+            assert (await h.heartbeat(5, epoch5, want_shut_down=True)).should_shut_down
+            h.incarnations[5] = uuid.uuid4()
+            assert await h.register(5) > epoch5
+            # Broker 4 goes silent: once its session timed out, a new incarnation is accepted.
+            await asyncio.sleep(1.5 + 0.3)
+            h.incarnations[4] = uuid.uuid4()
+            assert await h.register(4) > epoch4
+            assert h.sm.image.cluster.brokers[4].incarnation_id == h.incarnations[4]
+        finally:
+            await stop(h)
+
+    run(scenario())
+
+
 def test_create_topics_place_replicas_and_answer_after_commit(tmp_path: Path) -> None:
     async def scenario() -> None:
         h = await start(tmp_path)

@@ -47,6 +47,7 @@ from quorum.controller.requests import (
     IsrMember,
     PartitionsIncrease,
 )
+from quorum.kafka_errors import default_message
 from quorum.wire.admin_codec import (
     ConfigEntry,
     ConfigSynonym,
@@ -388,7 +389,8 @@ def project_response(r: Any, version: int) -> Any:
         case ElectLeadersResponse() if version == 0:
             return replace(r, error_code=0)
         case BrokerRegistrationResponse():
-            return replace(r, message=None)
+            # No message on the wire: a refusal decodes with Kafka's standard message.
+            return replace(r, message=default_message(r.error_code) if r.error_code else None)
         case DescribeClusterResponse():
             if version < 1:
                 r = replace(r, endpoint_type=1)

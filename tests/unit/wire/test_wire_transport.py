@@ -17,6 +17,7 @@ from quorum.wire import (
     ApiVersionsCall,
     ApiVersionsResult,
     CloseConnection,
+    ConnectionLimits,
     PeerClient,
     PeerUnavailable,
     WireError,
@@ -247,7 +248,7 @@ async def _raw_exchange(port: int, data: bytes) -> bytes:
 @pytest.mark.parametrize("length", [1025, 2**31 - 1, -1, -(2**31)])
 def test_bad_length_prefix_closes_only_that_connection(run, length, caplog):
     async def main() -> None:
-        server = await serve("127.0.0.1", 0, echo, max_frame_bytes=1024)
+        server = await serve("127.0.0.1", 0, echo, limits=ConnectionLimits(socket_request_max_bytes=1024))
         port = port_of(server)
         good = PeerClient("127.0.0.1", port, connect_timeout_s=2, request_timeout_s=5)
         try:
