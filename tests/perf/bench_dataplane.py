@@ -204,6 +204,7 @@ class Run:
     consume_broker_cores: float = float("nan")
     consume_client_cores: float = float("nan")
     load1: float = 0.0
+    idle_broker_cores: float = float("nan")  # with the topic created, before any message
     note: str = ""
 
     @property
@@ -267,10 +268,11 @@ def produce_run(
             while True:
                 if send(sent):
                     sent += 1
-                    if sent % 1000 == 0:
-                        producer.poll(0)
-                        if time.monotonic() >= end:
-                            break
+                    if sent % 1000:
+                        continue
+                    producer.poll(0)
+                if time.monotonic() >= end:  # every 1000 messages, and while the queue is full
+                    break
         else:
             while True:
                 now = time.monotonic()
@@ -561,6 +563,15 @@ def rest_delete_topic(cluster: Any, name: str, timeout: float = 120) -> None:
     print(f"  (topic {name}: partition directories still on disk after {timeout} s)", flush=True)
 
 
+def idle_cores(groups: dict[str, list[int]], seconds: float) -> float:
+    """Cores the brokers use with the topic created and nothing produced or consumed."""
+    if seconds <= 0:
+        return float("nan")
+    with CpuWindow(groups) as cpu:
+        time.sleep(seconds)
+    return cpu.cores("brokers")
+
+
 def check_disk(path: Path, need_bytes: float) -> None:
     free = shutil.disk_usage(path).free
     if free < need_bytes + 1e9:
@@ -621,6 +632,7 @@ def run_pykraft(args: argparse.Namespace, work: Path, nb: int) -> list[Run]:
                 rest_create_topic(cluster, topic, parts, shape_rf, args.disk_budget_gb * 1e9)
                 wait_for_leaders(bootstrap, topic, parts, work)
                 run = Run("pykraft", nb, shape_rf, parts, acks, None)
+                run.idle_broker_cores = idle_cores(groups, args.idle_seconds)
                 profile = None
                 if (
                     acks == "all"
@@ -673,7 +685,7 @@ def run_pykraft(args: argparse.Namespace, work: Path, nb: int) -> list[Run]:
 COLUMNS = [
     ("run", 40), ("acks", 4), ("offered", 9), ("MB/s", 7), ("p50 ms", 8), ("p99 ms", 8), ("max ms", 8),
     ("cons MB/s", 9), ("CPU ms/MB", 9), ("broker cores", 12), ("ctrl cores", 10), ("client cores", 12),
-    ("others", 6), ("errors", 6),
+    ("others", 6), ("idle cores", 10), ("errors", 6),
 ]  # fmt: skip
 
 
@@ -691,7 +703,7 @@ def row_cells(r: Run) -> list[str]:
     return [
         r.label, r.acks, offered, _f(r.mb_s), _f(r.p50_ms), _f(r.p99_ms), _f(r.max_ms), cons,
         _f(r.broker_cpu_ms_per_mb, 2), _f(r.broker_cores, 2), _f(r.controller_cores, 2), _f(r.client_cores, 2),
-        f"{r.others_share:.0%}", str(r.errors),
+        f"{r.others_share:.0%}", _f(r.idle_broker_cores, 2), str(r.errors),
     ]  # fmt: skip
 
 
@@ -812,6 +824,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=10.0, help="length of each produce run (default 10)")
     ap.add_argument("--cluster-warmup", type=float, default=3.0, help="s of unreported acks=all on a new cluster")
+    ap.add_argument("--idle-seconds", type=float, default=2.0,
+                    help="before each saturation run: brokers' CPU with the topic created and no traffic")  # fmt: skip
     ap.add_argument("--consume-seconds", type=float, default=2.0, help="minimum length of a consume run")
     ap.add_argument("--quick", action="store_true", help="smoke run (< 60 s): 3 brokers, 3 partitions/broker, 3 s runs")
     ap.add_argument("--brokers", type=int, nargs="+", default=[1, 3])
@@ -830,7 +844,7 @@ def main() -> int:
     ap.add_argument("--json-out", type=Path, default=None)
     args = ap.parse_args()
     if args.quick:
-        args.seconds, args.consume_seconds, args.cluster_warmup = 3.0, 1.0, 1.5
+        args.seconds, args.consume_seconds, args.cluster_warmup, args.idle_seconds = 3.0, 1.0, 1.5, 1.0
         args.brokers, args.partitions_per_broker, args.rate_fractions, args.rf1 = [3], [3], [0.5], False
     args.brokers = sorted(set(args.brokers))
     args.verdict_ppb = lambda: 3 if 3 in args.partitions_per_broker else args.partitions_per_broker[0]
@@ -848,7 +862,8 @@ def main() -> int:
           f"{WARMUP_MESSAGES} warm-up messages")  # fmt: skip
     print("columns: MB/s = acknowledged bytes / (first produce .. last delivery report); p50/p99/max = delivery "
           "latency; cons = consumer MB/s reading it back; CPU ms/MB = broker CPU (summed) per MB acknowledged; "
-          "cores = CPU seconds per second of the run; others = share of all CPUs used by other processes")  # fmt: skip
+          "cores = CPU seconds per second of the run; others = share of all CPUs used by other processes; "
+          "idle cores = the brokers' CPU with the topic created, before any traffic")  # fmt: skip
     print()
     print_header()
     runs: list[Run] = []
