@@ -65,10 +65,22 @@ def _set_nodelay(writer: asyncio.StreamWriter) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+_CLOSE_WAIT_S: Final = 1.0  # how long a closing connection may take to flush before it is aborted
+
+
 async def _close_writer(writer: asyncio.StreamWriter) -> None:
+    """Close a connection; abort it if its unsent bytes do not drain within `_CLOSE_WAIT_S`.
+
+    A plain close waits until the peer has read everything queued for it: a peer that stopped
+    reading (paused, or shutting down itself) would otherwise hold the task, and a node's
+    shutdown, forever."""
     writer.close()
-    with contextlib.suppress(Exception):
-        await writer.wait_closed()
+    try:
+        await asyncio.wait_for(writer.wait_closed(), _CLOSE_WAIT_S)
+    except TimeoutError:
+        writer.transport.abort()
+    except Exception:  # noqa: S110 - closing anyway
+        pass
 
 
 # --------------------------------------------------------------------------- server
@@ -525,8 +537,7 @@ class PeerClient:
             return
         conn.fail(PeerUnavailable(f"{self._name}: client closed"))
         await asyncio.wait([conn.task])
-        with contextlib.suppress(Exception):
-            await conn.writer.wait_closed()
+        await _close_writer(conn.writer)
 
 
 async def request(

@@ -88,8 +88,8 @@ class NumberedProducer:
 
 
 def check_read_back(brokers: str, producer: NumberedProducer) -> dict[int, list[int]]:
-    """Every acknowledged record is in its partition exactly once, at its acked offset,
-    and records of one partition are in production order."""
+    """Every acknowledged record is in its partition at its acked offset, and the acknowledged
+    records of one partition are in production order (see below for client re-sends)."""
     total_hint = len(producer.acked) + len(producer.failed)
     msgs = confluent_consume_all(brokers, producer.topic, range(producer.partitions), expected=total_hint, timeout=60)
     by_partition: dict[int, list[tuple[int, int]]] = {}
@@ -105,13 +105,21 @@ def check_read_back(brokers: str, producer: NumberedProducer) -> dict[int, list[
             # An acknowledged record is where its acknowledgement said.
             if v not in seen or producer.acked.get(v) == (p, o):
                 seen[v] = (p, o)
-    # Acknowledged records are read exactly once. (A record whose delivery failed may be in the
-    # log, even twice if the client sent it again after a lost answer: without idempotence
-    # that is at-least-once, the client's choice; it is never acknowledged twice.)
-    twice = sorted(v for v in producer.acked if copies.get(v, 0) > 1)
-    assert not twice, f"acknowledged records read more than once: {twice[:10]}"
+    # Every acknowledged record is at its acknowledged offset (checked below). A second copy
+    # can exist only as an earlier attempt the client sent again after losing the answer when
+    # a leader died (librdkafka without idempotence: at-least-once); it must be in the same
+    # partition. Such copies are counted and reported, not allowed elsewhere.
+    resent = {
+        v: sorted((p, o) for p, items in by_partition.items() for o, x in items if x == v)
+        for v in producer.acked
+        if copies.get(v, 0) > 1
+    }
+    for v, places in resent.items():
+        assert {p for p, _ in places} == {producer.acked[v][0]}, f"record {v} in two partitions: {places}"
+    if resent:
+        print(f"acknowledged records with an extra copy from a client re-send: {dict(list(resent.items())[:5])}")
     for p, items in by_partition.items():
-        acked_values = [v for _, v in items if v in producer.acked]
+        acked_values = [v for o, v in items if producer.acked.get(v) == (p, o)]
         assert acked_values == sorted(acked_values), f"partition {p}: acknowledged records out of production order"
     lost = sorted(n for n in producer.acked if n not in seen)
     assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:10]}"
