@@ -28,6 +28,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from broker.log.records import iter_records
 from quorum.storage.record_batch import BATCH_HEADER_SIZE, LOG_OVERHEAD
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -60,46 +61,8 @@ def _decompress(codec: int, data: bytes) -> bytes:
     return data
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = raw = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-
-
 def _text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
-
-
-def _records(body: bytes, count: int) -> Iterator[tuple[int, int, bytes | None, bytes | None, list[str]]]:
-    """(offset delta, timestamp delta, key, value, header keys) of each record."""
-    pos = 0
-    for _ in range(count):
-        length, pos = _varint(body, pos)
-        end = pos + length
-        p = pos + 1
-        ts_delta, p = _varint(body, p)
-        off_delta, p = _varint(body, p)
-        klen, p = _varint(body, p)
-        key = None if klen < 0 else body[p : p + klen]
-        p += max(klen, 0)
-        vlen, p = _varint(body, p)
-        value = None if vlen < 0 else body[p : p + vlen]
-        p += max(vlen, 0)
-        nh, p = _varint(body, p)
-        keys = []
-        for _h in range(nh):
-            hk, p = _varint(body, p)
-            keys.append(_text(body[p : p + hk]))
-            p += hk
-            hv, p = _varint(body, p)
-            p += max(hv, 0)
-        yield off_delta, ts_delta, key, value, keys
-        pos = end
 
 
 def dump_segment(path: Path, *, deep_iteration: bool = False, print_data_log: bool = False) -> Iterator[str]:
@@ -133,7 +96,11 @@ def dump_segment(path: Path, *, deep_iteration: bool = False, print_data_log: bo
         if deep and valid:
             try:
                 body = _decompress(codec, data[pos + BATCH_HEADER_SIZE : end])
-                for off_delta, ts_delta, key, value, hkeys in _records(body, count):
+                for record in iter_records(body, count):
+                    off_delta, ts_delta, key, value = (
+                        record.offset_delta, record.timestamp_delta, record.key, record.value
+                    )  # fmt: skip
+                    hkeys = list(record.header_keys)
                     ts = max_ts if attrs & 0x08 else base_ts + ts_delta
                     seq = -1 if base_seq == -1 else base_seq + off_delta
                     line = (
@@ -146,7 +113,7 @@ def dump_segment(path: Path, *, deep_iteration: bool = False, print_data_log: bo
                             line += f" key: {_text(key)}"
                         line += f" payload: {'' if value is None else _text(value)}"
                     yield line
-            except (OSError, ValueError, IndexError, ImportError) as exc:
+            except (OSError, ValueError, IndexError, ImportError) as exc:  # RecordsError is a ValueError
                 yield f"| could not read the records of this batch: {exc}"
         pos = end
     if pos < len(data):

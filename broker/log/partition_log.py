@@ -38,6 +38,7 @@ from broker.log.checkpoints import (
 )
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
+from broker.log.records import RecordsError, iter_records
 from broker.log.segment import LogSegment
 from broker.log.validation import assign
 from broker.replica.epoch_cache import end_offset_for
@@ -550,31 +551,12 @@ class PartitionLog:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = 0
-    raw = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-
-
 def _record_times(data: bytes, base_offset: int, base_ts: int, count: int) -> list[tuple[int, int]]:
     """(offset, timestamp) of each record of an uncompressed batch (ListOffsets only)."""
     out = []
-    pos = BATCH_HEADER_SIZE
     try:
-        for _ in range(count):
-            length, pos = _varint(data, pos)
-            end = pos + length
-            p = pos + 1
-            ts_delta, p = _varint(data, p)
-            off_delta, p = _varint(data, p)
-            out.append((base_offset + off_delta, base_ts + ts_delta))
-            pos = end
-    except IndexError:
-        pass
+        for r in iter_records(data, count, start=BATCH_HEADER_SIZE, payloads=False):
+            out.append((base_offset + r.offset_delta, base_ts + r.timestamp_delta))
+    except RecordsError:
+        pass  # what parsed is what there is
     return out

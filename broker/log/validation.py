@@ -26,6 +26,7 @@ from crc32c import crc32c
 
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
+from broker.log.records import RecordsError, iter_records
 from quorum.kafka_errors import ErrorCode
 from quorum.storage.record_batch import BATCH_HEADER_SIZE, BatchFrame, scan_frames
 
@@ -55,37 +56,16 @@ class Assigned:
     log_append_time_ms: int
 
 
-def _read_varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
-    shift = 0
-    raw = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise LogError(ErrorCode.CORRUPT_MESSAGE, "a record's varint runs past its batch")
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-    return (raw >> 1) ^ -(raw & 1), pos
-
-
 def _check_keys(view: memoryview, f: BatchFrame) -> None:
     """Compacted topics: every record of an uncompressed batch must have a key."""
-    pos = f.position + BATCH_HEADER_SIZE
-    end = f.position + f.size
-    for _ in range(f.record_count):
-        length, pos = _read_varint(view, pos, end)
-        record_end = pos + length
-        p = pos + 1  # attributes
-        _, p = _read_varint(view, p, record_end)  # timestamp delta
-        _, p = _read_varint(view, p, record_end)  # offset delta
-        key_length, p = _read_varint(view, p, record_end)
-        if key_length < 0:
-            raise LogError(ErrorCode.INVALID_RECORD, "Compacted topic cannot accept message without key.")
-        pos = record_end
-        if pos > end:
-            raise LogError(ErrorCode.CORRUPT_MESSAGE, "a record runs past its batch")
+    try:
+        for record in iter_records(
+            view, f.record_count, start=f.position + BATCH_HEADER_SIZE, end=f.position + f.size, payloads=False
+        ):
+            if record.key is None:
+                raise LogError(ErrorCode.INVALID_RECORD, "Compacted topic cannot accept message without key.")
+    except RecordsError as exc:
+        raise LogError(ErrorCode.CORRUPT_MESSAGE, f"a record of the batch is malformed: {exc}") from None
 
 
 def validate(records: bytes | bytearray | memoryview, config: LogConfig) -> list[BatchFrame]:
