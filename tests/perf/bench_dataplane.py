@@ -14,8 +14,9 @@ idempotence off):
 * For each cluster shape (N brokers + 3 controllers, RF = min(3, N), min.insync.replicas =
   min(2, N), started with tests/integration/metadata_cluster.py's `start_cluster` on free
   ports, fsync as the broker does it) and each partitions-per-broker count: one topic per run,
-  created over REST (`file.delete.delay.ms=0`, deleted over REST after the run so the disk
-  does not fill). A producer warms up (2,000 messages), then produces as fast as it can for
+  created over REST and deleted over REST after the run (`file.delete.delay.ms=0`); its
+  `retention.bytes` / `segment.bytes` keep all its replicas within --disk-budget-gb (the
+  brokers roll and delete segments during the run; lowered when the disk has less free). A producer warms up (2,000 messages), then produces as fast as it can for
   --seconds, then flushes: MB/s = acknowledged bytes / (start .. last delivery report), p50/p99
   of the delivery reports' latency (`Message.latency()`: produce() call -> acknowledgement; at
   saturation this is mostly time queued in the client, which is full by design). acks=1 and
@@ -577,7 +578,7 @@ def idle_cores(groups: dict[str, list[int]], seconds: float) -> float:
 
 def check_disk(path: Path, need_bytes: float) -> None:
     free = shutil.disk_usage(path).free
-    if free < need_bytes + 1e9:
+    if free < need_bytes + 0.5e9:
         raise SystemExit(
             f"only {free / 1e9:.1f} GB free under {path}; a run keeps up to ~{need_bytes / 1e9:.1f} GB "
             "(use --disk-budget-gb, --dir)"
@@ -841,7 +842,7 @@ def main() -> int:
     ap.add_argument("--profile", type=Path, default=None, help="py-spy the busiest broker during acks=all into DIR")
     ap.add_argument("--profile-format", choices=["speedscope", "flamegraph", "raw"], default="speedscope")
     ap.add_argument("--dir", type=Path, default=None, help="parent of the temp dir (default: $TMPDIR)")
-    ap.add_argument("--disk-budget-gb", type=float, default=2.0,
+    ap.add_argument("--disk-budget-gb", type=float, default=4.0,
                     help="GB all replicas of one topic keep (sets retention.bytes per partition)")  # fmt: skip
     ap.add_argument("--keep", action="store_true", help="keep the clusters' directories")
     ap.add_argument("--json-out", type=Path, default=None)
@@ -852,6 +853,13 @@ def main() -> int:
     args.brokers = sorted(set(args.brokers))
     args.verdict_ppb = lambda: 3 if 3 in args.partitions_per_broker else args.partitions_per_broker[0]
     work = Path(tempfile.mkdtemp(prefix="pykraft-bench-dp-", dir=args.dir))
+    # Leave others at least 2 GB: a smaller budget means smaller segments (more rolls).
+    free_gb = shutil.disk_usage(work).free / 1e9
+    if args.disk_budget_gb > free_gb - 2:
+        wanted, args.disk_budget_gb = args.disk_budget_gb, round(free_gb - 2, 1)
+        if args.disk_budget_gb < 0.5:
+            raise SystemExit(f"only {free_gb:.1f} GB free under {work}: not enough for a run")
+        print(f"(disk budget lowered from {wanted:g} to {args.disk_budget_gb:g} GB: {free_gb:.1f} GB free)")
     logging.basicConfig(level=logging.WARNING)
     t_begin = time.monotonic()
 
@@ -862,7 +870,8 @@ def main() -> int:
     print(f"code: {code_version()}; client: confluent-kafka {confluent_kafka.version()[0]}, "
           f"librdkafka {confluent_kafka.libversion()[0]}; work dir {work}")  # fmt: skip
     print(f"producer: 1 KiB values, round-robin partitions, {PRODUCER_CONF}; {args.seconds:g} s per run after "
-          f"{WARMUP_MESSAGES} warm-up messages")  # fmt: skip
+          f"{WARMUP_MESSAGES} warm-up messages; disk budget per topic {args.disk_budget_gb:g} GB "
+          "(retention.bytes, segment.bytes)")  # fmt: skip
     print("columns: MB/s = acknowledged bytes / (first produce .. last delivery report); p50/p99/max = delivery "
           "latency; cons = consumer MB/s reading it back; CPU ms/MB = broker CPU (summed) per MB acknowledged; "
           "cores = CPU seconds per second of the run; others = share of all CPUs used by other processes; "
