@@ -374,7 +374,10 @@ class ReplicaManager:
             )
             if outcome.isr_expand_wanted:
                 self._on_isr_change_wanted()
-            self._advance(hosted)
+            if outcome.high_watermark_changed:
+                # Only a moved HW releases acks=all waiters and long polls. Waking them on every
+                # follower fetch made two idle followers' long polls wake each other forever.
+                self._advance(hosted)
             if outcome.diverging_epoch is not None:
                 return FetchPartitionResult(
                     ErrorCode.NONE,
