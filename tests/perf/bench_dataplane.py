@@ -16,7 +16,8 @@ idempotence off):
   ports, fsync as the broker does it) and each partitions-per-broker count: one topic per run,
   created over REST and deleted over REST after the run (`file.delete.delay.ms=0`); its
   `retention.bytes` / `segment.bytes` keep all its replicas within --disk-budget-gb (the
-  brokers roll and delete segments during the run; lowered when the disk has less free). A producer warms up (2,000 messages), then produces as fast as it can for
+  brokers roll and delete segments during the run; lowered when the disk has less free).
+  A producer warms up (2,000 messages), then produces as fast as it can for
   --seconds, then flushes: MB/s = acknowledged bytes / (start .. last delivery report), p50/p99
   of the delivery reports' latency (`Message.latency()`: produce() call -> acknowledgement; at
   saturation this is mostly time queued in the client, which is full by design). acks=1 and
