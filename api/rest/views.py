@@ -9,10 +9,12 @@ port the client used. Resource names are CRNs as the REST Proxy writes them
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast, get_args
 from urllib.parse import quote
 
 from api.rest import models as m
-from quorum.controller.topic_configs import ConfigEntry, describe_config, topic_config_names
+from quorum.controller.config_entry import ConfigEntry, ConfigSource
+from quorum.controller.topic_configs import describe_config, topic_config_names
 from quorum.controller.topic_rules import is_internal
 from quorum.metadata.image import BrokerRegistration, ConfigResource, MetadataImage, PartitionRegistration, TopicImage
 from quorum.metadata.records import LeaderRecoveryState, kafka_uuid_string
@@ -212,6 +214,14 @@ def reassignment_data(links: Links, topic: str, partition_id: int, reg: Partitio
 # ---------------------------------------------------------------- configs
 
 
+def source_name(source: ConfigSource) -> m.ConfigSourceName:
+    """The Admin API's name of a config source, as the REST API shows it."""
+    name = source.name
+    if name in get_args(m.ConfigSourceName):
+        return cast(m.ConfigSourceName, name)
+    return "UNKNOWN"
+
+
 class ConfigView:
     """Describes a topic's configs the way this node's DescribeConfigs would."""
 
@@ -258,8 +268,10 @@ class ConfigView:
             is_default=entry.is_default,
             is_read_only=entry.is_read_only,
             is_sensitive=entry.is_sensitive,
-            source=entry.source.value,
-            synonyms=[m.ConfigSynonymData(name=s.name, value=s.value, source=s.source.value) for s in entry.synonyms],
+            source=source_name(entry.source),
+            synonyms=[
+                m.ConfigSynonymData(name=s.name, value=s.value, source=source_name(s.source)) for s in entry.synonyms
+            ],
         )
 
     def all(self, links: Links, topic: str, explicit: Mapping[str, str]) -> list[m.TopicConfigData]:

@@ -10,11 +10,13 @@ image on any controller.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from quorum.controller.active import NotControllerError, QuorumController
+from quorum.controller.config_entry import ConfigEntry
 from quorum.controller.errors import ErrorCode
 from quorum.controller.requests import ConfigResourceType
-from quorum.controller.topic_configs import ConfigEntry, ConfigSource, describe_all
+from quorum.controller.topic_configs import describe_all
 from quorum.metadata.image import ConfigResource
 from quorum.metadata.snapshot import MetadataStateMachine
 from quorum.node.raft_node import RaftNode
@@ -103,24 +105,10 @@ class ControllerApis:
         return admin_codec.DescribeConfigsResponse(tuple(results))
 
 
-def _wire_source(source: ConfigSource) -> admin_codec.ConfigSource:
-    # The Admin API calls a topic override DYNAMIC_TOPIC_CONFIG; the wire enum, TOPIC_CONFIG.
-    if source is ConfigSource.DYNAMIC_TOPIC_CONFIG:
-        return admin_codec.ConfigSource.TOPIC_CONFIG
-    return admin_codec.ConfigSource[source.name]
-
-
-def _wire_entry(entry: ConfigEntry, synonyms: bool, documentation: bool) -> admin_codec.ConfigEntry:
-    """The rules' description of a config, in DescribeConfigs' wire terms (same enum names)."""
-    return admin_codec.ConfigEntry(
-        name=entry.name,
-        value=entry.value,
-        read_only=entry.is_read_only,
-        source=_wire_source(entry.source),
-        sensitive=entry.is_sensitive,
-        synonyms=tuple(admin_codec.ConfigSynonym(s.name, s.value, _wire_source(s.source)) for s in entry.synonyms)
-        if synonyms
-        else (),
+def _wire_entry(entry: ConfigEntry, synonyms: bool, documentation: bool) -> ConfigEntry:
+    """The entry as the request asked for it: synonyms and documentation only if wanted."""
+    return replace(
+        entry,
+        synonyms=entry.synonyms if synonyms else (),
         documentation=entry.documentation if documentation else None,
-        config_type=admin_codec.ConfigType[entry.type.name],
     )

@@ -20,9 +20,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from enum import Enum, StrEnum
 from typing import Protocol
 
+from quorum.controller.config_entry import ConfigEntry, ConfigSource, ConfigSynonym, ConfigType
 from quorum.controller.errors import InvalidConfigError
 
 ConfigValue = bool | int | float | str | tuple[str, ...]
@@ -30,25 +30,6 @@ ConfigValue = bool | int | float | str | tuple[str, ...]
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
-
-
-class ConfigType(Enum):
-    BOOLEAN = "BOOLEAN"
-    STRING = "STRING"
-    INT = "INT"
-    LONG = "LONG"
-    DOUBLE = "DOUBLE"
-    LIST = "LIST"
-
-
-class ConfigSource(StrEnum):
-    """Where a described value comes from (the names of Kafka's ``ConfigEntry.ConfigSource``)."""
-
-    DYNAMIC_TOPIC_CONFIG = "DYNAMIC_TOPIC_CONFIG"
-    DYNAMIC_BROKER_CONFIG = "DYNAMIC_BROKER_CONFIG"
-    DYNAMIC_DEFAULT_BROKER_CONFIG = "DYNAMIC_DEFAULT_BROKER_CONFIG"
-    STATIC_BROKER_CONFIG = "STATIC_BROKER_CONFIG"
-    DEFAULT_CONFIG = "DEFAULT_CONFIG"
 
 
 # ----------------------------------------------------------------------------- Java-faithful parsing
@@ -125,7 +106,7 @@ def parse_typed(name: str, raw: str, type_: ConfigType) -> ConfigValue:
             number = int(trimmed)
             if low <= number <= high:
                 return number
-        raise _invalid(name, raw, f"Not a number of type {type_.value}")
+        raise _invalid(name, raw, f"Not a number of type {type_.name}")
     if type_ is ConfigType.DOUBLE:
         if _DEC_FLOAT_RE.fullmatch(trimmed):
             body = trimmed[:-1] if trimmed[-1] in "fFdD" else trimmed
@@ -725,28 +706,6 @@ def min_isr_warning(min_insync_replicas: int, replication_factor: int) -> str | 
 # ----------------------------------------------------------------------------- describe
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigSynonym:
-    name: str
-    value: str | None
-    source: ConfigSource
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigEntry:
-    """One config as DescribeConfigs (and REST ``/configs``) shows it."""
-
-    name: str
-    value: str | None
-    source: ConfigSource
-    is_default: bool
-    is_read_only: bool
-    is_sensitive: bool
-    synonyms: tuple[ConfigSynonym, ...]
-    type: ConfigType
-    documentation: str
-
-
 def _broker_synonym_names(primary: str) -> list[str]:
     """Kafka's ``brokerConfigSynonyms``: the broker configs that stand for one another."""
     groups = (
@@ -818,11 +777,10 @@ def describe_config(
         name=name,
         value=value_str,
         source=source,
-        is_default=source is ConfigSource.DEFAULT_CONFIG,
         is_read_only=definition.read_only,
         is_sensitive=definition.is_sensitive,
         synonyms=tuple(synonyms) if include_synonyms else (),
-        type=definition.type,
+        config_type=definition.type,
         documentation=definition.doc,
     )
 

@@ -37,9 +37,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from enum import IntEnum
 from typing import Any, Final, TypeAlias
 
+from quorum.controller.config_entry import ConfigEntry, ConfigSource, ConfigSynonym, ConfigType
 from quorum.controller.requests import (
     AlterConfigOp,
     AlterConfigOpType,
@@ -122,35 +122,6 @@ _AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)  # Kafka's INT32_MIN sentinel
 # --------------------------------------------------------------------------- typed values defined here
 
 
-class ConfigSource(IntEnum):
-    """DescribeConfigs v1+ ConfigSource (Kafka's wire values)."""
-
-    UNKNOWN = 0
-    TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
-    DYNAMIC_BROKER_LOGGER_CONFIG = 6
-    CLIENT_METRICS_CONFIG = 7
-    GROUP_CONFIG = 8
-
-
-class ConfigType(IntEnum):
-    """DescribeConfigs v3+ ConfigType (Kafka's wire values)."""
-
-    UNKNOWN = 0
-    BOOLEAN = 1
-    STRING = 2
-    INT = 3
-    SHORT = 4
-    LONG = 5
-    DOUBLE = 6
-    LIST = 7
-    CLASS = 8
-    PASSWORD = 9
-
-
 @dataclass(frozen=True, slots=True)
 class DescribeConfigsResource:
     resource_type: int  # a ConfigResourceType value; others are passed through for the controller to refuse
@@ -163,25 +134,6 @@ class DescribeConfigsRequest:
     resources: tuple[DescribeConfigsResource, ...]
     include_synonyms: bool = False
     include_documentation: bool = False  # v3+
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigSynonym:
-    name: str
-    value: str | None
-    source: int  # ConfigSource
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigEntry:
-    name: str
-    value: str | None  # None for sensitive values
-    read_only: bool = False
-    source: int = ConfigSource.DEFAULT_CONFIG
-    sensitive: bool = False
-    synonyms: tuple[ConfigSynonym, ...] = ()
-    documentation: str | None = None  # v3+
-    config_type: int = ConfigType.UNKNOWN  # v3+
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,7 +361,7 @@ def _enc_create_topics_response(cls: type[Any], r: CreateTopicsResponse, version
                     name=k,
                     value=v,
                     read_only=False,
-                    config_source=ConfigSource.TOPIC_CONFIG,
+                    config_source=ConfigSource.DYNAMIC_TOPIC_CONFIG,
                     is_sensitive=False,
                 )
                 for k, v in t.configs.items()
@@ -693,9 +645,9 @@ def _enc_describe_configs_response(cls: type[Any], r: DescribeConfigsResponse, v
             ecls,
             name=e.name,
             value=e.value,
-            read_only=e.read_only,
+            read_only=e.is_read_only,
             config_source=int(e.source),
-            is_sensitive=e.sensitive,
+            is_sensitive=e.is_sensitive,
             synonyms=tuple(scls(name=s.name, value=s.value, source=int(s.source)) for s in e.synonyms),
             config_type=int(e.config_type),
             documentation=e.documentation,
@@ -719,12 +671,12 @@ def _dec_describe_configs_response(body: Any, version: int) -> DescribeConfigsRe
         return ConfigEntry(
             name=e.name,
             value=e.value,
-            read_only=e.read_only,
-            source=e.config_source,
-            sensitive=e.is_sensitive,
-            synonyms=tuple(ConfigSynonym(s.name, s.value, s.source) for s in e.synonyms),
+            is_read_only=e.read_only,
+            source=ConfigSource.for_id(e.config_source),
+            is_sensitive=e.is_sensitive,
+            synonyms=tuple(ConfigSynonym(s.name, s.value, ConfigSource.for_id(s.source)) for s in e.synonyms),
             documentation=getattr(e, "documentation", None),
-            config_type=getattr(e, "config_type", ConfigType.UNKNOWN),
+            config_type=ConfigType.for_id(getattr(e, "config_type", ConfigType.UNKNOWN)),
         )
 
     return DescribeConfigsResponse(

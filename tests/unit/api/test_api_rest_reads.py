@@ -305,8 +305,8 @@ def _expected_configs(node: FakeNode, topic: str) -> list[dict[str, Any]]:
             "is_default": e.is_default,
             "is_read_only": e.is_read_only,
             "is_sensitive": e.is_sensitive,
-            "source": e.source.value,
-            "synonyms": [{"name": s.name, "value": s.value, "source": s.source.value} for s in e.synonyms],
+            "source": e.source.name,
+            "synonyms": [{"name": s.name, "value": s.value, "source": s.source.name} for s in e.synonyms],
         }
         for e in entries
     ]

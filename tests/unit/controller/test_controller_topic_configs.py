@@ -393,7 +393,7 @@ def test_describe_default_value():
     assert entry.source is ConfigSource.DEFAULT_CONFIG
     assert entry.is_default and not entry.is_read_only and not entry.is_sensitive
     assert entry.synonyms == (ConfigSynonym("log.segment.bytes", "1073741824", ConfigSource.DEFAULT_CONFIG),)
-    assert entry.type is ConfigType.INT
+    assert entry.config_type is ConfigType.INT
     assert entry.documentation == config_def("segment.bytes").doc
 
 

@@ -58,6 +58,7 @@ from quorum.wire.admin_codec import (
     AdminRequestError,
     ConfigEntry,
     ConfigSource,
+    ConfigType,
     DecodedAdmin,
     DescribeClusterRequest,
     DescribeClusterResponse,
@@ -528,7 +529,7 @@ def test_create_topics_v7_layout():
     assert (c.name, c.value, c.config_source, c.read_only, c.is_sensitive) == (
         "cleanup.policy",
         "compact",
-        ConfigSource.TOPIC_CONFIG,
+        ConfigSource.DYNAMIC_TOPIC_CONFIG,
         False,
         False,
     )
@@ -620,13 +621,13 @@ def test_describe_configs_v4_layout_and_v1_drops_documentation():
     entry = ConfigEntry(
         "retention.ms",
         "1000",
-        source=ConfigSource.TOPIC_CONFIG,
+        source=ConfigSource.DYNAMIC_TOPIC_CONFIG,
         synonyms=(
-            ads.ConfigSynonym("retention.ms", "1000", ConfigSource.TOPIC_CONFIG),
+            ads.ConfigSynonym("retention.ms", "1000", ConfigSource.DYNAMIC_TOPIC_CONFIG),
             ads.ConfigSynonym("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG),
         ),
         documentation="How long to keep data.",
-        config_type=5,
+        config_type=ConfigType.LONG,
     )
     response = DescribeConfigsResponse(
         (DescribeConfigsResult(2, "t", entries=(entry,)), DescribeConfigsResult(4, "1", 42, "no such broker"))

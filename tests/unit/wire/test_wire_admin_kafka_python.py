@@ -285,7 +285,7 @@ def check_fields(theirs: Any, expected: Any) -> None:
             [(c.name, c.value, c.read_only, c.config_source, c.is_sensitive, len(c.synonyms)) for c in r.configs]
             for r in theirs.results
         ] == [
-            [(e.name, e.value, e.read_only, e.source, e.sensitive, len(e.synonyms)) for e in r.entries]
+            [(e.name, e.value, e.is_read_only, e.source, e.is_sensitive, len(e.synonyms)) for e in r.entries]
             for r in expected.results
         ]
     elif name == "ElectLeadersResponse":

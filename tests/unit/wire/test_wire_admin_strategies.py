@@ -50,7 +50,9 @@ from quorum.controller.requests import (
 from quorum.kafka_errors import default_message
 from quorum.wire.admin_codec import (
     ConfigEntry,
+    ConfigSource,
     ConfigSynonym,
+    ConfigType,
     DescribeClusterBroker,
     DescribeClusterRequest,
     DescribeClusterResponse,
@@ -241,12 +243,14 @@ config_entries = st.builds(
     ConfigEntry,
     name=names,
     value=st.none() | names,
-    read_only=st.booleans(),
-    source=i8,
-    sensitive=st.booleans(),
-    synonyms=tuples(st.builds(ConfigSynonym, name=names, value=st.none() | names, source=i8), max_size=3),
+    is_read_only=st.booleans(),
+    source=st.sampled_from(ConfigSource),
+    is_sensitive=st.booleans(),
+    synonyms=tuples(
+        st.builds(ConfigSynonym, name=names, value=st.none() | names, source=st.sampled_from(ConfigSource)), max_size=3
+    ),
     documentation=messages,
-    config_type=i8,
+    config_type=st.sampled_from(ConfigType),
 )
 describe_configs_responses = st.builds(
     DescribeConfigsResponse,
