@@ -23,7 +23,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.context import NodeContext
-from api.rest import routes_cluster, routes_configs, routes_topics
+from api.rest import routes_cluster, routes_configs, routes_records, routes_topics
 from api.rest.common import error_response
 from api.rest.errors import KAFKA_ERROR, ApiError
 
@@ -149,6 +149,7 @@ def create_app(ctx: NodeContext) -> FastAPI:
     app.include_router(routes_cluster.router)
     app.include_router(routes_configs.router)
     app.include_router(routes_topics.router)
+    app.include_router(routes_records.router)
     _document_cluster_id(app, ctx.cluster_id)
     return app
 

@@ -380,3 +380,36 @@ class ElectLeadersBody(_Body):
 
 class ElectLeaderBody(_Body):
     election_type: Literal["PREFERRED", "UNCLEAN"] = "PREFERRED"
+
+
+# ====================================================================== records
+
+
+class ProduceResponseData(BaseModel):
+    type: str | None = Field(description="BINARY, JSON or STRING, as the request gave it.")
+    size: int = Field(description="Bytes of the key or value as written (0 for null).")
+
+
+class ProduceResponse(BaseModel):
+    """One delivery report (REST Proxy v3 ``ProduceResponse``); the answer holds one per record,
+    in request order, each followed by CRLF. Only ``error_code`` and ``message`` on an error."""
+
+    error_code: int = Field(description="200 when the record was written, else the REST error code.")
+    message: str | None = None
+    cluster_id: str | None = None
+    topic_name: str | None = None
+    partition_id: int | None = None
+    offset: int | None = None
+    timestamp: str | None = Field(default=None, description="The record's timestamp, ISO-8601 UTC.")
+    key: ProduceResponseData | None = None
+    value: ProduceResponseData | None = None
+
+
+class PartitionWithOffsetsData(BaseModel):
+    kind: Literal["KafkaPartitionWithOffsets"] = "KafkaPartitionWithOffsets"
+    metadata: ResourceMetadata
+    cluster_id: str
+    topic_name: str
+    partition_id: int
+    earliest_offset: int = Field(description="The log start offset.")
+    latest_offset: int = Field(description="The high watermark: the offset the next record gets.")

@@ -83,6 +83,8 @@ ROUTES = {
     ("get", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions"),
     ("get", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}"),
     ("get", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/replicas"),
+    ("get", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/offset"),
+    ("post", "/v3/clusters/{cluster_id}/topics/{topic_name}/records"),
     ("get", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/replicas/{broker_id}"),
     ("get", "/v3/clusters/{cluster_id}/topics/-/partitions/-/reassignment"),
     ("get", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/-/reassignment"),
