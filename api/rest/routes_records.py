@@ -319,7 +319,11 @@ async def get_partition_offsets(
     scope: ClusterScope,
     topic_name: TopicName,
     partition_id: PartitionId,
-    offset_type: str = Query("earliest_and_latest", description="Only earliest_and_latest."),
+    offset_type: str = Query(
+        "earliest_and_latest",
+        description="Only earliest_and_latest (another value answers 400/40002, as the REST Proxy does).",
+        json_schema_extra={"enum": ["earliest_and_latest"]},
+    ),
 ) -> m.PartitionWithOffsetsData:
     if offset_type != "earliest_and_latest":
         raise bad_request(f"offset_type:{offset_type} is invalid")

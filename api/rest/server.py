@@ -17,6 +17,7 @@ import socket
 from collections.abc import Generator
 
 import uvicorn
+from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from api.context import NodeContext
@@ -106,7 +107,8 @@ def _bind(host: str, port: int) -> socket.socket:
 class RestServer:
     """A running REST server: its bound address, and `stop()`."""
 
-    def __init__(self, server: uvicorn.Server, sock: socket.socket, task: asyncio.Task[None]) -> None:
+    def __init__(self, app: FastAPI, server: uvicorn.Server, sock: socket.socket, task: asyncio.Task[None]) -> None:
+        self.app = app
         self.server = server
         self.task = task
         self._sock = sock
@@ -124,7 +126,8 @@ class RestServer:
         return self.server.started and not self.task.done()
 
     async def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop accepting, let in-flight requests finish (bounded), and wait for the task."""
+        """Stop accepting, let in-flight requests finish (bounded), wait for the task, then let
+        the records producer deliver what it holds (bounded)."""
         self.server.should_exit = True
         try:
             await asyncio.wait_for(asyncio.shield(self.task), timeout_s)
@@ -135,6 +138,9 @@ class RestServer:
                 await self.task
         finally:
             self._sock.close()
+            producer = getattr(self.app.state, "record_producer", None)
+            if producer is not None:
+                await producer.close()
 
 
 async def _run(server: uvicorn.Server, sock: socket.socket) -> None:
@@ -169,7 +175,7 @@ async def serve_rest(
     server = _EmbeddedServer(config)
     sock = _bind(host, port)
     task = asyncio.get_running_loop().create_task(_run(server, sock), name=f"rest-server-{host}:{port}")
-    handle = RestServer(server, sock, task)
+    handle = RestServer(app, server, sock, task)
     deadline = asyncio.get_running_loop().time() + _START_TIMEOUT_S
     while not server.started:
         if task.done() or asyncio.get_running_loop().time() > deadline:
