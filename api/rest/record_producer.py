@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 DEFAULT_BATCH_BYTES: Final = 1_000_000  # librdkafka's batch.size default
 DELIVERY_TIMEOUT_MS: Final = 30_000  # a record not acknowledged by then is reported as failed
 QUEUE_KBYTES: Final = 64 * 1024  # librdkafka's buffer for records not yet acknowledged
+LINGER_MS: Final = 1  # a lone record (one per request) waits this long for others to share its batch
 MAX_REQUEST_BYTES: Final = 104_857_600  # Kafka's socket.request.max.bytes: larger records are refused here
 _POLL_S: Final = 0.1
 _FULL_QUEUE_WAIT_S: Final = 0.005
@@ -154,6 +155,7 @@ class RecordProducer:
                 "message.max.bytes": MAX_REQUEST_BYTES,  # the broker judges each record's size
                 "message.timeout.ms": DELIVERY_TIMEOUT_MS,
                 "queue.buffering.max.kbytes": QUEUE_KBYTES,
+                "linger.ms": LINGER_MS,
             }
             one = _OneProducer(config, asyncio.get_running_loop(), self._wake_all)
             self._producers[size] = one
