@@ -106,9 +106,14 @@ def check_read_back(brokers: str, producer: NumberedProducer) -> dict[int, list[
             if v not in seen or producer.acked.get(v) == (p, o):
                 seen[v] = (p, o)
     # Every acknowledged record is at its acknowledged offset (checked below). A second copy
-    # can exist only as an earlier attempt the client sent again after losing the answer when
-    # a leader died (librdkafka without idempotence: at-least-once); it must be in the same
-    # partition. Such copies are counted and reported, not allowed elsewhere.
+    # can exist only as an earlier attempt the client sent again: when a leader loses its
+    # leadership (the preferred election at the end, or an ISR change) while an acks=all
+    # write waits, it answers NOT_LEADER_OR_FOLLOWER, as Kafka does, though the write may
+    # already be on the new leader; librdkafka treats that error as "not written" and sends
+    # the batch again without counting a retry (rdkafka_request.c: REFRESH errors other
+    # than _TRANSPORT do not increment it), so even message.send.max.retries=0 re-sends.
+    # Without idempotence that is at-least-once; the copy must be in the same partition.
+    # Such copies are counted and reported, not allowed elsewhere.
     resent = {
         v: sorted((p, o) for p, items in by_partition.items() for o, x in items if x == v)
         for v in producer.acked
