@@ -13,7 +13,14 @@ state equal to the running one once a Ready is carried out, log matching (across
 logs and all time), no change to a running node's log below its high watermark,
 monotonic high watermarks that are on a majority of voters, leader completeness,
 and that every committed entry is identical wherever it exists (and in whatever any
-state machine applied) and never lost.
+state machine applied) and never lost; no node's high watermark is above its log end;
+state machines at the same applied offset hold the same image, whether they replayed
+the log or installed a snapshot.
+
+`COVERAGE` counts, over every cluster of the process, the histories the run reached
+(see `Cluster.count`): Figure-8 histories, partial fetches, divergences (and those that
+cut several epochs), snapshot installs (and those that crossed a leader change), stale
+and future epochs delivered, and delayed and duplicated messages.
 """
 
 from __future__ import annotations
@@ -22,14 +29,23 @@ import heapq
 import json
 import random
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from quorum.raft.config import RaftConfig
 from quorum.raft.core import RaftCore
-from quorum.raft.errors import NotLeaderError
+from quorum.raft.errors import ErrorCode, NotLeaderError
 from quorum.raft.log import RaftLog
-from quorum.raft.messages import Envelope
+from quorum.raft.messages import (
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    Envelope,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    VoteRequest,
+)
 from quorum.raft.ready import Ready
 from quorum.raft.roles import Role
 from quorum.raft.types import Batch, ElectionState, Offset, OffsetAndEpoch
@@ -37,6 +53,10 @@ from quorum.raft.types import Batch, ElectionState, Offset, OffsetAndEpoch
 
 class InvariantViolation(AssertionError):
     pass
+
+
+# What the simulations of this process reached, summed over every cluster (see `Cluster.count`).
+COVERAGE: Counter[str] = Counter()
 
 
 @dataclass
@@ -86,16 +106,23 @@ class StateMachine:
 
     values: list[str] = field(default_factory=list)
     applied: Offset = 0
+    digest: int = 0  # a running hash of `values`: equal images have equal digests
 
     def apply(self, batch: Batch) -> None:
         assert batch.base_offset == self.applied, (batch.base_offset, self.applied)
         if not batch.is_control:
-            self.values.extend(r.decode() for r in batch.records)
+            for r in batch.records:
+                value = r.decode()
+                self.values.append(value)
+                self.digest = hash((self.digest, value))
         self.applied = batch.end_offset
 
     def load(self, sid: OffsetAndEpoch, data: bytes) -> None:
         self.values = decode_state(data)
         self.applied = sid.offset
+        self.digest = 0
+        for value in self.values:
+            self.digest = hash((self.digest, value))
 
 
 class Node:
@@ -113,6 +140,10 @@ class Node:
         self.armed_crash: int | None = None  # crash after this many steps of the next Ready
         # Called with every committed batch before it is applied (the cluster records it).
         self.on_commit: Callable[[Node, Batch], None] | None = None
+        # Called after the state machine changed: (node, how: "replay", "snapshot" or "start").
+        self.on_image: Callable[[Node, str], None] | None = None
+        # The epoch in which a leader first sent this node to its snapshot, since its last install.
+        self.snapshot_redirect_epoch: int | None = None
 
     @property
     def up(self) -> bool:
@@ -140,6 +171,8 @@ class Node:
         self.last_hw = self.core.high_watermark
         self._since_snapshot = 0
         self.incarnation += 1
+        if self.on_image is not None and sid is not None:
+            self.on_image(self, "start")
 
     def crash(self) -> None:
         self.core = None
@@ -188,6 +221,8 @@ class Node:
             disk.log_start = sid.offset
             self.sm.load(sid, data)
             self._since_snapshot = 0
+            if self.on_image is not None:
+                self.on_image(self, "snapshot")
         if ready.truncate_to is not None:
             disk.truncate_to(ready.truncate_to)
         for batch in ready.entries:
@@ -221,6 +256,8 @@ class Node:
         if self.on_commit is not None:
             self.on_commit(self, batch)
         self.sm.apply(batch)
+        if self.on_image is not None:
+            self.on_image(self, "replay")
         self._since_snapshot += len(batch.records)
         if self.snapshot_every and self._since_snapshot >= self.snapshot_every:
             sid = core.snapshot_id_at(self.sm.applied)
@@ -268,6 +305,10 @@ class Cluster:
         self.max_delay_ms = max_delay_ms
         self.loss = 0.0
         self.duplicate = 0.0
+        # Occasionally a message takes far longer (it then arrives in a later epoch).
+        self.delay_spike = 0.0
+        self.delay_spike_ms = 0
+        self.coverage: Counter[str] = Counter()
         self.blocked: set[tuple[int, int]] = set()  # (source, destination) pairs that drop
         self._queue: list[_InFlight] = []
         self._seq = 0
@@ -290,8 +331,11 @@ class Cluster:
         self._verified: dict[tuple[int, str], list[Batch]] = {}
         self._log_owner: dict[int, int] = {}  # node -> incarnation whose core log `_verified` holds
         self._hw_checked: dict[int, tuple[int, int]] = {}  # node -> (incarnation, committed checked below)
+        self._offset_epochs: dict[Offset, set[int]] = {}  # offset -> epochs of the entries ever written there
+        self._images: dict[Offset, tuple[int, str]] = {}  # applied offset -> (image digest, how it was reached)
         for node in self.nodes.values():
             node.on_commit = self._on_commit
+            node.on_image = self._on_image
             node.start(self.now, self.rng)
         self._drain_all()
 
@@ -406,7 +450,9 @@ class Cluster:
             node = self.nodes.get(env.destination)
             if node is None or node.core is None:
                 continue
+            before = _Before(node.core)
             node.core.handle(env, self.now)
+            self._classify(env, node, before)
             self.events += 1
             self._send(node.drain())
             self.check()
@@ -437,15 +483,95 @@ class Cluster:
             if self.loss and self.rng.random() < self.loss:
                 continue
             copies = 2 if self.duplicate and self.rng.random() < self.duplicate else 1
+            if copies == 2:
+                self.count("duplicated_messages")
             for _ in range(copies):
                 self._seq += 1
                 delay = self.rng.randint(1, self.max_delay_ms)
+                if self.delay_spike and self.rng.random() < self.delay_spike:
+                    delay = self.rng.randint(self.max_delay_ms, max(self.max_delay_ms, self.delay_spike_ms))
+                    self.count("delayed_messages")
                 heapq.heappush(self._queue, _InFlight(self.now + delay, self._seq, env))
 
     def _drain_all(self) -> None:
         for node in self.nodes.values():
             if node.core is not None:
                 self._send(node.drain())
+
+    # ----------------------------------------------------------- coverage
+
+    def count(self, kind: str, n: int = 1) -> None:
+        self.coverage[kind] += n
+        COVERAGE[kind] += n
+
+    def _classify(self, env: Envelope, node: Node, before: _Before) -> None:
+        """Count what the delivery of `env` to `node` was (and did)."""
+        core = node.core
+        if core is None:
+            return
+        msg = env.message
+        epoch = _message_epoch(msg)
+        if epoch is not None:
+            if epoch < before.epoch:
+                self.count("stale_epoch_deliveries")
+            elif epoch > before.epoch:
+                self.count("future_epoch_deliveries")
+                if core.epoch > before.epoch:
+                    self.count("future_epoch_transitions")
+        if not isinstance(msg, FetchResponse):
+            return
+        if msg.error == ErrorCode.FENCED_LEADER_EPOCH:
+            self.count("fenced_epoch_answers")
+        if msg.diverging_epoch is not None:
+            self.count("diverging_answers")
+            end = core.log.end_offset
+            if end < before.end_offset:
+                self.count("divergence_truncations")
+                cut = {e for e, start in before.epoch_starts if start >= end}
+                cut.add(_epoch_at(before.epoch_starts, end))
+                if len(cut) >= 2:
+                    self.count("multi_epoch_divergences")
+        if msg.snapshot_id is not None:
+            self.count("snapshot_redirects")
+            if node.snapshot_redirect_epoch is None:  # the first redirect since the last install
+                node.snapshot_redirect_epoch = core.epoch
+        end = core.log.end_offset
+        if end > before.end_offset and msg.high_watermark > end:
+            # The follower took data from this answer, and the leader's HW is still ahead of
+            # its log end: the answer was cut short by the size limit.
+            self.count("partial_fetches")
+
+    def _on_image(self, node: Node, how: str) -> None:
+        """State machines that applied the same offset hold the same image, however reached."""
+        sm = node.sm
+        if how == "snapshot":
+            self.count("snapshot_installs")
+            redirected, node.snapshot_redirect_epoch = node.snapshot_redirect_epoch, None
+            if node.core is not None and redirected is not None and node.core.epoch > redirected:
+                # The leader that sent this node to a snapshot is not the one it finished with.
+                self.count("snapshot_installs_across_leaders")
+        known = self._images.get(sm.applied)
+        if known is None:
+            self._images[sm.applied] = (sm.digest, how)
+            return
+        if known[0] != sm.digest:
+            raise InvariantViolation(
+                f"node {node.id} reached offset {sm.applied} by {how} with another image than by {known[1]}"
+            )
+        if (known[1] == "replay") != (how == "replay"):
+            self.count("snapshot_images_matched_by_replay")
+
+    def _on_new_leader(self, leader: int, epoch: int) -> None:
+        """Figure 8: a node leads again after an entry it wrote as leader of an earlier epoch
+        was overwritten, somewhere, by a leader of an epoch in between."""
+        mine = {e for e, node in self.leaders.items() if node == leader and e < epoch}
+        if not mine:
+            return
+        for epochs in self._offset_epochs.values():
+            own = epochs & mine
+            if own and any(min(own) < e < epoch and e not in mine for e in epochs):
+                self.count("figure8_histories")
+                return
 
     # --------------------------------------------------------- invariants
 
@@ -468,7 +594,10 @@ class Cluster:
             if node.disk.election is not None and node.disk.election.leader_id == node.id:
                 claims.append(node.disk.election.epoch)
             for epoch in claims:
-                prev = self.leaders.setdefault(epoch, node.id)
+                if epoch not in self.leaders:
+                    self.leaders[epoch] = node.id
+                    self._on_new_leader(node.id, epoch)
+                prev = self.leaders[epoch]
                 if prev != node.id:
                     raise InvariantViolation(f"two leaders in epoch {epoch}: {prev} and {node.id}")
             # ... and a leader never leads again in its epoch after a restart (it comes back Resigned).
@@ -493,6 +622,11 @@ class Cluster:
             state = core.election_state
             if state is not election and state != (election or ElectionState(epoch=0)) and not core.has_ready():
                 raise InvariantViolation(f"node {node.id} runs {core.election_state}, disk has {election}")
+            # No node knows a high watermark above its own log end.
+            if core.high_watermark > core.log.end_offset:
+                raise InvariantViolation(
+                    f"node {node.id} HW {core.high_watermark} is above its log end {core.log.end_offset}"
+                )
             # A node's high watermark never decreases while it runs.
             if core.high_watermark < node.last_hw:
                 raise InvariantViolation(f"node {node.id} HW went back {node.last_hw} -> {core.high_watermark}")
@@ -556,8 +690,11 @@ class Cluster:
         if start:
             b = batches[start - 1]
             prev = (b.base_offset, b.epoch)
+        offset_epochs = self._offset_epochs
         for b in batches[start:]:
             key = (b.base_offset, b.epoch)
+            for o in range(b.base_offset, b.end_offset):
+                offset_epochs.setdefault(o, set()).add(b.epoch)
             other = seen.setdefault(key, (b.records, prev))
             if other[0] != b.records or (other[1] is not None and prev is not None and other[1] != prev):
                 raise InvariantViolation(f"log matching broken at {key} on node {node_id}")
@@ -674,3 +811,35 @@ def _batch_at(batches: Sequence[Batch], offset: Offset) -> Batch | None:
     if i >= 0 and offset < batches[i].end_offset:
         return batches[i]
     return None
+
+
+class _Before:
+    """A node's epoch and log shape just before a message is handled."""
+
+    __slots__ = ("epoch", "end_offset", "epoch_starts")
+
+    def __init__(self, core: RaftCore) -> None:
+        self.epoch = core.epoch
+        self.end_offset = core.log.end_offset
+        self.epoch_starts = tuple(core.log.epoch_starts)
+
+
+def _message_epoch(msg: object) -> int | None:
+    """The sender's epoch a message carries (requests: the epoch it believes current)."""
+    if isinstance(msg, FetchRequest | FetchSnapshotRequest):
+        return msg.current_leader_epoch
+    if isinstance(msg, VoteRequest):
+        return msg.candidate_epoch
+    if isinstance(msg, BeginQuorumEpochRequest | EndQuorumEpochRequest):
+        return msg.leader_epoch
+    epoch = getattr(msg, "leader_epoch", None)
+    return epoch if isinstance(epoch, int) else None
+
+
+def _epoch_at(epoch_starts: Sequence[tuple[int, Offset]], offset: Offset) -> int:
+    """The epoch of the entry at `offset`, from a log's (epoch, start offset) list."""
+    epoch = -1
+    for e, start in epoch_starts:
+        if start <= offset:
+            epoch = e
+    return epoch
