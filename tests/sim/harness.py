@@ -308,6 +308,7 @@ class Cluster:
         # Occasionally a message takes far longer (it then arrives in a later epoch).
         self.delay_spike = 0.0
         self.delay_spike_ms = 0
+        self.slow_links: dict[tuple[int, int], int] = {}  # (source, destination) -> ms every message takes
         self.coverage: Counter[str] = Counter()
         self.blocked: set[tuple[int, int]] = set()  # (source, destination) pairs that drop
         self._queue: list[_InFlight] = []
@@ -490,6 +491,10 @@ class Cluster:
                 delay = self.rng.randint(1, self.max_delay_ms)
                 if self.delay_spike and self.rng.random() < self.delay_spike:
                     delay = self.rng.randint(self.max_delay_ms, max(self.max_delay_ms, self.delay_spike_ms))
+                    self.count("delayed_messages")
+                slow = self.slow_links.get((env.source, env.destination))
+                if slow:
+                    delay = slow + self.rng.randint(0, self.max_delay_ms)
                     self.count("delayed_messages")
                 heapq.heappush(self._queue, _InFlight(self.now + delay, self._seq, env))
 

@@ -38,6 +38,7 @@ class Mutant:
     module: str  # "core" or "log"
     old: str  # exact source text, found once
     new: str
+    more: tuple[tuple[str, str], ...] = ()  # further (old, new) edits of the same module
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -77,32 +78,31 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if False:\n",
     ),
     Mutant(
-        "stale_fetch_epoch_accepted",
-        "a fetch from a stale leader epoch is refused with FENCED_LEADER_EPOCH",
+        "future_epoch_leader_not_followed",
+        "news of a future epoch and its leader makes the node that leader's follower in that epoch",
         "core",
-        "        if req.current_leader_epoch < self.epoch:\n            self._reject_fetch(env, ErrorCode.FENCED",
-        "        if req.current_leader_epoch < -1:\n            self._reject_fetch(env, ErrorCode.FENCED",
+        "                self._become_follower(epoch, leader_id, new_epoch=True)\n            else:\n",
+        "                self._become_unattached(epoch)\n            else:\n",
+        (
+            (
+                "            self._become_follower(epoch, leader_id)\n            return True\n",
+                "            return False\n",
+            ),
+        ),
     ),
     Mutant(
-        "future_epoch_response_as_data",
-        "a fetch answer from a future epoch moves the follower to that epoch before it takes any data",
+        "snapshot_install_keeps_log",
+        "a follower that installs a snapshot starts its log at the snapshot's offset",
         "core",
-        "        if resp.leader_epoch != self.epoch or env.source != f.leader_id:\n",
-        "        if resp.leader_epoch < self.epoch or env.source != f.leader_id:\n",
+        "        self.log.reset_to_snapshot(sid)\n        self._install = sid\n",
+        "        self._install = sid\n",
     ),
     Mutant(
-        "snapshot_install_below_hw",
-        "a follower installs a snapshot only when it is ahead of what it has committed",
+        "snapshot_chunk_misread",
+        "the leader serves a snapshot in chunks, each from the position the follower asked for",
         "core",
-        "        if sid.offset < self.high_watermark:\n",
-        "        if sid.offset < 0:\n",
-    ),
-    Mutant(
-        "snapshot_install_keeps_applied",
-        "after installing a snapshot the follower continues applying from the snapshot's offset",
-        "core",
-        "        self._applied = max(self._applied, sid.offset)\n",
-        "        pass\n",
+        "        data = source.read(req.snapshot_id, req.position, max(1, req.max_bytes))\n",
+        "        data = source.read(req.snapshot_id, req.position + 1, max(1, req.max_bytes))\n",
     ),
     Mutant(
         "vote_ignores_log",
@@ -119,19 +119,33 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if self.voted_id != NO_VOTE:\n",
     ),
 )
-BY_NAME = {m.name: m for m in MUTANTS}
+# Mutants the simulation does not catch yet, kept to be run by name and reported: a vote
+# granted in an earlier epoch counts only if it reaches a candidate standing again while
+# another candidate wins that same epoch, a history the generators have not reached.
+UNCAUGHT: tuple[Mutant, ...] = (
+    Mutant(
+        "stale_vote_response_counted",
+        "a response carrying a stale epoch is refused: a vote granted in an earlier epoch does not count",
+        "core",
+        "        if resp.leader_epoch != self.epoch or resp.error != ErrorCode.NONE or env.source",
+        "        if resp.error != ErrorCode.NONE or env.source",
+    ),
+)
+BY_NAME = {m.name: m for m in (*MUTANTS, *UNCAUGHT)}
 
 
 def mutated_class(mutant: Mutant) -> type:
     """The mutated module's `RaftCore` or `RaftLog`."""
     path = REPO / "quorum" / "raft" / f"{mutant.module}.py"
     source = path.read_text()
-    if source.count(mutant.old) != 1:
-        raise ValueError(f"mutant {mutant.name}: its source text is not found exactly once in {path}")
+    for old, new in ((mutant.old, mutant.new), *mutant.more):
+        if source.count(old) != 1:
+            raise ValueError(f"mutant {mutant.name}: {old!r} is not found exactly once in {path}")
+        source = source.replace(old, new)
     module = types.ModuleType(f"quorum.raft.{mutant.module}_mutant_{mutant.name}")
     module.__file__ = str(path)
     sys.modules[module.__name__] = module  # dataclasses resolve annotations through sys.modules
-    exec(compile(source.replace(mutant.old, mutant.new), str(path), "exec"), module.__dict__)  # noqa: S102
+    exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102
     target = "RaftCore" if mutant.module == "core" else "RaftLog"
     # Every other type of the module stays the real one (the core compares `Validity`
     # members by identity, for one): only the mutated class is new.
@@ -165,7 +179,7 @@ class Verdict:
 
 
 def run(mutant: Mutant, timeout_s: float = 900.0) -> Verdict:
-    env = dict(os.environ, **{ENV: mutant.name})
+    env = dict(os.environ, **{ENV: mutant.name, "COLUMNS": "400"})
     env.pop("HYPOTHESIS_PROFILE", None)  # the CI profile
     started = time.monotonic()
     proc = subprocess.run(

@@ -193,6 +193,43 @@ class HardHistories(RaftSafety):
                 c.run_for(3_000)
                 c.restart(current.id)
 
+    @rule(spike_pct=st.sampled_from([20, 50]), ms=st.sampled_from([4_000, 8_000]))
+    def slow_election(self, spike_pct: int, ms: int) -> None:
+        """The leader goes; for a while many messages arrive seconds late, so votes granted in
+        one epoch reach their candidate while it stands again in a later one."""
+        c = self.cluster
+        leader = _leader(c)
+        who = leader.id if leader else None
+        with self.step(f"leader {who} crashes; {spike_pct}% of messages up to 2.5 s late") as c:
+            saved = c.delay_spike, c.delay_spike_ms
+            c.delay_spike, c.delay_spike_ms = spike_pct / 100, 2_500
+            if leader is not None:
+                c.crash(leader.id)
+            c.run_for(ms, propose_every_ms=100)
+            c.delay_spike, c.delay_spike_ms = saved
+            if leader is not None:
+                c.restart(leader.id)
+
+    @rule(
+        candidate=st.integers(1, 5), slow_ms=st.sampled_from([1_200, 1_800, 2_600]), ms=st.sampled_from([6_000, 12_000])
+    )
+    def stale_votes(self, candidate: int, slow_ms: int, ms: int) -> None:
+        """Everything sent to one voter arrives late: the votes it is granted in one epoch
+        reach it while it stands again in a later one, as other voters elect someone else."""
+        c = self.cluster
+        nid = c.voter_ids[(candidate - 1) % len(c.voter_ids)]
+        with self.step(f"messages to {nid} take {slow_ms}ms for {ms}ms, the leader crashes") as c:
+            leader = _leader(c)
+            for other in c.nodes:
+                if other != nid:
+                    c.slow_links[(other, nid)] = slow_ms
+            if leader is not None:
+                c.crash(leader.id)
+            c.run_for(ms, propose_every_ms=100)
+            c.slow_links.clear()
+            if leader is not None:
+                c.restart(leader.id)
+
 
 _RAN: list[bool] = []
 
