@@ -9,8 +9,8 @@ epochs over offsets (every copy). Times are batch timestamps (the writing contro
 wall clock), drawn on a UTC wall-clock axis; counts are drawn on integer axes. The page
 fits a 1,280 px window without horizontal scrolling (fixed-width tables that wrap, images
 scaled to the page). The plot data is
-aggregated by Spark into at most a few hundred time buckets, so the report stays small
-whatever the log's size.
+aggregated into at most a few hundred time buckets (per batch by the replay tasks, then per
+bucket here), so the report stays small whatever the log's size.
 """
 
 from __future__ import annotations
@@ -25,9 +25,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
 __all__ = ["collect_plot_data", "write_report"]
 
 BUCKETS = 300
@@ -36,18 +33,19 @@ MAX_INCIDENTS = 300  # incidents listed (the largest, by partitions whose leader
 
 
 def collect_plot_data(
-    lagged: DataFrame,
-    imbalance: DataFrame,
+    plot: dict[str, Any] | None,
+    imbalance: Sequence[dict[str, Any]],
     copies: Sequence[dict[str, Any]],
     reference: Sequence[str],
-    log_copies: Sequence[Any],
-    brokers: DataFrame | None = None,
+    brokers: Sequence[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Small, aggregated series for the plots (see the module docstring); one Spark job.
+    """Small, aggregated series for the plots (see the module docstring).
 
-    `lagged`: the partition timeline with per-row changes (`quorum.audit.job.lag_timeline`), whose
-    `_copy` indexes `log_copies`; `copies`: the per-copy documents of findings.json (offsets,
-    timestamps, LeaderChange records).
+    `plot`: the reference copy's per-batch aggregates from the replay tasks
+    (`quorum.audit.job.merge_plot_data`: the partition series and the leadership change groups,
+    per batch timestamp); `copies`: the per-copy documents of findings.json (offsets,
+    timestamps, LeaderChange records); `imbalance` and `brokers`: the reference copy's rows of the
+    imbalance and broker timelines (IMBALANCE_FIELDS, BROKER_FIELDS; a few per batch at most).
     """
     data: dict[str, Any] = {"reference": reference[0] if reference else None}
     data["epochs"] = [
@@ -61,128 +59,109 @@ def collect_plot_data(
     t0, t1 = int(ref["first_timestamp_ms"]), int(ref["last_timestamp_ms"])
     width = max(1, (t1 - t0) // BUCKETS + 1)
     data["t0"], data["bucket_ms"] = t0, width
-    bucket = F.greatest(F.floor((F.col("batch_timestamp_ms") - F.lit(t0)) / F.lit(width)).cast("int"), F.lit(0))
-    index = next(i for i, c in enumerate(log_copies) if c.log_dir == ref["log_dir"])
-    p = lagged.where(F.col("_copy") == index).select(
-        bucket.alias("bucket"), "d_live", "d_isr", "d_urp", "d_leaderless", "changes"
-    )
-    series = p.groupBy("bucket").agg(
-        F.lit("partitions").alias("kind"),
-        F.lit(None).cast("int").alias("broker_id"),
-        F.sum("d_live").alias("live"),
-        F.sum("d_isr").alias("isr"),
-        F.sum("d_urp").alias("urp"),
-        F.sum("d_leaderless").alias("leaderless"),
-        F.sum("changes").alias("changes"),
-        F.lit(None).cast("double").alias("ratio"),
-    )
-    imb = (
-        imbalance.where(F.col("log_dir") == ref["log_dir"])
-        .select("broker_id", bucket.alias("bucket"), "offset", "ratio")
-        .groupBy("broker_id", "bucket")
-        .agg(
-            F.lit("imbalance").alias("kind"),
-            F.lit(None).cast("bigint").alias("live"),
-            F.lit(None).cast("bigint").alias("isr"),
-            F.lit(None).cast("bigint").alias("urp"),
-            F.lit(None).cast("bigint").alias("leaderless"),
-            F.lit(None).cast("bigint").alias("changes"),
-            F.max_by("ratio", "offset").alias("ratio"),
-        )
-    )
+
+    def bucket_of(ts: int) -> int:
+        return max((ts - t0) // width, 0)
+
+    series: dict[int, list[int]] = {}
+    for ts, *values in (plot or {}).get("series", []):
+        acc = series.setdefault(bucket_of(ts), [0, 0, 0, 0, 0])
+        for i, v in enumerate(values):
+            acc[i] += v
+    data["partition_series"] = [
+        {"kind": "partitions", "bucket": b, "live": v[0], "isr": v[1], "urp": v[2], "leaderless": v[3],
+         "changes": v[4]}
+        for b, v in sorted(series.items())
+    ]  # fmt: skip
+    # Per broker and bucket: the ratio of the bucket's last row (by offset).
+    last: dict[tuple[int, int], tuple[int, float]] = {}
+    for r in imbalance:
+        if r["log_dir"] != ref["log_dir"] or r["batch_timestamp_ms"] is None:
+            continue
+        key = (int(r["broker_id"]), bucket_of(int(r["batch_timestamp_ms"])))
+        if key not in last or r["offset"] > last[key][0]:
+            last[key] = (r["offset"], r["ratio"])
+    data["imbalance"] = [
+        {"kind": "imbalance", "broker_id": b, "bucket": k, "ratio": ratio}
+        for (b, k), (_, ratio) in sorted(last.items())
+    ]
     if brokers is not None:
-        events = (
-            brokers.where((F.col("log_dir") == ref["log_dir"]) & (F.col("event") != "snapshot"))
-            .select("offset", "batch_timestamp_ms", "broker_id", "broker_epoch", "event", "controller_epoch")
-            .orderBy("offset", "broker_id")
-            .limit(MAX_BROKER_EVENTS)
-        )
-        data["broker_events"] = [r.asDict() for r in events.collect()]
-        data["incidents"] = _incidents(p_rows_of(lagged, index), brokers.where(F.col("log_dir") == ref["log_dir"]))
-    rows = [r.asDict() for r in series.unionByName(imb).collect()]
-    data["partition_series"] = sorted((r for r in rows if r["kind"] == "partitions"), key=lambda r: r["bucket"])
-    data["imbalance"] = sorted(
-        (r for r in rows if r["kind"] == "imbalance"), key=lambda r: (r["broker_id"], r["bucket"])
-    )
+        fields = ("offset", "batch_timestamp_ms", "broker_id", "broker_epoch", "event", "controller_epoch")
+        lifecycle = [
+            {f: r[f] for f in fields} for r in brokers if r["log_dir"] == ref["log_dir"] and r["event"] != "snapshot"
+        ]
+        lifecycle.sort(key=lambda e: (e["offset"], e["broker_id"]))
+        data["broker_events"] = lifecycle[:MAX_BROKER_EVENTS]
+        data["incidents"] = _incidents((plot or {}).get("groups", []), lifecycle)
     return data
 
 
 # --------------------------------------------------------------------------- plots
 
 
-def p_rows_of(lagged: DataFrame, index: int) -> DataFrame:
-    """The reference copy's leadership changes (PartitionChangeRecords that moved or removed a leader)."""
-    return lagged.where(
-        (F.col("_copy") == index) & (F.col("change") == "PARTITION_CHANGE_RECORD") & (F.col("changes") == 1)
-    )
+def _incidents(groups: Sequence[dict[str, Any]], lifecycle: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Leadership changes grouped by the controller batch that made them (one batch timestamp;
+    `groups` from the replay), each group with its cause: the fencing or controlled shutdown of
+    a broker that led (its latest lifecycle event at the batch's time), an unclean election, a
+    reassignment (the replicas changed), a lost leader (no eligible replica), a preferred leader
+    election (the new leader is the first replica), else an election. Totals over every group;
+    the MAX_INCIDENTS largest groups listed."""
+    import bisect
 
-
-def _incidents(changes: DataFrame, brokers: DataFrame) -> dict[str, Any]:
-    """Leadership changes grouped by the controller batch that made them (one batch timestamp), each
-    group with its cause: the fencing or controlled shutdown of a broker that led (its latest
-    lifecycle event at the batch's time), an unclean election, a reassignment (the replicas changed), a lost leader
-    (no eligible replica), a preferred leader election (the new leader is the first replica), else
-    an election. Totals over every group; the MAX_INCIDENTS largest groups listed."""
-    reassigned = F.col("p_replicas").isNotNull() & (F.col("p_replicas") != F.col("replicas"))
-    groups = changes.groupBy("batch_timestamp_ms").agg(
-        F.min("offset").alias("first_offset"),
-        F.max("offset").alias("last_offset"),
-        F.count("*").alias("partitions"),
-        F.array_sort(F.collect_set("prev_leader")).alias("from_leaders"),
-        F.array_sort(F.collect_set("leader")).alias("to_leaders"),
-        F.sum(F.when(F.col("unclean"), 1).otherwise(0)).alias("unclean"),
-        F.sum(F.when(reassigned, 1).otherwise(0)).alias("reassigned"),
-        F.sum(F.when((F.col("leader") >= 0) & (F.col("leader") == F.element_at("replicas", 1)), 1).otherwise(0)).alias(
-            "preferred"
-        ),
-        F.sum(F.when(F.col("leader") < 0, 1).otherwise(0)).alias("leaderless"),
-    )
-    # The state of each broker that lost leadership, as of the batch: its latest lifecycle event at
-    # or before the batch's timestamp (the controller fences, or marks a broker shutting down, in
-    # the batch that moves its leaderships, or earlier).
-    leaders = groups.select("batch_timestamp_ms", F.explode("from_leaders").alias("broker_id")).where(
-        F.col("broker_id") >= 0
-    )
-    lifecycle = brokers.where(F.col("event") != "snapshot").select(
-        "broker_id", F.col("batch_timestamp_ms").alias("event_ms"), F.col("offset").alias("event_offset"), "event"
-    )
-    states = (
-        leaders.join(lifecycle, "broker_id")
-        .where(F.col("event_ms") <= F.col("batch_timestamp_ms"))
-        .groupBy("batch_timestamp_ms", "broker_id")
-        .agg(F.max_by("event", F.struct("event_ms", "event_offset")).alias("state"))
-    )
-    events = states.groupBy("batch_timestamp_ms").agg(
-        F.array_sort(F.collect_set(F.when(F.col("state") == "fenced", F.col("broker_id")))).alias("fenced"),
-        F.array_sort(F.collect_set(F.when(F.col("state") == "controlled_shutdown", F.col("broker_id")))).alias(
-            "shutting_down"
-        ),
-    )
-    fenced = F.coalesce(F.col("fenced"), F.array().cast("array<int>"))
-    shutting = F.coalesce(F.col("shutting_down"), F.array().cast("array<int>"))
-    cause = (
-        F.when(F.size(F.array_intersect(fenced, F.col("from_leaders"))) > 0, F.lit("fencing"))
-        .when(F.size(F.array_intersect(shutting, F.col("from_leaders"))) > 0, F.lit("controlled shutdown"))
-        .when(F.col("unclean") > 0, F.lit("unclean election"))
-        .when(F.col("reassigned") > 0, F.lit("reassignment"))
-        .when(F.col("leaderless") == F.col("partitions"), F.lit("leader lost (no eligible replica)"))
-        .when(F.col("preferred") == F.col("partitions"), F.lit("preferred leader election"))
-        .otherwise(F.lit("leader election"))
-    )
-    involved = F.array_intersect(F.array_union(fenced, shutting), F.col("from_leaders"))
-    caused = groups.join(events, "batch_timestamp_ms", "left").select(
-        "*", cause.alias("cause"), involved.alias("brokers")
-    )
-    totals = {
-        r["cause"]: {"incidents": int(r["incidents"]), "partitions": int(r["partitions"])}
-        for r in caused.groupBy("cause")
-        .agg(F.count("*").alias("incidents"), F.sum("partitions").alias("partitions"))
-        .collect()
-    }
-    listed = [
-        r.asDict(recursive=True)
-        for r in caused.orderBy(F.desc("partitions"), "first_offset").limit(MAX_INCIDENTS).collect()
-    ]
+    # Per broker, its lifecycle events by (time, offset): the latest at or before a batch's time.
+    events: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    for e in lifecycle:
+        events[int(e["broker_id"])].append((int(e["batch_timestamp_ms"]), int(e["offset"]), e["event"]))
+    for evs in events.values():
+        evs.sort()
+    totals: dict[str, dict[str, int]] = {}
+    caused = []
+    for g in groups:
+        ts = int(g["batch_timestamp_ms"])
+        fenced: list[int] = []
+        shutting: list[int] = []
+        had_state = False
+        for b in g["from_leaders"]:
+            if b < 0 or b not in events:
+                continue
+            evs = events[b]
+            k = bisect.bisect_right(evs, (ts, float("inf"), ""))
+            if k == 0:
+                continue
+            had_state = True
+            state = evs[k - 1][2]
+            if state == "fenced":
+                fenced.append(b)
+            elif state == "controlled_shutdown":
+                shutting.append(b)
+        from_leaders = set(g["from_leaders"])
+        if fenced:
+            cause = "fencing"
+        elif shutting:
+            cause = "controlled shutdown"
+        elif g["unclean"] > 0:
+            cause = "unclean election"
+        elif g["reassigned"] > 0:
+            cause = "reassignment"
+        elif g["leaderless"] == g["partitions"]:
+            cause = "leader lost (no eligible replica)"
+        elif g["preferred"] == g["partitions"]:
+            cause = "preferred leader election"
+        else:
+            cause = "leader election"
+        involved = [b for b in dict.fromkeys(sorted(fenced) + sorted(shutting)) if b in from_leaders]
+        row = dict(g)
+        row.update(
+            fenced=sorted(fenced) if had_state else None,
+            shutting_down=sorted(shutting) if had_state else None,
+            cause=cause,
+            brokers=involved,
+        )
+        caused.append(row)
+        t = totals.setdefault(cause, {"incidents": 0, "partitions": 0})
+        t["incidents"] += 1
+        t["partitions"] += int(g["partitions"])
+    listed = sorted(caused, key=lambda r: (-r["partitions"], r["first_offset"]))[:MAX_INCIDENTS]
     listed.sort(key=lambda r: r["first_offset"])
     return {"totals": totals, "listed": listed}
 
