@@ -709,8 +709,12 @@ class Cluster:
 
     def _on_commit(self, node: Node, batch: Batch) -> None:
         """Every batch a node applies is committed: record it, and it must never differ."""
+        core = node.core
         for i, record in enumerate(batch.records):
             offset = batch.base_offset + i
+            if core is not None:
+                # Known committed in this node's epoch: every leader of a later epoch must hold it.
+                self.committed_epoch.setdefault(offset, core.epoch)
             entry = (batch.epoch, record)
             prev = self.committed.setdefault(offset, entry)
             if prev != entry:
@@ -729,13 +733,13 @@ class Cluster:
         if holders < majority:
             raise InvariantViolation(f"HW {hw} of leader {leader.id} is on only {holders} voters")
         for offset in range(self.max_committed, hw):
+            self.committed_epoch.setdefault(offset, core.epoch)
             entry = self._entry(leader, offset)
             if entry is None:
-                continue  # below the leader's snapshot: recorded when it was committed
+                continue  # below the leader's snapshot (deleted in the event that committed it)
             if offset in self.committed and self.committed[offset] != entry:
                 raise InvariantViolation(f"committed offset {offset} changed")
             self.committed[offset] = entry
-            self.committed_epoch.setdefault(offset, core.epoch)
         self.max_committed = hw
 
     def _durably_holds(self, node: Node, offset: Offset, leader: RaftCore) -> bool:
