@@ -13,14 +13,17 @@ state equal to the running one once a Ready is carried out, log matching (across
 logs and all time), no change to a running node's log below its high watermark,
 monotonic high watermarks that are on a majority of voters, leader completeness,
 and that every committed entry is identical wherever it exists (and in whatever any
-state machine applied) and never lost; no node's high watermark is above its log end;
-state machines at the same applied offset hold the same image, whether they replayed
-the log or installed a snapshot.
+state machine applied) and never lost. On top of those (issue 9): a leader named in the
+durable state of any node is the one leader of that epoch; every node's high watermark is
+at most its log end offset; committed entries a node acknowledged stay on its disk (or
+in its snapshot) unchanged; state machines that applied the same offset hold the same
+image, whether they replayed the log or installed a snapshot.
 
-`COVERAGE` counts, over every cluster of the process, the histories the run reached
-(see `Cluster.count`): Figure-8 histories, partial fetches, divergences (and those that
-cut several epochs), snapshot installs (and those that crossed a leader change), stale
-and future epochs delivered, and delayed and duplicated messages.
+Each violation names the property it broke (`InvariantViolation.prop`), so a report can
+say which rule caught a fault. `Cluster.coverage` counts the histories a run reached
+(Figure-8 comebacks, partial fetches, diverging truncations, snapshot installs, stale and
+future epochs, replayed messages, ...); `COVERAGE` sums them over every cluster of the
+process, for a report at the end of a test session.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from dataclasses import dataclass, field
 
 from quorum.raft.config import RaftConfig
 from quorum.raft.core import RaftCore
-from quorum.raft.errors import ErrorCode, NotLeaderError
+from quorum.raft.errors import ErrorCode, FatalQuorumError, NotLeaderError
 from quorum.raft.log import RaftLog
 from quorum.raft.messages import (
     BeginQuorumEpochRequest,
@@ -44,19 +47,36 @@ from quorum.raft.messages import (
     FetchRequest,
     FetchResponse,
     FetchSnapshotRequest,
+    Message,
     VoteRequest,
 )
 from quorum.raft.ready import Ready
-from quorum.raft.roles import Role
+from quorum.raft.roles import LeaderState, Role
 from quorum.raft.types import Batch, ElectionState, Offset, OffsetAndEpoch
+
+# Coverage of every cluster built in this process (see `Cluster.coverage`).
+COVERAGE: Counter[str] = Counter()
 
 
 class InvariantViolation(AssertionError):
-    pass
+    """A safety property failed; `prop` names it (e.g. "log-matching")."""
+
+    def __init__(self, message: str, prop: str = "other") -> None:
+        super().__init__(f"[{prop}] {message}")
+        self.prop = prop
 
 
-# What the simulations of this process reached, summed over every cluster (see `Cluster.count`).
-COVERAGE: Counter[str] = Counter()
+def message_epoch(message: Message) -> int:
+    """The leader epoch a message carries (a request's view of the epoch, a response's answer)."""
+    match message:
+        case VoteRequest():
+            return message.candidate_epoch
+        case BeginQuorumEpochRequest() | EndQuorumEpochRequest():
+            return message.leader_epoch
+        case FetchRequest() | FetchSnapshotRequest():
+            return message.current_leader_epoch
+        case _:
+            return message.leader_epoch
 
 
 @dataclass
@@ -100,29 +120,41 @@ def decode_state(data: bytes) -> list[str]:
     return [str(v) for v in values]
 
 
+def _digest(values: Iterable[str], start: int = 0) -> int:
+    d = start
+    for v in values:
+        d = hash((d, v))
+    return d
+
+
 @dataclass
 class StateMachine:
-    """The replicated state: the list of committed data record values, in order."""
+    """The replicated state: the list of committed data record values, in order.
+
+    `digest` is a running hash of `values`, so that two images compare in O(1)."""
 
     values: list[str] = field(default_factory=list)
     applied: Offset = 0
-    digest: int = 0  # a running hash of `values`: equal images have equal digests
+    digest: int = 0
 
     def apply(self, batch: Batch) -> None:
-        assert batch.base_offset == self.applied, (batch.base_offset, self.applied)
+        if batch.base_offset != self.applied:
+            raise InvariantViolation(
+                f"state machine at {self.applied} given a batch at {batch.base_offset}", "apply-in-order"
+            )
         if not batch.is_control:
-            for r in batch.records:
-                value = r.decode()
-                self.values.append(value)
-                self.digest = hash((self.digest, value))
+            new = [r.decode() for r in batch.records]
+            self.values.extend(new)
+            self.digest = _digest(new, self.digest)
         self.applied = batch.end_offset
 
     def load(self, sid: OffsetAndEpoch, data: bytes) -> None:
-        self.values = decode_state(data)
+        try:
+            self.values = decode_state(data)
+        except ValueError as e:
+            raise InvariantViolation(f"snapshot {sid} does not decode: {e}", "snapshot-image") from e
         self.applied = sid.offset
-        self.digest = 0
-        for value in self.values:
-            self.digest = hash((self.digest, value))
+        self.digest = _digest(self.values)
 
 
 class Node:
@@ -140,10 +172,10 @@ class Node:
         self.armed_crash: int | None = None  # crash after this many steps of the next Ready
         # Called with every committed batch before it is applied (the cluster records it).
         self.on_commit: Callable[[Node, Batch], None] | None = None
-        # Called after the state machine changed: (node, how: "replay", "snapshot" or "start").
+        # Called with every Ready before it is persisted, and after the state machine
+        # reached a new image ("replay" after a batch, "install" or "load" of a snapshot).
+        self.on_persist: Callable[[Node, Ready], None] | None = None
         self.on_image: Callable[[Node, str], None] | None = None
-        # The epoch in which a leader first sent this node to its snapshot, since its last install.
-        self.snapshot_redirect_epoch: int | None = None
 
     @property
     def up(self) -> bool:
@@ -157,6 +189,8 @@ class Node:
         if sid is not None:
             self.sm.load(sid, disk.snapshots[sid])
             start = max(start, sid.offset)
+            if self.on_image is not None:
+                self.on_image(self, "load")
         log = RaftLog(disk.batches, start_offset=start, snapshot_id=sid)
         self.core = RaftCore(
             node_id=self.id,
@@ -171,8 +205,6 @@ class Node:
         self.last_hw = self.core.high_watermark
         self._since_snapshot = 0
         self.incarnation += 1
-        if self.on_image is not None and sid is not None:
-            self.on_image(self, "start")
 
     def crash(self) -> None:
         self.core = None
@@ -205,6 +237,8 @@ class Node:
 
     def _persist(self, ready: Ready) -> None:
         disk = self.disk
+        if self.on_persist is not None:
+            self.on_persist(self, ready)
         if ready.election is not None:
             disk.election = ready.election
         for chunk in ready.snapshot_chunks:
@@ -222,7 +256,7 @@ class Node:
             self.sm.load(sid, data)
             self._since_snapshot = 0
             if self.on_image is not None:
-                self.on_image(self, "snapshot")
+                self.on_image(self, "install")
         if ready.truncate_to is not None:
             disk.truncate_to(ready.truncate_to)
         for batch in ready.entries:
@@ -272,6 +306,7 @@ class _InFlight:
     deliver_at: int
     seq: int
     envelope: Envelope = field(compare=False)
+    kind: str = field(default="", compare=False)  # "", "duplicate" or "replay"
 
 
 class Cluster:
@@ -305,11 +340,6 @@ class Cluster:
         self.max_delay_ms = max_delay_ms
         self.loss = 0.0
         self.duplicate = 0.0
-        # Occasionally a message takes far longer (it then arrives in a later epoch).
-        self.delay_spike = 0.0
-        self.delay_spike_ms = 0
-        self.slow_links: dict[tuple[int, int], int] = {}  # (source, destination) -> ms every message takes
-        self.coverage: Counter[str] = Counter()
         self.blocked: set[tuple[int, int]] = set()  # (source, destination) pairs that drop
         self._queue: list[_InFlight] = []
         self._seq = 0
@@ -332,13 +362,40 @@ class Cluster:
         self._verified: dict[tuple[int, str], list[Batch]] = {}
         self._log_owner: dict[int, int] = {}  # node -> incarnation whose core log `_verified` holds
         self._hw_checked: dict[int, tuple[int, int]] = {}  # node -> (incarnation, committed checked below)
-        self._offset_epochs: dict[Offset, set[int]] = {}  # offset -> epochs of the entries ever written there
-        self._images: dict[Offset, tuple[int, str]] = {}  # applied offset -> (image digest, how it was reached)
+        # Issue-9 properties.
+        self.named_leaders: dict[int, int] = {}  # epoch -> the leader any durable state names
+        self.acked: dict[int, Offset] = {}  # node -> highest fetch offset a leader's log confirmed
+        self.acked_committed: dict[int, Offset] = {}  # node -> committed prefix it acknowledged
+        self._ack_verified: dict[int, Offset] = {}  # node -> its disk was compared below this
+        self.images: dict[Offset, tuple[int, str, int]] = {}  # applied offset -> (digest, how, node)
+        # Coverage: what kinds of histories this run reached.
+        self.coverage: Counter[str] = Counter()
+        self._epoch_end: dict[int, Offset] = {}  # epoch -> end of its leader's log
+        self._leader_seen: set[int] = set()  # epochs whose leader's start was examined
+        self._overwritten: dict[int, tuple[Offset, int]] = {}  # epoch -> (from offset, overwriting epoch)
+        self._fig8_active: dict[int, list[tuple[int, Offset]]] = {}  # leader epoch -> [(old epoch, from)]
+        self._fig8_spread: set[tuple[int, int]] = set()  # (leader epoch, node)
+        self._divergence: dict[int, set[int]] = {}  # node -> epochs removed in its current divergence
+        self._diverged_in: dict[int, set[int]] = {}  # leader epoch -> nodes that truncated in it
+        self._snapshot_wait: dict[int, int] = {}  # node -> its epoch when first sent to a snapshot
+        self._chunks: dict[int, int] = {}  # node -> chunks received in its current transfer
+        # Delayed messages: a share of all sent messages is kept, to be delivered again much later.
+        self.stash_rate = 0.0
+        self.stash_types: tuple[type, ...] | None = None  # keep only these messages (None: all)
+        self._stash: list[Envelope] = []
+        self._stop: Callable[[], bool] | None = None
+        self._stopped = False
         for node in self.nodes.values():
             node.on_commit = self._on_commit
+            node.on_persist = self._on_persist
             node.on_image = self._on_image
             node.start(self.now, self.rng)
         self._drain_all()
+
+    def note(self, kind: str, n: int = 1) -> None:
+        """Count a history kind this run reached (and in the process-wide `COVERAGE`)."""
+        self.coverage[kind] += n
+        COVERAGE[kind] += n
 
     # ----------------------------------------------------------- topology
 
@@ -354,6 +411,39 @@ class Cluster:
 
     def heal(self) -> None:
         self.blocked.clear()
+
+    def drop_in_flight(self, source: int | None = None, destination: int | None = None) -> int:
+        """Lose every message in flight from `source` and/or to `destination`."""
+        keep = [
+            f
+            for f in self._queue
+            if not (
+                (source is None or f.envelope.source == source)
+                and (destination is None or f.envelope.destination == destination)
+            )
+        ]
+        dropped = len(self._queue) - len(keep)
+        heapq.heapify(keep)
+        self._queue = keep
+        return dropped
+
+    def replay(self, count: int, destination: int | None = None, types: tuple[type, ...] | None = None) -> int:
+        """Deliver again, soon, up to `count` messages kept from the past (see `stash_rate`):
+        old requests and answers, with the epochs and request ids they had then."""
+        picks = [
+            i
+            for i, env in enumerate(self._stash)
+            if (destination is None or env.destination == destination)
+            and (types is None or isinstance(env.message, types))
+        ]
+        self.rng.shuffle(picks)
+        chosen = sorted(picks[:count], reverse=True)
+        for i in chosen:
+            env = self._stash.pop(i)
+            self._seq += 1
+            delay = self.rng.randint(1, self.max_delay_ms)
+            heapq.heappush(self._queue, _InFlight(self.now + delay, self._seq, env, "replay"))
+        return len(chosen)
 
     # ------------------------------------------------------------ faults
 
@@ -422,9 +512,28 @@ class Cluster:
                 self.propose(1)
                 next_propose = self.now + propose_every_ms
             self._deliver_due()
-            self._tick_due()
-            if self.now >= end:
+            if self._stopped:
                 return
+            self._tick_due()
+            if self._stopped or self.now >= end:
+                return
+
+    def run_until_event(self, predicate: Callable[[], bool], limit_ms: int = 60_000, propose_every_ms: int = 0) -> bool:
+        """Run until `predicate()` holds, checked after every single event (a message or a
+        tick), and stop right there: the caller acts before anything else happens."""
+        if predicate():
+            return True
+        self._stop, self._stopped = predicate, False
+        try:
+            self.run_for(limit_ms, propose_every_ms)
+            return self._stopped or predicate()
+        finally:
+            self._stop, self._stopped = None, False
+
+    def _halt(self) -> bool:
+        if self._stop is not None and self._stop():
+            self._stopped = True
+        return self._stopped
 
     def run_until(self, predicate: object, limit_ms: int = 60_000) -> bool:
         assert callable(predicate)
@@ -447,16 +556,38 @@ class Cluster:
 
     def _deliver_due(self) -> None:
         while self._queue and self._queue[0].deliver_at <= self.now:
-            env = heapq.heappop(self._queue).envelope
+            item = heapq.heappop(self._queue)
+            env = item.envelope
             node = self.nodes.get(env.destination)
             if node is None or node.core is None:
                 continue
-            before = _Before(node.core)
-            node.core.handle(env, self.now)
-            self._classify(env, node, before)
+            core = node.core
+            msg = env.message
+            epoch_before, end_before = core.epoch, core.log.end_offset
+            sent_epoch = message_epoch(msg)
+            if item.kind:
+                self.note(f"{item.kind}_deliveries")
+            if sent_epoch < epoch_before:
+                self.note("stale_epoch_deliveries")
+                if item.kind == "replay":
+                    self.note("replayed_stale_epoch_deliveries")
+            epochs_before = list(core.log.epoch_starts) if isinstance(msg, FetchResponse) else []
+            if isinstance(msg, FetchRequest) and core.role is Role.LEADER:
+                self._note_ack(env.source, msg, core)
+            try:
+                core.handle(env, self.now)
+            except FatalQuorumError as e:  # the core refused to break safety: name the rule
+                raise InvariantViolation(str(e), "no-truncation-below-hw") from e
             self.events += 1
             self._send(node.drain())
+            if node.core is core:
+                if sent_epoch > epoch_before and core.epoch == sent_epoch:
+                    self.note("future_epoch_transitions")
+                if isinstance(msg, FetchResponse) and env.request_id:
+                    self._classify_fetch_answer(node, core, msg, end_before, epochs_before)
             self.check()
+            if self._halt():
+                return
 
     def _tick_due(self) -> None:
         for node in self.nodes.values():
@@ -469,6 +600,8 @@ class Cluster:
             self.events += 1
             self._send(node.drain())
             self.check()
+            if self._halt():
+                return
             # A deadline still in the past after a tick would make a driver spin at this
             # instant forever; remember it so that time can move on (see the unit tests:
             # `next_deadline()` should be in the future after `tick`).
@@ -479,104 +612,178 @@ class Cluster:
 
     def _send(self, envelopes: list[Envelope]) -> None:
         for env in envelopes:
+            if getattr(env.message, "error", None) == ErrorCode.FENCED_LEADER_EPOCH:
+                self.note("stale_epoch_refusals")
             if (env.source, env.destination) in self.blocked:
                 continue
             if self.loss and self.rng.random() < self.loss:
                 continue
+            if (
+                self.stash_rate
+                and (self.stash_types is None or isinstance(env.message, self.stash_types))
+                and self.rng.random() < self.stash_rate
+            ):
+                if len(self._stash) < 256:
+                    self._stash.append(env)
+                else:
+                    self._stash[self.rng.randrange(len(self._stash))] = env
             copies = 2 if self.duplicate and self.rng.random() < self.duplicate else 1
-            if copies == 2:
-                self.count("duplicated_messages")
-            for _ in range(copies):
+            for copy in range(copies):
                 self._seq += 1
                 delay = self.rng.randint(1, self.max_delay_ms)
-                if self.delay_spike and self.rng.random() < self.delay_spike:
-                    delay = self.rng.randint(self.max_delay_ms, max(self.max_delay_ms, self.delay_spike_ms))
-                    self.count("delayed_messages")
-                slow = self.slow_links.get((env.source, env.destination))
-                if slow:
-                    delay = slow + self.rng.randint(0, self.max_delay_ms)
-                    self.count("delayed_messages")
-                heapq.heappush(self._queue, _InFlight(self.now + delay, self._seq, env))
+                heapq.heappush(self._queue, _InFlight(self.now + delay, self._seq, env, "duplicate" if copy else ""))
+
+    # ------------------------------------------------------------ coverage
+
+    def _classify_fetch_answer(
+        self, node: Node, core: RaftCore, resp: FetchResponse, end_before: Offset, epochs_before: list[tuple[int, int]]
+    ) -> None:
+        """What an answer to a Fetch did to the follower: diverging truncation, a pointer to
+        the snapshot, or records (a partial fetch if the leader's HW is beyond them)."""
+        end_after = core.log.end_offset
+        if resp.diverging_epoch is not None:
+            if end_after >= end_before:
+                return
+            self.note("diverging_epoch_truncations")
+            removed = set()
+            for i, (epoch, start) in enumerate(epochs_before):
+                stop = epochs_before[i + 1][1] if i + 1 < len(epochs_before) else end_before
+                if stop > end_after and start < end_before:
+                    removed.add(epoch)
+            self._divergence.setdefault(node.id, set()).update(removed)
+            nodes = self._diverged_in.setdefault(core.epoch, set())
+            nodes.add(node.id)
+            if len(nodes) == 2:
+                self.note("multi_node_divergences")
+        elif resp.snapshot_id is not None:
+            self.note("snapshot_redirects")
+            self._snapshot_wait.setdefault(node.id, core.epoch)
+        elif resp.error == ErrorCode.NONE and resp.leader_epoch == core.epoch:
+            run = self._divergence.pop(node.id, None)
+            if run is not None and len(run) >= 2:
+                self.note("multi_epoch_divergences")
+            if end_after > end_before:
+                self._snapshot_wait.pop(node.id, None)
+                if resp.high_watermark > end_after:
+                    self.note("partial_fetches")
+
+    def _on_persist(self, node: Node, ready: Ready) -> None:
+        core = node.core
+        if ready.snapshot_chunks:
+            for chunk in ready.snapshot_chunks:
+                if chunk.position == 0 and any(node.disk.receiving.values()):
+                    self.note("snapshot_transfer_restarts")
+            self._chunks[node.id] = self._chunks.get(node.id, 0) + len(ready.snapshot_chunks)
+        if ready.install_snapshot is not None:
+            self.note("snapshot_installs")
+            if self._chunks.get(node.id, 0) >= 2:
+                self.note("multi_chunk_snapshot_installs")
+            self._chunks[node.id] = 0
+            first_epoch = self._snapshot_wait.pop(node.id, None)
+            if core is not None and first_epoch is not None and core.epoch > first_epoch:
+                self.note("snapshot_installs_across_leader_change")
+        if ready.entries and self._fig8_active and core is not None and core.role is Role.FOLLOWER:
+            stale = self._fig8_active.get(core.epoch)
+            if stale and (core.epoch, node.id) not in self._fig8_spread:
+                for old_epoch, start in stale:
+                    if any(b.epoch == old_epoch and b.end_offset > start for b in ready.entries):
+                        self._fig8_spread.add((core.epoch, node.id))
+                        self.note("figure8_replications")
+                        break
+
+    def _on_image(self, node: Node, how: str) -> None:
+        """Same applied offset => same image, however the state machine got there."""
+        sm = node.sm
+        prev = self.images.setdefault(sm.applied, (sm.digest, how, node.id))
+        if prev[0] != sm.digest:
+            prop = "same-image" if how == prev[1] == "replay" else "snapshot-image"
+            raise InvariantViolation(
+                f"node {node.id} ({how}) and node {prev[2]} ({prev[1]}) hold different images at {sm.applied}", prop
+            )
+        if prev[2] != node.id and (how == "replay") != (prev[1] == "replay"):
+            self.note("snapshot_image_matches")
+
+    def _on_new_leader(self, node: Node, core: RaftCore) -> None:
+        """Figure 8 of the Raft paper, detected as it happens: a leader of epoch e writes
+        entries that reach no majority; a leader of a later epoch starts below their end
+        (overwrites them); the leader of e comes back as leader of a yet later epoch still
+        holding them, and may replicate them to others (`_on_persist`)."""
+        ls = core.state
+        assert isinstance(ls, LeaderState)
+        epoch, start = core.epoch, ls.epoch_start_offset
+        for old_epoch, old_end in self._epoch_end.items():
+            if old_epoch < epoch and old_end > start:
+                prev = self._overwritten.get(old_epoch)
+                if prev is None:
+                    self.note("overwritten_uncommitted_suffixes")
+                self._overwritten[old_epoch] = (min(start, prev[0]) if prev else start, epoch)
+        for old_epoch, (start_of_overwrite, by_epoch) in self._overwritten.items():
+            if by_epoch < epoch and self.leaders.get(old_epoch) == node.id:
+                held = core.log.end_offset_for_epoch(old_epoch)
+                if held.epoch == old_epoch and held.offset > start_of_overwrite:
+                    self.note("figure8_histories")
+                    self._fig8_active.setdefault(epoch, []).append((old_epoch, start_of_overwrite))
+
+    # ------------------------------------------------------------ acknowledgements
+
+    def _note_ack(self, source: int, req: FetchRequest, leader: RaftCore) -> None:
+        """A Fetch at offset k that reaches the leader of its epoch acknowledges the
+        fetcher's log below k, if that log durably matches the leader's there."""
+        k = req.fetch_offset
+        fetcher = self.nodes.get(source)
+        if fetcher is None or k <= self.acked.get(source, 0) or req.current_leader_epoch != leader.epoch:
+            return
+        log = leader.log
+        if not (log.start_offset < k <= log.end_offset):
+            return
+        mine = _batch_at(fetcher.disk.batches, k - 1)
+        theirs = log.batches[log.index_of(k - 1)]
+        if mine is not None and (mine.base_offset, mine.epoch) == (theirs.base_offset, theirs.epoch):
+            self.acked[source] = k
+
+    def _check_acked_kept(self, node: Node, disk_changed: Offset | None) -> None:
+        """Committed entries that a node acknowledged never change or vanish from its disk
+        (the ones below its log start are in its snapshot, checked by the image property)."""
+        nid = node.id
+        have = self.acked_committed.get(nid, 0)
+        target = min(self.acked.get(nid, 0), self.max_committed)
+        if target > have:
+            held = _batch_at(node.disk.batches, target - 1)
+            entry = (held.epoch, held.records[target - 1 - held.base_offset]) if held is not None else None
+            if target - 1 < node.disk.log_start or entry == self.committed.get(target - 1):
+                have = self.acked_committed[nid] = target
+            else:
+                self.acked[nid] = have  # it acknowledged entries that were then not committed
+        if not have:
+            return
+        disk = node.disk
+        if disk.end_offset < have:
+            raise InvariantViolation(
+                f"node {nid} acknowledged committed entries below {have}, its disk ends at {disk.end_offset}",
+                "acked-committed-kept",
+            )
+        verified = self._ack_verified.get(nid, 0)
+        if disk_changed is not None:
+            verified = min(verified, disk_changed)
+        lo = max(verified, disk.log_start)
+        if lo < have:
+            i = bisect_right(disk.batches, lo, key=_base_offset) - 1
+            for b in disk.batches[max(i, 0) :]:
+                if b.base_offset >= have:
+                    break
+                for j, record in enumerate(b.records):
+                    offset = b.base_offset + j
+                    if lo <= offset < have and self.committed.get(offset, (b.epoch, record)) != (b.epoch, record):
+                        raise InvariantViolation(
+                            f"node {nid} acknowledged committed offset {offset}, now holds another entry there",
+                            "acked-committed-kept",
+                        )
+        self._ack_verified[nid] = have
 
     def _drain_all(self) -> None:
         for node in self.nodes.values():
             if node.core is not None:
                 self._send(node.drain())
-
-    # ----------------------------------------------------------- coverage
-
-    def count(self, kind: str, n: int = 1) -> None:
-        self.coverage[kind] += n
-        COVERAGE[kind] += n
-
-    def _classify(self, env: Envelope, node: Node, before: _Before) -> None:
-        """Count what the delivery of `env` to `node` was (and did)."""
-        core = node.core
-        if core is None:
-            return
-        msg = env.message
-        epoch = _message_epoch(msg)
-        if epoch is not None:
-            if epoch < before.epoch:
-                self.count("stale_epoch_deliveries")
-            elif epoch > before.epoch:
-                self.count("future_epoch_deliveries")
-                if core.epoch > before.epoch:
-                    self.count("future_epoch_transitions")
-        if not isinstance(msg, FetchResponse):
-            return
-        if msg.error == ErrorCode.FENCED_LEADER_EPOCH:
-            self.count("fenced_epoch_answers")
-        if msg.diverging_epoch is not None:
-            self.count("diverging_answers")
-            end = core.log.end_offset
-            if end < before.end_offset:
-                self.count("divergence_truncations")
-                cut = {e for e, start in before.epoch_starts if start >= end}
-                cut.add(_epoch_at(before.epoch_starts, end))
-                if len(cut) >= 2:
-                    self.count("multi_epoch_divergences")
-        if msg.snapshot_id is not None:
-            self.count("snapshot_redirects")
-            if node.snapshot_redirect_epoch is None:  # the first redirect since the last install
-                node.snapshot_redirect_epoch = core.epoch
-        end = core.log.end_offset
-        if end > before.end_offset and msg.high_watermark > end:
-            # The follower took data from this answer, and the leader's HW is still ahead of
-            # its log end: the answer was cut short by the size limit.
-            self.count("partial_fetches")
-
-    def _on_image(self, node: Node, how: str) -> None:
-        """State machines that applied the same offset hold the same image, however reached."""
-        sm = node.sm
-        if how == "snapshot":
-            self.count("snapshot_installs")
-            redirected, node.snapshot_redirect_epoch = node.snapshot_redirect_epoch, None
-            if node.core is not None and redirected is not None and node.core.epoch > redirected:
-                # The leader that sent this node to a snapshot is not the one it finished with.
-                self.count("snapshot_installs_across_leaders")
-        known = self._images.get(sm.applied)
-        if known is None:
-            self._images[sm.applied] = (sm.digest, how)
-            return
-        if known[0] != sm.digest:
-            raise InvariantViolation(
-                f"node {node.id} reached offset {sm.applied} by {how} with another image than by {known[1]}"
-            )
-        if (known[1] == "replay") != (how == "replay"):
-            self.count("snapshot_images_matched_by_replay")
-
-    def _on_new_leader(self, leader: int, epoch: int) -> None:
-        """Figure 8: a node leads again after an entry it wrote as leader of an earlier epoch
-        was overwritten, somewhere, by a leader of an epoch in between."""
-        mine = {e for e, node in self.leaders.items() if node == leader and e < epoch}
-        if not mine:
-            return
-        for epochs in self._offset_epochs.values():
-            own = epochs & mine
-            if own and any(min(own) < e < epoch and e not in mine for e in epochs):
-                self.count("figure8_histories")
-                return
 
     # --------------------------------------------------------- invariants
 
@@ -590,7 +797,7 @@ class Cluster:
                 epochs.append(core.epoch)
             for e in epochs:
                 if e < self.max_epoch.get(node.id, 0):
-                    raise InvariantViolation(f"node {node.id} epoch went back to {e}")
+                    raise InvariantViolation(f"node {node.id} epoch went back to {e}", "epoch-monotonic")
                 self.max_epoch[node.id] = max(self.max_epoch.get(node.id, 0), e)
             # At most one leader per epoch (live leaders and durable claims).
             claims = []
@@ -599,17 +806,16 @@ class Cluster:
             if node.disk.election is not None and node.disk.election.leader_id == node.id:
                 claims.append(node.disk.election.epoch)
             for epoch in claims:
-                if epoch not in self.leaders:
-                    self.leaders[epoch] = node.id
-                    self._on_new_leader(node.id, epoch)
-                prev = self.leaders[epoch]
+                prev = self.leaders.setdefault(epoch, node.id)
                 if prev != node.id:
-                    raise InvariantViolation(f"two leaders in epoch {epoch}: {prev} and {node.id}")
+                    raise InvariantViolation(f"two leaders in epoch {epoch}: {prev} and {node.id}", "single-leader")
             # ... and a leader never leads again in its epoch after a restart (it comes back Resigned).
             if core is not None and core.role is Role.LEADER:
                 term = self.leader_runs.setdefault(core.epoch, (node.id, node.incarnation))
                 if term != (node.id, node.incarnation):
-                    raise InvariantViolation(f"node {node.id} leads epoch {core.epoch} again after a restart")
+                    raise InvariantViolation(
+                        f"node {node.id} leads epoch {core.epoch} again after a restart", "single-leader"
+                    )
             # At most one vote per epoch: a durable vote is never changed or forgotten.
             election = node.disk.election
             if election is not None and election.voted_id != -1 and node.id in self.voter_ids:
@@ -617,28 +823,50 @@ class Cluster:
                 voted = self.votes.setdefault(key, election.voted_id)
                 if voted != election.voted_id:
                     raise InvariantViolation(
-                        f"node {node.id} voted for {voted} and {election.voted_id} in epoch {election.epoch}"
+                        f"node {node.id} voted for {voted} and {election.voted_id} in epoch {election.epoch}",
+                        "one-vote",
                     )
             elif election is not None and (node.id, election.epoch) in self.votes:
-                raise InvariantViolation(f"node {node.id} forgot its vote in epoch {election.epoch}")
+                raise InvariantViolation(f"node {node.id} forgot its vote in epoch {election.epoch}", "one-vote")
             if core is None:
                 continue
             # Persist before send: once a Ready is carried out, disk and memory agree.
             state = core.election_state
             if state is not election and state != (election or ElectionState(epoch=0)) and not core.has_ready():
-                raise InvariantViolation(f"node {node.id} runs {core.election_state}, disk has {election}")
-            # No node knows a high watermark above its own log end.
+                raise InvariantViolation(
+                    f"node {node.id} runs {core.election_state}, disk has {election}", "persist-first"
+                )
+            # A leader named in a durable state is the one leader of its epoch.
+            if election is not None and election.leader_id != -1:
+                named = self.named_leaders.setdefault(election.epoch, election.leader_id)
+                if named != election.leader_id or self.leaders.get(election.epoch, named) != named:
+                    raise InvariantViolation(
+                        f"node {node.id} names {election.leader_id} leader of epoch {election.epoch}, "
+                        f"known leader {self.leaders.get(election.epoch, named)}",
+                        "single-leader",
+                    )
+            # The high watermark is never above the log end offset.
             if core.high_watermark > core.log.end_offset:
                 raise InvariantViolation(
-                    f"node {node.id} HW {core.high_watermark} is above its log end {core.log.end_offset}"
+                    f"node {node.id} HW {core.high_watermark} above its log end {core.log.end_offset}", "hw-le-leo"
                 )
+            if core.role is Role.LEADER:
+                self._epoch_end[core.epoch] = core.log.end_offset
+                if core.epoch not in self._leader_seen:
+                    self._leader_seen.add(core.epoch)
+                    self._on_new_leader(node, core)
+                self.acked[node.id] = max(self.acked.get(node.id, 0), min(node.disk.end_offset, core.log.end_offset))
             # A node's high watermark never decreases while it runs.
             if core.high_watermark < node.last_hw:
-                raise InvariantViolation(f"node {node.id} HW went back {node.last_hw} -> {core.high_watermark}")
+                raise InvariantViolation(
+                    f"node {node.id} HW went back {node.last_hw} -> {core.high_watermark}", "hw-monotonic"
+                )
             node.last_hw = core.high_watermark
-        self._check_log_matching()
+        disk_changes = self._check_log_matching()
         self._record_commits(majority)
         self._check_committed()
+        for node in self.nodes.values():
+            self._check_acked_kept(node, disk_changes.get(node.id))
 
     def _entry(self, node: Node, offset: Offset) -> tuple[int, bytes] | None:
         """(epoch, record) at `offset` in a live node's log, or None if outside it."""
@@ -650,15 +878,19 @@ class Cluster:
         b = log.batches[log.index_of(offset)]
         return b.epoch, b.records[offset - b.base_offset]
 
-    def _check_log_matching(self) -> None:
+    def _check_log_matching(self) -> dict[int, int]:
         """Same (base offset, epoch) batch => same content and same predecessor, in every
         log (memory and disk) and at every time: a leader writes each (offset, epoch) once.
         And a running node never changes its log below its high watermark.
 
         Incremental: each log is compared with what it was at the previous check; only
-        batches appended since are examined, unless the log was truncated or rebuilt."""
+        batches appended since are examined, unless the log was truncated or rebuilt.
+        Returns, per node, where its disk log was cut since the last check."""
+        disk_changes: dict[int, int] = {}
         for node in self.nodes.values():
-            self._match_log((node.id, "disk"), node.disk.batches, node.id)
+            cut = self._match_log((node.id, "disk"), node.disk.batches, node.id)
+            if cut is not None:
+                disk_changes[node.id] = cut
             core = node.core
             if core is not None:
                 changed = self._match_log((node.id, "core"), core.log.batches, node.id)
@@ -668,9 +900,11 @@ class Cluster:
                     and self._log_owner.get(node.id) == node.incarnation
                 ):
                     raise InvariantViolation(
-                        f"node {node.id} changed its log at {changed}, below its HW {core.high_watermark}"
+                        f"node {node.id} changed its log at {changed}, below its HW {core.high_watermark}",
+                        "no-change-below-hw",
                     )
                 self._log_owner[node.id] = node.incarnation
+        return disk_changes
 
     def _match_log(self, name: tuple[int, str], batches: Sequence[Batch], node_id: int) -> int | None:
         """Check the batches new since the last check; return the offset from which the
@@ -695,14 +929,11 @@ class Cluster:
         if start:
             b = batches[start - 1]
             prev = (b.base_offset, b.epoch)
-        offset_epochs = self._offset_epochs
         for b in batches[start:]:
             key = (b.base_offset, b.epoch)
-            for o in range(b.base_offset, b.end_offset):
-                offset_epochs.setdefault(o, set()).add(b.epoch)
             other = seen.setdefault(key, (b.records, prev))
             if other[0] != b.records or (other[1] is not None and prev is not None and other[1] != prev):
-                raise InvariantViolation(f"log matching broken at {key} on node {node_id}")
+                raise InvariantViolation(f"log matching broken at {key} on node {node_id}", "log-matching")
             prev = key
         self._verified[name] = list(batches)
         return changed
@@ -718,7 +949,9 @@ class Cluster:
             entry = (batch.epoch, record)
             prev = self.committed.setdefault(offset, entry)
             if prev != entry:
-                raise InvariantViolation(f"node {node.id} applied {entry} at {offset}, committed was {prev}")
+                raise InvariantViolation(
+                    f"node {node.id} applied {entry} at {offset}, committed was {prev}", "committed-unchanged"
+                )
 
     def _record_commits(self, majority: int) -> None:
         leader = self.leader()
@@ -731,14 +964,14 @@ class Cluster:
         # The HW must be on a majority of voters' durable logs (or their snapshots).
         holders = sum(1 for v in self.voter_ids if self._durably_holds(self.nodes[v], hw - 1, core))
         if holders < majority:
-            raise InvariantViolation(f"HW {hw} of leader {leader.id} is on only {holders} voters")
+            raise InvariantViolation(f"HW {hw} of leader {leader.id} is on only {holders} voters", "hw-on-majority")
         for offset in range(self.max_committed, hw):
             self.committed_epoch.setdefault(offset, core.epoch)
             entry = self._entry(leader, offset)
             if entry is None:
                 continue  # below the leader's snapshot (deleted in the event that committed it)
             if offset in self.committed and self.committed[offset] != entry:
-                raise InvariantViolation(f"committed offset {offset} changed")
+                raise InvariantViolation(f"committed offset {offset} changed", "committed-unchanged")
             self.committed[offset] = entry
         self.max_committed = hw
 
@@ -778,16 +1011,22 @@ class Cluster:
                         offset = b.base_offset + i
                         want = self.committed.get(offset)
                         if lo <= offset < hw and want is not None and want != (b.epoch, record):
-                            raise InvariantViolation(f"node {node.id} has different committed data at {offset}")
+                            raise InvariantViolation(
+                                f"node {node.id} has different committed data at {offset}", "committed-unchanged"
+                            )
             # Leader completeness: a leader of a later epoch holds every committed entry.
             if core.role is Role.LEADER and self.max_committed > 0:
                 last = self.max_committed - 1
                 if self.committed_epoch.get(last, 1 << 62) < core.epoch:
                     if core.log.end_offset < self.max_committed:
-                        raise InvariantViolation(f"leader {node.id} (epoch {core.epoch}) lacks committed {last}")
+                        raise InvariantViolation(
+                            f"leader {node.id} (epoch {core.epoch}) lacks committed {last}", "leader-completeness"
+                        )
                     entry = self._entry(node, last)
                     if entry is not None and entry != self.committed[last]:
-                        raise InvariantViolation(f"leader {node.id} has a different committed entry at {last}")
+                        raise InvariantViolation(
+                            f"leader {node.id} has a different committed entry at {last}", "leader-completeness"
+                        )
         # Nothing committed is ever lost: every committed offset is durable on a majority.
         if self.max_committed:
             majority = len(self.voter_ids) // 2 + 1
@@ -803,7 +1042,9 @@ class Cluster:
                 if held is not None and (held.epoch, held.records[last - held.base_offset]) == self.committed.get(last):
                     holders += 1
             if holders < majority and last in self.committed:
-                raise InvariantViolation(f"committed offset {last} is durable on only {holders} voters")
+                raise InvariantViolation(
+                    f"committed offset {last} is durable on only {holders} voters", "committed-durable"
+                )
 
     def committed_values(self) -> list[str]:
         """Data values below the highest committed offset, from the committed record."""
@@ -820,35 +1061,3 @@ def _batch_at(batches: Sequence[Batch], offset: Offset) -> Batch | None:
     if i >= 0 and offset < batches[i].end_offset:
         return batches[i]
     return None
-
-
-class _Before:
-    """A node's epoch and log shape just before a message is handled."""
-
-    __slots__ = ("epoch", "end_offset", "epoch_starts")
-
-    def __init__(self, core: RaftCore) -> None:
-        self.epoch = core.epoch
-        self.end_offset = core.log.end_offset
-        self.epoch_starts = tuple(core.log.epoch_starts)
-
-
-def _message_epoch(msg: object) -> int | None:
-    """The sender's epoch a message carries (requests: the epoch it believes current)."""
-    if isinstance(msg, FetchRequest | FetchSnapshotRequest):
-        return msg.current_leader_epoch
-    if isinstance(msg, VoteRequest):
-        return msg.candidate_epoch
-    if isinstance(msg, BeginQuorumEpochRequest | EndQuorumEpochRequest):
-        return msg.leader_epoch
-    epoch = getattr(msg, "leader_epoch", None)
-    return epoch if isinstance(epoch, int) else None
-
-
-def _epoch_at(epoch_starts: Sequence[tuple[int, Offset]], offset: Offset) -> int:
-    """The epoch of the entry at `offset`, from a log's (epoch, start offset) list."""
-    epoch = -1
-    for e, start in epoch_starts:
-        if start <= offset:
-            epoch = e
-    return epoch

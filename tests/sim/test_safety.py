@@ -3,8 +3,10 @@
 1. `RaftSafety`: a Hypothesis stateful test over `tests.sim.harness.Cluster`. Rules
    run time (with or without a stream of proposals), propose, crash (also half-way
    through a Ready, losing what was not fsynced), restart, shut down gracefully,
-   partition, block one direction, heal, set message loss and duplication, and run a
-   "majority stays connected" phase that must make progress. The harness checks its
+   partition, block one direction, heal, set message loss and duplication, keep old
+   messages and deliver them again much later, and run a "majority stays connected"
+   phase that must make progress; half of the clusters fetch with a small fetch size.
+   (The histories this rarely reaches by chance are built on purpose in test_histories.py.) The harness checks its
    invariants after every single event; the state machine adds its own after every
    step; teardown heals everything and checks liveness and the replicated state.
 2. Seeded scenarios after Kafka's RaftEventSimulationTest (leader election and
@@ -105,7 +107,7 @@ def check_committed_values(c: Cluster) -> list[str]:
 def converge(c: Cluster, limit_ms: int = 60_000) -> None:
     """Heal, restart everybody, commit something new, and wait until every node has it all."""
     c.heal()
-    c.loss = c.duplicate = 0.0
+    c.loss = c.duplicate = c.stash_rate = 0.0
     for node in c.nodes.values():
         node.armed_crash = None
         c.restart(node.id)
@@ -167,6 +169,7 @@ class RaftSafety(RuleBasedStateMachine):
         pre_vote=st.booleans(),
         seed=st.integers(0, 2**16),
         warmup_ms=st.sampled_from([3_000, 0]),
+        fetch_max_bytes=st.sampled_from([BASE_CONFIG.fetch_max_bytes, 1, 250]),
     )
     def start(
         self,
@@ -177,9 +180,11 @@ class RaftSafety(RuleBasedStateMachine):
         pre_vote: bool,
         seed: int,
         warmup_ms: int,
+        fetch_max_bytes: int,
     ) -> None:
-        """A new cluster; with a warm-up (usually), it has elected a leader and committed a little."""
-        config = dataclasses.replace(BASE_CONFIG, pre_vote=pre_vote)
+        """A new cluster; with a warm-up (usually), it has elected a leader and committed a little.
+        A small fetch size cuts answers short (the follower's HW must stay within its log)."""
+        config = dataclasses.replace(BASE_CONFIG, pre_vote=pre_vote, fetch_max_bytes=fetch_max_bytes)
         self.c = Cluster(seed, voters, observers, config, snapshot_every, max_delay_ms)
         self.expect_liveness = pre_vote or LIVENESS_WITHOUT_PRE_VOTE
         with self.step(f"warm up {warmup_ms}ms with proposals") as c:
@@ -276,6 +281,15 @@ class RaftSafety(RuleBasedStateMachine):
             c.loss = loss_pct / 100
             c.duplicate = duplicate_pct / 100
 
+    @rule(keep_pct=st.sampled_from([0, 5, 20]), count=st.integers(0, 30), node=st.none() | NODE)
+    def replay_old_messages(self, keep_pct: int, count: int, node: int | None) -> None:
+        """Keep a share of the messages sent from now on; deliver again up to `count` of those
+        kept so far (to one node, or to anyone), with their old epochs and request ids."""
+        nid = None if node is None else self.node(node)
+        with self.step(f"keep {keep_pct}% of messages; replay {count} old ones to {nid or 'anyone'}") as c:
+            c.stash_rate = keep_pct / 100
+            c.replay(count, destination=nid)
+
     @rule(minority=st.sets(NODE, max_size=MAX_NODES))
     def majority_phase(self, minority: set[int]) -> None:
         """Cut a minority of voters (and maybe observers) off; the majority, all up and
@@ -337,7 +351,7 @@ class RaftSafety(RuleBasedStateMachine):
             converge(c, 30_000)
             return
         c.heal()
-        c.loss = c.duplicate = 0.0
+        c.loss = c.duplicate = c.stash_rate = 0.0
         for node in c.nodes.values():
             node.armed_crash = None
             c.restart(node.id)
