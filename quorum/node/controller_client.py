@@ -49,8 +49,8 @@ class ControllerClient:
         self.node = node
         self.client_id = client_id
         self.retry_backoff_s = retry_backoff_ms / 1000
-        # A controller handles up to CONTROLLER_PIPELINE_DEPTH requests per connection at once
-        # (answered in order); a few connections spread the bytes and the head-of-line waits.
+        # A controller answers one request per connection at a time (Kafka's ordering), so
+        # concurrent callers get a few connections: their writes can share a commit.
         self.connections = connections
         self._peers: dict[int, list[PeerClient]] = {}
         self._busy: dict[PeerClient, int] = {}
