@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -433,6 +433,21 @@ class MetadataCluster:
             return out
 
         return dict(wait_until(f"topic {name} on nodes {ids}", seen, timeout))
+
+
+@contextlib.contextmanager
+def closed_after(request: Any, clusters: list[MetadataCluster]) -> Iterator[None]:
+    """Close `clusters` (the list as it is when the block ends) at the end of the block,
+    printing each one's diagnostics first if a test failed meanwhile (`request`: a pytest
+    fixture request)."""
+    failed_before = request.session.testsfailed
+    try:
+        yield
+    finally:
+        for c in clusters:
+            if request.session.testsfailed > failed_before:
+                print(c.diagnostics())
+            c.close()
 
 
 def start_cluster(root: Path, attempts: int = 3, ready_timeout: float = 60.0, **kwargs: Any) -> MetadataCluster:

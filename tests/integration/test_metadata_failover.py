@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from metadata_cluster import MetadataCluster, known_bug, start_cluster, wait_until
+from metadata_cluster import MetadataCluster, closed_after, known_bug, start_cluster, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -24,20 +24,14 @@ SESSION_TIMEOUT_S = 3.0
 @pytest.fixture
 def make_md(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., MetadataCluster]]:
     clusters: list[MetadataCluster] = []
-    failed_before = request.session.testsfailed
 
     def make(**kwargs: Any) -> MetadataCluster:
         c = start_cluster(tmp_path / f"cluster-{len(clusters) + 1}", **kwargs)
         clusters.append(c)
         return c
 
-    try:
+    with closed_after(request, clusters):
         yield make
-    finally:
-        for c in clusters:
-            if request.session.testsfailed > failed_before:
-                print(c.diagnostics())
-            c.close()
 
 
 def snapshot_partitions(md: MetadataCluster, node_id: int) -> dict[tuple[str, int], dict[str, Any]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from metadata_cluster import MetadataCluster, known_bug, run_pykraft, start_cluster, wait_until
+from metadata_cluster import MetadataCluster, closed_after, known_bug, run_pykraft, start_cluster, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -24,14 +24,9 @@ PROPAGATION_S = 5.0  # "shortly after": a committed change reaches every node's 
 
 @pytest.fixture(scope="module")
 def md(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[MetadataCluster]:
-    failed_before = request.session.testsfailed
     c = start_cluster(tmp_path_factory.mktemp("metadata-rest"))
-    try:
+    with closed_after(request, [c]):
         yield c
-    finally:
-        if request.session.testsfailed > failed_before:
-            print(c.diagnostics())
-        c.close()
 
 
 def racks_of(md: MetadataCluster) -> dict[int, str]:

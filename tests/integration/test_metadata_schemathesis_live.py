@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from metadata_cluster import MetadataCluster, start_cluster
+from metadata_cluster import MetadataCluster, closed_after, start_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -26,17 +26,12 @@ MAX_EXAMPLES = int(os.environ.get("PYKRAFT_LIVE_SCHEMATHESIS_EXAMPLES", "4"))
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[MetadataCluster]:
-    failed_before = request.session.testsfailed
     c = start_cluster(tmp_path_factory.mktemp("schemathesis-live"))
-    # Something real to find: a topic with configs and partitions.
-    r = c.post(c.broker_ids[0], "/topics", {"topic_name": "orders", "partitions_count": 3, "replication_factor": 3})
-    assert r.status_code == 201, r.text
-    try:
+    with closed_after(request, [c]):
+        # Something real to find: a topic with configs and partitions.
+        r = c.post(c.broker_ids[0], "/topics", {"topic_name": "orders", "partitions_count": 3, "replication_factor": 3})
+        assert r.status_code == 201, r.text
         yield c
-    finally:
-        if request.session.testsfailed > failed_before:
-            print(c.diagnostics())
-        c.close()
 
 
 def _config(c: MetadataCluster) -> SchemathesisConfig:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from metadata_cluster import SNAPSHOT_TIMINGS, MetadataCluster, start_cluster, wait_until
+from metadata_cluster import SNAPSHOT_TIMINGS, MetadataCluster, closed_after, start_cluster, wait_until
 
 from quorum.storage.snapshots import SnapshotStore
 
@@ -30,20 +30,14 @@ START_LINE = re.compile(
 @pytest.fixture
 def make_md(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., MetadataCluster]]:
     clusters: list[MetadataCluster] = []
-    failed_before = request.session.testsfailed
 
     def make(**kwargs: Any) -> MetadataCluster:
         c = start_cluster(tmp_path / f"cluster-{len(clusters) + 1}", properties=dict(SNAPSHOT_TIMINGS), **kwargs)
         clusters.append(c)
         return c
 
-    try:
+    with closed_after(request, clusters):
         yield make
-    finally:
-        for c in clusters:
-            if request.session.testsfailed > failed_before:
-                print(c.diagnostics())
-            c.close()
 
 
 def segment_bases(partition_dir: Path) -> list[int]:
@@ -138,6 +132,7 @@ def test_broker_with_empty_metadata_log_installs_a_snapshot(make_md: Callable[..
     assert int(installed[0][1]) >= hw
     assert snapshot_offsets(node.partition_dir), "the installed snapshot is not on disk"
     assert_topics(md, broker, expected)
+
     # Its whole image agrees with the active controller's (leadership and ISRs included), once
     # the ISR changes its own return sets off (its partitions' leaders take it back) have settled.
     def view(node_id: int) -> dict[Any, Any]:

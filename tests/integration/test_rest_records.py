@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from dataplane_support import bootstrap, confluent_consume_all, create_topic, start_dataplane_cluster
-from metadata_cluster import MetadataCluster
+from metadata_cluster import MetadataCluster, closed_after
 from rest_stream import encode_records, stream_records
 
 pytestmark = pytest.mark.integration
@@ -25,14 +25,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[MetadataCluster]:
-    failed_before = request.session.testsfailed
     c = start_dataplane_cluster(Path(tmp_path_factory.mktemp("rest-records")))
-    try:
+    with closed_after(request, [c]):
         yield c
-    finally:
-        if request.session.testsfailed > failed_before:
-            print(c.diagnostics())
-        c.close()
 
 
 def records_url(c: MetadataCluster, node: int, topic: str) -> str:
