@@ -71,11 +71,6 @@ class JsonStream:
         self._pos = 0
         yield from self._values(final=True)
 
-    @property
-    def empty(self) -> bool:
-        """Nothing but whitespace is buffered."""
-        return not self._text[self._pos :].strip(_WHITESPACE)
-
     def _values(self, *, final: bool) -> Iterator[Any]:
         text = self._text
         end = len(text)

@@ -56,11 +56,7 @@ class OutgoingRecord:
 
 def parse_request(body: object) -> OutgoingRecord:
     """The record one request describes; raises `BadRecord`."""
-    if not isinstance(body, dict):
-        raise BadRecord(f"a record must be a JSON object, not {_json_kind(body)}")
-    unknown = sorted(set(body) - _REQUEST_FIELDS)
-    if unknown:
-        raise BadRecord(f"unknown field {unknown[0]!r}")
+    body = _object(body, _REQUEST_FIELDS, "a record", "")
     partition = body.get("partition_id")
     if partition is not None and (
         isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition <= INT32_MAX
@@ -82,11 +78,7 @@ def parse_request(body: object) -> OutgoingRecord:
 def _data(part: object, what: str) -> tuple[bytes | None, str | None]:
     if part is None:
         return None, None
-    if not isinstance(part, dict):
-        raise BadRecord(f"{what} must be an object with type and data, not {_json_kind(part)}")
-    unknown = sorted(set(part) - _DATA_FIELDS)
-    if unknown:
-        raise BadRecord(f"{what}: unknown field {unknown[0]!r}")
+    part = _object(part, _DATA_FIELDS, f"{what} (type and data)", f"{what}: ")
     fmt = part.get("type")
     data = part.get("data")
     if fmt is None:
@@ -106,12 +98,7 @@ def _data(part: object, what: str) -> tuple[bytes | None, str | None]:
     if data is None:
         return None, fmt
     if fmt == "BINARY":
-        if not isinstance(data, str):
-            raise BadRecord(f"data={_shown(data)} is not a base64 string.")
-        try:
-            return base64.b64decode(data, validate=True), fmt
-        except (binascii.Error, ValueError):
-            raise BadRecord(f"data={_shown(data)} is not a base64 string.") from None
+        return _base64(data, "data="), fmt
     if fmt == "STRING":
         if not isinstance(data, str):
             raise BadRecord(f"{what}: STRING data must be a JSON string, not {_json_kind(data)}")
@@ -133,19 +120,33 @@ def _headers(headers: object) -> tuple[tuple[str, bytes | None], ...]:
         raise BadRecord(f"headers must be a list, not {_json_kind(headers)}")
     out: list[tuple[str, bytes | None]] = []
     for header in headers:
-        if not isinstance(header, dict) or not isinstance(header.get("name"), str) or set(header) - _HEADER_FIELDS:
-            raise BadRecord("each header must be an object with a string name and a base64 value")
+        header = _object(header, _HEADER_FIELDS, "a header (name and value)", "header: ")
+        name = header.get("name")
+        if not isinstance(name, str):
+            raise BadRecord("each header must have a string name")
         raw = header.get("value")
-        if raw is None:
-            out.append((header["name"], None))
-            continue
-        if not isinstance(raw, str):
-            raise BadRecord(f"header {_shown(header['name'])}: value={_shown(raw)} is not a base64 string.")
-        try:
-            out.append((header["name"], base64.b64decode(raw, validate=True)))
-        except (binascii.Error, ValueError):
-            raise BadRecord(f"header {_shown(header['name'])}: value={_shown(raw)} is not a base64 string.") from None
+        out.append((name, None if raw is None else _base64(raw, f"header {_shown(name)}: value=")))
     return tuple(out)
+
+
+def _object(value: object, fields: frozenset[str], what: str, prefix: str) -> dict[str, object]:
+    """`value` as a JSON object with no field outside `fields`; raises `BadRecord`."""
+    if not isinstance(value, dict):
+        raise BadRecord(f"{prefix}{what} must be a JSON object, not {_json_kind(value)}")
+    unknown = sorted(set(value) - fields)
+    if unknown:
+        raise BadRecord(f"{prefix}unknown field {unknown[0]!r}")
+    return value
+
+
+def _base64(text: object, label: str) -> bytes:
+    """The bytes a base64 string stands for; `label` names it in the error ("data=")."""
+    if isinstance(text, str):
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            pass
+    raise BadRecord(f"{label}{_shown(text)} is not a base64 string.")
 
 
 def _timestamp(value: object) -> int | None:

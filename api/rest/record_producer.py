@@ -75,7 +75,7 @@ class Delivery:
         if err is not None:
             self.error_code, self.message = delivery_error(err)
         else:
-            self.partition = msg.partition() or 0
+            self.partition = msg.partition() or 0  # both set on every successful delivery
             self.offset = msg.offset() or 0
             ts_type, ts = msg.timestamp()
             self.timestamp_ms = ts if ts_type != 0 else None

@@ -46,7 +46,7 @@ from api.rest.errors import BROKER_NOT_AVAILABLE, KAFKA_RETRIABLE_ERROR, PARTITI
 from api.rest.json_stream import JsonStream, JsonSyntaxError, ValueTooLarge
 from api.rest.produce_payload import BadRecord, ReportWriter, parse_request
 from api.rest.record_producer import Delivery, RecordProducer
-from quorum.controller.topic_configs import broker_default
+from quorum.controller.topic_configs import effective_configs
 from quorum.metadata.image import ConfigResource, MetadataImage
 
 log = logging.getLogger(__name__)
@@ -91,16 +91,14 @@ def bootstrap_servers(ctx: NodeContext) -> str:
 
 def max_message_bytes(ctx: NodeContext, image: MetadataImage, topic: str) -> int:
     """The topic's effective ``max.message.bytes``: the largest batch its leader accepts."""
-    explicit = image.topic_config(topic).get("max.message.bytes")
-    if explicit is not None:
-        return int(explicit)
-    value = broker_default(
-        "max.message.bytes",
+    value = effective_configs(
+        image.topic_config(topic),
         ctx.broker_defaults(),
         dynamic_default_broker=image.config(ConfigResource.broker("")),
         dynamic_broker=image.config(ConfigResource.broker(ctx.node_id)),
-    )
-    return int(value) if isinstance(value, int | str) else 1048588
+    )["max.message.bytes"]
+    assert isinstance(value, int)
+    return value
 
 
 # ---------------------------------------------------------------- produce

@@ -12,11 +12,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Self
 
 __all__ = ["ConfigEntry", "ConfigSource", "ConfigSynonym", "ConfigType"]
 
 
-class ConfigSource(IntEnum):
+class _WireEnum(IntEnum):
+    """An enum of Kafka wire ids whose 0 is UNKNOWN."""
+
+    @classmethod
+    def for_id(cls, value: int) -> Self:
+        """The member for a wire id; an id this version does not know is UNKNOWN (0)."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls(0)
+
+
+class ConfigSource(_WireEnum):
     """Where a described value comes from."""
 
     UNKNOWN = 0
@@ -29,15 +42,8 @@ class ConfigSource(IntEnum):
     DYNAMIC_CLIENT_METRICS_CONFIG = 7
     DYNAMIC_GROUP_CONFIG = 8
 
-    @classmethod
-    def for_id(cls, value: int) -> ConfigSource:
-        try:
-            return cls(value)
-        except ValueError:
-            return cls.UNKNOWN
 
-
-class ConfigType(IntEnum):
+class ConfigType(_WireEnum):
     """A config's type (DescribeConfigs v3+)."""
 
     UNKNOWN = 0
@@ -50,13 +56,6 @@ class ConfigType(IntEnum):
     LIST = 7
     CLASS = 8
     PASSWORD = 9
-
-    @classmethod
-    def for_id(cls, value: int) -> ConfigType:
-        try:
-            return cls(value)
-        except ValueError:
-            return cls.UNKNOWN
 
 
 @dataclass(frozen=True, slots=True)
