@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quorum.node.config import ConfigError, format_properties, load_config, parse_properties
+from quorum.node.free_ports import free_ports_for
 from quorum.node.meta_properties import format_storage, random_uuid, read_meta_properties
 
 DEFAULT_CONTROLLER_PORT = 19090  # controller i listens on DEFAULT_CONTROLLER_PORT + i
@@ -148,6 +149,28 @@ def plan_combined(root: Path, nodes: int, base_port: int = DEFAULT_CONTROLLER_PO
         )
         plans.append(NodePlan(i, "broker", directory, props))
     return plans
+
+
+def plan_ports(plans: list[NodePlan]) -> list[int]:
+    """Every port the planned nodes listen on: their `listeners` and `rest.listener`."""
+    ports = []
+    for plan in plans:
+        urls = plan.properties["listeners"].split(",") + [plan.properties.get("rest.listener", "")]
+        ports += [int(url.rsplit(":", 1)[1].rstrip("/")) for url in urls if url.strip()]
+    return ports
+
+
+def free_cluster_base(controllers: int, brokers: int = 0, *, combined: bool = False) -> int:
+    """A base port for `plan_cluster(root, controllers, base, brokers)` (or, `combined`,
+    `plan_combined(root, controllers, base)`) whose every port is free and below the
+    ephemeral range (see quorum.node.free_ports)."""
+
+    def layout(base: int) -> list[int]:
+        root = Path("/nonexistent")  # plans only name their directories
+        plans = plan_combined(root, controllers, base) if combined else plan_cluster(root, controllers, base, brokers)
+        return plan_ports(plans)
+
+    return free_ports_for(layout)
 
 
 def _alive(pid: int, config_path: str) -> bool:

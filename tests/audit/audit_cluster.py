@@ -17,9 +17,7 @@ Every process started is remembered and killed by pid in `ScenarioCluster.close(
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -30,10 +28,8 @@ from typing import Any
 import httpx
 
 from quorum.node.cluster import (
-    DEFAULT_BROKER_PORT,
-    DEFAULT_CONTROLLER_PORT,
-    DEFAULT_REST_PORT,
     NodePlan,
+    free_cluster_base,
     plan_cluster,
     start_node,
 )
@@ -64,32 +60,6 @@ def wait_until(what: str, predicate: Callable[[], Any], timeout: float, interval
         if time.monotonic() >= deadline:
             raise ScenarioTimeout(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _ports(base: int) -> list[int]:
-    shift = base - DEFAULT_CONTROLLER_PORT
-    controller = [base + i for i in range(1, CONTROLLERS + 1)]
-    rest = [DEFAULT_REST_PORT + shift + i for i in range(1, CONTROLLERS + BROKERS + 1)]
-    broker = [DEFAULT_BROKER_PORT + shift + k for k in range(BROKERS)]
-    return controller + rest + broker
-
-
-def free_base_port() -> int:
-    rng = random.Random()
-    for _ in range(300):
-        base = rng.randrange(31000, 59000)
-        if all(_port_free(p) for p in _ports(base)):
-            return base
-    raise RuntimeError("no free ports for a 3+3 cluster")
 
 
 @dataclass
@@ -124,7 +94,7 @@ class ScenarioCluster:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.cluster_id = random_uuid()
-        self.base_port = free_base_port()
+        self.base_port = free_cluster_base(CONTROLLERS, BROKERS)
         self.plans: dict[int, NodePlan] = {}
         for plan in plan_cluster(root, CONTROLLERS, self.base_port, BROKERS):
             plan.properties.update(FAST)

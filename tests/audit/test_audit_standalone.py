@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from quorum.node.free_ports import free_ports
 
 pyspark = pytest.importorskip("pyspark", reason="the Spark audit needs pyspark, pyarrow and pandas")
 pytest.importorskip("pyarrow")
@@ -30,19 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).parent
 
 
-def _free_ports(n: int) -> list[int]:
-    rng = random.Random()  # noqa: S311 - not security
-    ports: list[int] = []
-    while len(ports) < n:
-        port = rng.randrange(30000, 60000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        if port not in ports:
-            ports.append(port)
-    return ports
+
 
 
 def _env() -> dict[str, str]:
@@ -86,7 +74,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """A Spark standalone master and one worker (2 cores, 1 GiB) on loopback: (master URL, worker dir)."""
     root = tmp_path_factory.mktemp("spark-standalone")
-    master_port, master_ui, worker_port, worker_ui = _free_ports(4)
+    master_port, master_ui, worker_port, worker_ui = free_ports(4)
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     env = _env()
     procs: list[subprocess.Popen[bytes]] = []

@@ -15,9 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,10 +26,8 @@ from typing import Any
 import httpx
 
 from quorum.node.cluster import (
-    DEFAULT_BROKER_PORT,
-    DEFAULT_CONTROLLER_PORT,
-    DEFAULT_REST_PORT,
     NodePlan,
+    free_cluster_base,
     plan_cluster,
     start_node,
 )
@@ -91,38 +87,9 @@ def wait_until(what: str, predicate: Callable[[], Any], timeout: float, interval
 # --------------------------------------------------------------------------- ports
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def cluster_ports(base: int, controllers: int, brokers: int) -> list[int]:
-    """Every port `plan_cluster(root, controllers, base, brokers)` gives its nodes.
-
-    Controller i (1..C) listens on base+i; node i (1..C+B) serves REST on
-    DEFAULT_REST_PORT + shift + i; broker k (1..B) has PLAINTEXT on DEFAULT_BROKER_PORT + shift + k - 1,
-    where shift = base - DEFAULT_CONTROLLER_PORT.
-    """
-    shift = base - DEFAULT_CONTROLLER_PORT
-    ports = [base + i for i in range(1, controllers + 1)]
-    ports += [DEFAULT_REST_PORT + shift + i for i in range(1, controllers + brokers + 1)]
-    ports += [DEFAULT_BROKER_PORT + shift + k - 1 for k in range(1, brokers + 1)]
-    return ports
-
-
-def free_base_port(controllers: int, brokers: int, low: int = 30000, high: int = 60000) -> int:
-    """A random base port in [low, high) whose controller, REST and PLAINTEXT ports are all free."""
-    rng = random.Random()  # noqa: S311 - not security
-    for _ in range(500):
-        base = rng.randrange(low, high - controllers - 1)
-        ports = cluster_ports(base, controllers, brokers)
-        if all(1024 < p < 65536 for p in ports) and len(set(ports)) == len(ports) and all(map(_port_free, ports)):
-            return base
-    raise RuntimeError(f"no free ports for a {controllers}+{brokers} cluster found in {low}..{high}")
+def free_base_port(controllers: int, brokers: int) -> int:
+    """A base port for `plan_cluster(root, controllers, base, brokers)` with every port free."""
+    return free_cluster_base(controllers, brokers)
 
 
 # --------------------------------------------------------------------------- the console script

@@ -15,9 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quorum.node.cluster import DEFAULT_CONTROLLER_PORT, DEFAULT_REST_PORT, NodePlan, plan_cluster, start_node
+from quorum.node.cluster import NodePlan, free_cluster_base, plan_cluster, start_node
 from quorum.node.quorum_cli import DESCRIBE_QUORUM_VERSION
 from quorum.raft.describe import QuorumDescription
 from quorum.raft.types import Batch
@@ -81,26 +79,9 @@ def run_pykraft(*args: str, timeout: float = 60.0) -> subprocess.CompletedProces
 # --------------------------------------------------------------------------- ports
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_base_port(count: int = 3, low: int = 30000, high: int = 60000) -> int:
-    """A random base port P whose ports are free on 127.0.0.1: plan_cluster gives node i the
-    controller listener P+i and the REST listener DEFAULT_REST_PORT + (P - DEFAULT_CONTROLLER_PORT) + i."""
-    rng = random.Random()  # noqa: S311 - not security
-    rest_shift = DEFAULT_REST_PORT - DEFAULT_CONTROLLER_PORT
-    for _ in range(200):
-        base = rng.randrange(low, high - count - 1)
-        ports = [base + i for i in range(1, count + 1)] + [base + rest_shift + i for i in range(1, count + 1)]
-        if all(_port_free(p) for p in ports):
-            return base
-    raise RuntimeError(f"no free ports for {count} nodes found in {low}..{high}")
+def free_base_port(count: int = 3) -> int:
+    """A base port for `plan_cluster(root, count, base)` (controllers only) with every port free."""
+    return free_cluster_base(count)
 
 
 # --------------------------------------------------------------------------- waiting

@@ -12,18 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from quorum.node.free_ports import free_port
+
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Proxy:

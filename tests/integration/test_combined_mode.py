@@ -14,12 +14,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from metadata_cluster import _port_free, wait_until
+from metadata_cluster import wait_until
 
 from quorum.node.cluster import (
-    DEFAULT_BROKER_PORT,
-    DEFAULT_CONTROLLER_PORT,
-    DEFAULT_REST_PORT,
+    free_cluster_base,
     plan_combined,
     start_node,
 )
@@ -40,16 +38,7 @@ FAST = {
 
 class Combined:
     def __init__(self, root: Path, nodes: int) -> None:
-        import random
-
-        for _ in range(200):
-            base = random.randrange(30000, 50000)  # noqa: S311
-            shift = base - DEFAULT_CONTROLLER_PORT
-            ports = [base + i for i in range(1, nodes + 1)]
-            ports += [DEFAULT_BROKER_PORT + shift + i - 1 for i in range(1, nodes + 1)]
-            ports += [DEFAULT_REST_PORT + shift + i for i in range(1, nodes + 1)]
-            if all(_port_free(p) for p in ports):
-                break
+        base = free_cluster_base(nodes, combined=True)
         self.plans = {p.node_id: p for p in plan_combined(root, nodes, base)}
         for p in self.plans.values():
             p.properties.update(FAST)

@@ -10,20 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from metadata_cluster import _port_free, pykraft_script, run_pykraft, wait_until
+from metadata_cluster import pykraft_script, run_pykraft, wait_until
+
+from quorum.node.free_ports import free_ports
 
 pytestmark = pytest.mark.integration
-
-
-def free_ports(n: int) -> list[int]:
-    import random
-
-    for _ in range(200):
-        base = random.randrange(30000, 60000 - n)  # noqa: S311
-        ports = list(range(base, base + n))
-        if all(_port_free(p) for p in ports):
-            return ports
-    raise RuntimeError("no free ports")
 
 
 def test_quick_start(tmp_path: Path) -> None:

@@ -111,14 +111,13 @@ from quorum.metadata.records import (  # noqa: E402
 )
 from quorum.metadata.snapshot import MetadataStateMachine, image_from_records, image_records  # noqa: E402
 from quorum.node.cluster import (  # noqa: E402
-    DEFAULT_BROKER_PORT,
-    DEFAULT_CONTROLLER_PORT,
-    DEFAULT_REST_PORT,
     NodePlan,
+    free_cluster_base,
     plan_cluster,
     start_node,
 )
 from quorum.node.config import NodeConfig, config_from_properties  # noqa: E402
+from quorum.node.free_ports import free_port  # noqa: E402
 from quorum.node.meta_properties import random_uuid  # noqa: E402
 from quorum.node.raft_node import METADATA_PARTITION_DIR, RaftNode  # noqa: E402
 from quorum.raft.types import ElectionState, OffsetAndEpoch  # noqa: E402
@@ -576,12 +575,6 @@ def write_snapshot_dir(data_dir: Path, records: list[bytes], *, epoch: int = 1, 
 
 
 # ----------------------------------------------------------------------------- in-process nodes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def node_config(
@@ -1254,33 +1247,6 @@ def bench_fencing(work: Path, partitions: int, profile: Path | None, what_if: st
 # ----------------------------------------------------------------------------- 5. real cluster writes
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _cluster_ports(base: int, controllers: int, brokers: int) -> list[int]:
-    shift = base - DEFAULT_CONTROLLER_PORT
-    ports = [base + i for i in range(1, controllers + 1)]
-    ports += [DEFAULT_REST_PORT + shift + i for i in range(1, controllers + brokers + 1)]
-    ports += [DEFAULT_BROKER_PORT + shift + k - 1 for k in range(1, brokers + 1)]
-    return ports
-
-
-def _free_cluster_base(controllers: int, brokers: int) -> int:
-    rng = random.Random()  # noqa: S311
-    for _ in range(500):
-        base = rng.randrange(30_000, 45_000)
-        ports = _cluster_ports(base, controllers, brokers)
-        if all(1024 < p < 60_000 for p in ports) and len(set(ports)) == len(ports) and all(map(_port_free, ports)):
-            return base
-    raise RuntimeError("no free ports for the cluster")
-
-
 CLUSTER_PROPS = {
     # Kafka's quorum timing (a loaded 2-core machine makes faster timeouts flap) ...
     "controller.quorum.election.timeout.ms": "1000",
@@ -1296,7 +1262,7 @@ class BenchCluster:
     def __init__(self, root: Path, controllers: int = 3, brokers: int = 3) -> None:
         self.root = root
         self.cluster_id = random_uuid()
-        self.base = _free_cluster_base(controllers, brokers)
+        self.base = free_cluster_base(controllers, brokers)
         self.plans: dict[int, NodePlan] = {}
         for plan in plan_cluster(root, controllers, self.base, brokers):
             plan.properties.update(CLUSTER_PROPS)

@@ -28,10 +28,8 @@ import datetime as dt
 import json
 import os
 import platform
-import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,7 +43,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from quorum.node.cluster import NodePlan, plan_cluster, start_node  # noqa: E402
+from quorum.node.cluster import NodePlan, free_cluster_base, plan_cluster, start_node  # noqa: E402
 from quorum.node.meta_properties import random_uuid  # noqa: E402
 from quorum.node.quorum_cli import query_leader  # noqa: E402
 from quorum.raft.describe import QuorumDescription  # noqa: E402
@@ -124,29 +122,6 @@ def stop_all_started() -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p.pid, signal.SIGKILL)
             p.wait(timeout=10)
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_base_port(controllers: int = CONTROLLERS) -> int:
-    """A base port P with P+1..P+N free, below the ephemeral range (so that no
-    outgoing connection takes a dead node's port before it restarts)."""
-    low, high = 20_000, 32_000
-    with contextlib.suppress(OSError, ValueError):
-        eph_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-        high = min(high, eph_low - controllers - 2)
-    for _ in range(200):
-        base = random.randrange(low, high)  # noqa: S311 - not security
-        if all(_port_free(base + i) for i in range(1, controllers + 1)):
-            return base
-    raise RuntimeError("no free ports found")
 
 
 def foreign_nodes() -> list[int]:
@@ -281,7 +256,7 @@ class BenchCluster:
     ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
-        self.base_port = free_base_port(controllers)
+        self.base_port = free_cluster_base(controllers)
         self.plans: dict[int, NodePlan] = {}
         for plan in plan_cluster(root, controllers, self.base_port):
             plan.properties.update(properties)

@@ -8,7 +8,6 @@ brokers and the REST API read.
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
 from pathlib import Path
 
@@ -38,15 +37,10 @@ from quorum.controller.requests import (
 from quorum.metadata.image import ConfigResource
 from quorum.metadata.snapshot import MetadataStateMachine
 from quorum.node.config import config_from_properties
+from quorum.node.free_ports import free_port
 from quorum.node.raft_node import RaftNode
 
 CLUSTER = "MkU3OEVBNTcwNTJENDM2Qk"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Harness:

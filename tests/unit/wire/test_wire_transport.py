@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import uvloop
 
+from quorum.node.free_ports import free_port
 from quorum.raft.errors import ErrorCode
 from quorum.raft.messages import VoteRequest, VoteResponse
 from quorum.wire import (
@@ -315,15 +316,9 @@ def test_request_timeout_raises_and_reconnects(run):
     run(main())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_client_survives_its_server_dying_and_coming_back(run):
     async def main() -> None:
-        port = _free_port()
+        port = free_port()
         client = PeerClient("127.0.0.1", port, connect_timeout_s=1, request_timeout_s=5)
         try:
             with pytest.raises(PeerUnavailable, match="cannot connect"):
@@ -389,7 +384,7 @@ def test_duplicate_correlation_id_is_refused(run):
 def test_one_shot_request_helper(run):
     async def main() -> None:
         with pytest.raises(PeerUnavailable):
-            await request("127.0.0.1", _free_port(), frame_for(1), connect_timeout_s=1)
+            await request("127.0.0.1", free_port(), frame_for(1), connect_timeout_s=1)
         server = await serve("127.0.0.1", 0, echo)
         try:
             assert await request("127.0.0.1", port_of(server), frame_for(3, b"q")) == struct.pack(">i", 3) + b"q"
