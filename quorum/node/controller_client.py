@@ -49,8 +49,8 @@ class ControllerClient:
         self.node = node
         self.client_id = client_id
         self.retry_backoff_s = retry_backoff_ms / 1000
-        # A controller answers one request per connection at a time (Kafka's ordering), so
-        # concurrent callers get a few connections: their writes can share a commit.
+        # A controller handles up to CONTROLLER_PIPELINE_DEPTH requests per connection at once
+        # (answered in order); a few connections spread the bytes and the head-of-line waits.
         self.connections = connections
         self._peers: dict[int, list[PeerClient]] = {}
         self._busy: dict[PeerClient, int] = {}
@@ -140,6 +140,15 @@ class ControllerClient:
                 continue
             return response, maybe_delivered
         raise ControllerUnavailableError(last_error)
+
+    async def ask_leader(
+        self, leader: int, frame: bytes, correlation_id: int, api_key: int, api_version: int, timeout_s: float
+    ) -> bytes | None:
+        """Send one framed request to the quorum leader `leader`; its raw answer, or None if
+        none came within `timeout_s` or before this node learned of another leader (no resend:
+        for requests whose answer is only worth having from that leader)."""
+        attempt = asyncio.ensure_future(self.send(leader, frame, correlation_id, api_key, api_version))
+        return await self._await_attempt(attempt, leader, time.monotonic() + timeout_s)
 
     async def _await_attempt(self, attempt: asyncio.Future[bytes], leader: int, deadline: float) -> bytes | None:
         """The attempt's answer; None (the attempt cancelled) at the deadline or once this

@@ -151,7 +151,13 @@ class LocalNodeContext:
         )
         try:
             # Over the controller client's pooled connections: no new TCP connection per write.
-            raw = await asyncio.wait_for(self.client.send(leader, frame, correlation, api_key, version), 5.0)
+            # Abandoned after one request timeout, or as soon as another leader is known (a
+            # stopped leader must not hold every write on this node until a timeout).
+            raw = await self.client.ask_leader(
+                leader, frame, correlation, api_key, version, self.config.controller_quorum_request_timeout_ms / 1000
+            )
+            if raw is None:
+                raise TimeoutError("no answer before the request timeout or a leader change")
             _, answer = codec.decode_response(api_key, version, raw)
         except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
             raise NotAvailableError(f"quorum leader {leader} did not answer: {exc}") from exc
