@@ -31,14 +31,13 @@ from broker.serving import LocalBrokerServices
 from quorum.controller.topic_configs import effective_configs
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import EMPTY as EMPTY_IMAGE
-from quorum.metadata.image import ConfigResource, MetadataImage
+from quorum.metadata.image import MetadataImage
 from quorum.node.config import NodeConfig
 from quorum.node.controller_client import ControllerClient
 from quorum.node.node_context import broker_defaults_of
 
 log = logging.getLogger(__name__)
 
-TOPIC_RESOURCE = 2
 
 
 class DataPlane:
@@ -101,8 +100,8 @@ class DataPlane:
     def min_insync_replicas(self, topic: str) -> int:
         value = self._min_isr.get(topic)
         if value is None:
-            explicit = self.image().configs.get(ConfigResource(TOPIC_RESOURCE, topic), {})
-            raw = effective_configs(explicit, self.broker_defaults).get("min.insync.replicas", 1)
+            explicit = self.image().topic_config(topic)
+            raw = effective_configs(explicit, defaults=self.logs.config_defaults).get("min.insync.replicas", 1)
             value = int(raw) if isinstance(raw, int) else 1
             self._min_isr[topic] = value
         return value

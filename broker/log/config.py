@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from quorum.controller.topic_configs import effective_configs
+from quorum.controller.topic_configs import ConfigValue, effective_configs
 
 LONG_MAX = 2**63 - 1
 
@@ -31,8 +31,15 @@ class LogConfig:
         return "compact" in self.cleanup_policy
 
     @classmethod
-    def from_topic_config(cls, topic_configs: Mapping[str, str], broker_defaults: Mapping[str, str]) -> LogConfig:
-        v = effective_configs(topic_configs, broker_defaults)
+    def from_topic_config(
+        cls,
+        topic_configs: Mapping[str, str],
+        broker_defaults: Mapping[str, str],
+        *,
+        defaults: Mapping[str, ConfigValue] | None = None,
+    ) -> LogConfig:
+        """`defaults`: `default_configs(broker_defaults)`, when the caller keeps it."""
+        v = effective_configs(topic_configs, broker_defaults, defaults=defaults)
 
         def i(name: str) -> int:
             value = v[name]

@@ -33,6 +33,7 @@ from broker.log.checkpoints import (
 )
 from broker.log.config import LogConfig
 from broker.log.partition_log import PartitionLog
+from quorum.controller.topic_configs import default_configs
 from quorum.storage.durable import atomic_write
 
 log = logging.getLogger(__name__)
@@ -45,14 +46,32 @@ class LogManager:
     def __init__(self, log_dirs: Sequence[Path], broker_defaults: Mapping[str, str]) -> None:
         self.log_dirs = [Path(d) for d in log_dirs]
         self.broker_defaults = dict(broker_defaults)
+        # The broker's value of every topic config, parsed once (they come from its static config).
+        self.config_defaults = default_configs(self.broker_defaults)
         self.logs: dict[TopicPartition, PartitionLog] = {}
+        # Invariant: _by_topic[t] is exactly {p for (t', p) in logs if t' == t}; no empty sets.
+        self._by_topic: dict[str, set[int]] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._hw: dict[TopicPartition, int] = {}
         self._pending_deletes: list[tuple[float, Path]] = []
-        self._topic_configs: dict[str, LogConfig] = {}
 
     def config_for(self, topic_config: Mapping[str, str]) -> LogConfig:
-        return LogConfig.from_topic_config(topic_config, self.broker_defaults)
+        return LogConfig.from_topic_config(topic_config, self.broker_defaults, defaults=self.config_defaults)
+
+    def _add(self, tp: TopicPartition, plog: PartitionLog, root: Path) -> None:
+        self.logs[tp] = plog
+        self._by_topic.setdefault(tp[0], set()).add(tp[1])
+        self._dir_of[tp] = root
+
+    def _remove(self, tp: TopicPartition) -> PartitionLog | None:
+        plog = self.logs.pop(tp, None)
+        partitions = self._by_topic.get(tp[0])
+        if partitions is not None:
+            partitions.discard(tp[1])
+            if not partitions:
+                del self._by_topic[tp[0]]
+        self._dir_of.pop(tp, None)
+        return plog
 
     # ------------------------------------------------------------------ start
 
@@ -92,8 +111,7 @@ class LogManager:
                         child.name, plog.recovery.segments_recovered, recovery.get(tp, 0), plog.recovery.bytes_cut,
                         f" ({plog.recovery.reason})" if plog.recovery.reason else "",
                     )  # fmt: skip
-                self.logs[tp] = plog
-                self._dir_of[tp] = root
+                self._add(tp, plog, root)
             clean_marker.unlink(missing_ok=True)
 
     @staticmethod
@@ -132,19 +150,20 @@ class LogManager:
             return existing
         root = min(self.log_dirs, key=lambda d: sum(1 for r in self._dir_of.values() if r == d))
         plog = PartitionLog.open(root / f"{topic}-{partition}", config, topic_id=topic_id)
-        self.logs[tp] = plog
-        self._dir_of[tp] = root
+        self._add(tp, plog, root)
         return plog
 
     def update_config(self, topic: str, topic_config: Mapping[str, str]) -> None:
+        """Apply a topic's changed configs to each of its partition logs here (one parse)."""
+        partitions = self._by_topic.get(topic)
+        if not partitions:
+            return
         config = self.config_for(topic_config)
-        for (t, _), plog in self.logs.items():
-            if t == topic:
-                plog.update_config(config)
+        for partition in partitions:
+            self.logs[(topic, partition)].update_config(config)
 
     def delete(self, topic: str, partition: int) -> None:
-        plog = self.logs.pop((topic, partition), None)
-        self._dir_of.pop((topic, partition), None)
+        plog = self._remove((topic, partition))
         self._hw.pop((topic, partition), None)
         if plog is None:
             return

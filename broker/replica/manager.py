@@ -60,6 +60,7 @@ from broker.replica.state import PartitionState
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
+from quorum.metadata.records import ConfigResourceType
 from quorum.node.config import NodeConfig
 
 log = logging.getLogger(__name__)
@@ -128,16 +129,14 @@ class ReplicaManager:
             self._become(tip, reg, image, leader=True)
         for tip, reg in changes.followers.items():
             self._become(tip, reg, image, leader=False)
-        if delta.changed_configs:
-            for topic in {tp[0] for tp in self.partitions}:
-                self.logs.update_config(topic, self._topic_config(image, topic))
+        for resource in delta.changed_configs:
+            if resource.type == ConfigResourceType.TOPIC:  # LogConfig takes the broker's static config only
+                self.logs.update_config(resource.name, self._topic_config(image, resource.name))
         if changes.leaders or changes.followers:
             self._on_isr_change_wanted()
 
     def _topic_config(self, image: MetadataImage, topic: str) -> Mapping[str, str]:
-        from quorum.metadata.image import ConfigResource
-
-        return image.configs.get(ConfigResource(2, topic), {})
+        return image.topic_config(topic)
 
     def _remove(self, tip: TopicIdPartition) -> None:
         tp = (tip.topic_name, tip.partition_id)

@@ -622,22 +622,44 @@ def broker_default(
     return parse_typed(name, definition.default, definition.type)
 
 
+def default_configs(
+    broker_defaults: Mapping[str, str] | None = None,
+    *,
+    dynamic_default_broker: Mapping[str, str] | None = None,
+    dynamic_broker: Mapping[str, str] | None = None,
+) -> dict[str, ConfigValue]:
+    """Every topic config's parsed value for a topic that overrides none: the broker's
+    (`broker_default`), in definition order."""
+    return {
+        name: broker_default(
+            name, broker_defaults, dynamic_default_broker=dynamic_default_broker, dynamic_broker=dynamic_broker
+        )
+        for name in TOPIC_CONFIGS
+    }
+
+
 def effective_configs(
     explicit: Mapping[str, str],
     broker_defaults: Mapping[str, str] | None = None,
     *,
     dynamic_default_broker: Mapping[str, str] | None = None,
     dynamic_broker: Mapping[str, str] | None = None,
+    defaults: Mapping[str, ConfigValue] | None = None,
 ) -> dict[str, ConfigValue]:
-    """Every topic config's parsed value for a topic with ``explicit`` overrides (a broker's LogConfig)."""
-    result: dict[str, ConfigValue] = {}
-    for name in TOPIC_CONFIGS:
-        if name in explicit:
-            result[name] = parse_value(name, explicit[name])
-        else:
-            result[name] = broker_default(
-                name, broker_defaults, dynamic_default_broker=dynamic_default_broker, dynamic_broker=dynamic_broker
-            )
+    """Every topic config's parsed value for a topic with ``explicit`` overrides (a broker's
+    LogConfig), in definition order; names that are no topic config are ignored.
+
+    ``defaults``: `default_configs` of the same broker layers, when the caller keeps it (a
+    broker resolving many topics against its static config parses its defaults once).
+    """
+    if defaults is None:
+        defaults = default_configs(
+            broker_defaults, dynamic_default_broker=dynamic_default_broker, dynamic_broker=dynamic_broker
+        )
+    result = dict(defaults)
+    for name, raw in explicit.items():
+        if name in TOPIC_CONFIGS:
+            result[name] = parse_value(name, raw)
     return result
 
 

@@ -198,3 +198,19 @@ def test_log_manager_checkpoints_and_clean_shutdown(tmp_path: Path) -> None:
     assert any(p.name.endswith("-delete") for p in root.iterdir())
     again.purge_deleted(force=True)
     assert not any(p.name.endswith("-delete") for p in root.iterdir())
+
+
+def test_log_manager_applies_a_topic_config_change_to_that_topics_logs_only(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path / "d"], {"log.retention.hours": "2"})
+    logs.load()
+    orders = [logs.get_or_create("orders", p, uuid.uuid4(), {}) for p in range(3)]
+    other = logs.get_or_create("audit", 0, uuid.uuid4(), {"retention.ms": "5000"})
+    assert {p.config.retention_ms for p in orders} == {7_200_000}
+    logs.update_config("orders", {"retention.ms": "60000", "segment.bytes": "1048576"})
+    assert {(p.config.retention_ms, p.config.segment_bytes) for p in orders} == {(60_000, 1_048_576)}
+    assert other.config.retention_ms == 5000 and other.config.segment_bytes == 1024**3
+    logs.delete("orders", 1)
+    logs.update_config("orders", {})  # back to the broker's values, for the two that are left
+    assert [p.config.retention_ms for p in (orders[0], orders[2])] == [7_200_000, 7_200_000]
+    logs.update_config("missing", {"retention.ms": "1"})  # no partition here: nothing to do
+    assert other.config.retention_ms == 5000

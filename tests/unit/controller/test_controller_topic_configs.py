@@ -15,6 +15,7 @@ from quorum.controller.topic_configs import (
     config_def,
     describe_all,
     describe_config,
+    default_configs,
     effective_configs,
     format_value,
     java_double_str,
@@ -376,6 +377,20 @@ def test_effective_configs():
     assert values["cleanup.policy"] == ("compact",)
     assert values["min.insync.replicas"] == 2
     assert values["segment.bytes"] == 1073741824
+
+
+def test_effective_configs_over_kept_defaults_match_a_full_resolution():
+    broker = {"log.retention.hours": "1", "min.insync.replicas": "2", "log.segment.bytes": "4096"}
+    kept = default_configs(broker)
+    assert list(kept) == list(TOPIC_CONFIGS)  # definition order
+    assert kept["retention.ms"] == 3_600_000 and kept["min.insync.replicas"] == 2
+    for explicit in ({}, {"retention.ms": "10"}, {"segment.bytes": "20000", "cleanup.policy": "compact,delete"}):
+        full = effective_configs(explicit, broker)
+        assert effective_configs(explicit, defaults=kept) == full
+        assert list(full) == list(TOPIC_CONFIGS)
+    assert kept["retention.ms"] == 3_600_000  # the kept defaults are not changed by a resolution
+    with pytest.raises(InvalidConfigError, match="Not a number of type LONG"):
+        effective_configs({"retention.ms": "soon"}, defaults=kept)
 
 
 def test_unknown_name_for_single_lookups():
