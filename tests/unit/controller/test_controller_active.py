@@ -419,6 +419,42 @@ def test_restart_replays_the_log_into_the_same_image(tmp_path: Path) -> None:
     run(scenario())
 
 
+def test_concurrent_writes_share_batches_and_build_the_image_a_replay_builds(tmp_path: Path) -> None:
+    """Writes that share an open batch each extend its image by their own changes; once
+    committed that image must be what replaying the log gives (checked after a restart)."""
+
+    def alter(topic: str, key: str, value: str) -> IncrementalAlterConfigsRequest:
+        op = AlterConfigOp(key, AlterConfigOpType.SET, value)
+        return IncrementalAlterConfigsRequest((AlterConfigsResource(ConfigResourceType.TOPIC, topic, (op,)),))
+
+    async def scenario() -> None:
+        h = await start(tmp_path)
+        await h.unfenced_brokers(0, 1, 2)
+        names = [f"t{i}" for i in range(8)]
+        await h.controller.handle(CreateTopicsRequest(tuple(CreatableTopic(n, 2, 2) for n in names)))
+        batches_before = len(h.node.core.log.batches)  # type: ignore[union-attr]
+        writes = [alter(names[i % 8], "retention.ms", str(1000 + i)) for i in range(120)]
+        writes += [alter(names[i % 8], "segment.ms", str(60_000 + i)) for i in range(40)]
+        writes.append(CreateTopicsRequest((CreatableTopic("late", 3, 2),)))
+        answers = await asyncio.gather(*(h.controller.handle(w) for w in writes))
+        assert all(r.error_code == 0 for a in answers[:-1] for r in a.resources)  # type: ignore[union-attr]
+        shared = len(h.node.core.log.batches) - batches_before  # type: ignore[union-attr]
+        assert shared < len(writes) / 4, f"{len(writes)} writes took {shared} batches"
+        image = h.sm.image
+        for i, name in enumerate(names):
+            assert image.topic_config(name) == {"retention.ms": str(1000 + 112 + i), "segment.ms": str(60_000 + 32 + i)}
+        await stop(h)
+        h2 = await start(tmp_path)
+        try:
+            again = h2.sm.image
+            assert dict(again.configs.items()) == dict(image.configs.items())
+            assert again.topics.by_name == image.topics.by_name
+        finally:
+            await stop(h2)
+
+    run(scenario())
+
+
 def test_an_excessively_large_operation_is_refused_at_once(tmp_path: Path) -> None:
     async def scenario() -> None:
         h = await start(tmp_path)
