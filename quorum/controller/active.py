@@ -267,14 +267,14 @@ class QuorumController:
         # The batch's delta (for the state machine once it commits), and this write's own
         # over the batch's image so far (whose apply costs what this write changed).
         replay = ob.delta.replay
-        step = ob.delta if not ob.records else MetadataDelta(ob.image)
+        own = ob.delta if not ob.records else MetadataDelta(ob.image)
         for record in records:
             replay(record, offset, epoch)
-            if step is not ob.delta:
-                step.replay(record, offset, epoch)
+            if own is not ob.delta:
+                own.replay(record, offset, epoch)
             offset += 1
         ob.records.extend([encode_record(r) for r in records])
-        ob.image = self._image = step.apply()
+        ob.image = self._image = own.apply()
         self._last_write_ms = self._now_ms()
         future = ob.done
         if own_batch or len(ob.records) >= self._max_batch_records:
