@@ -62,6 +62,13 @@ RequestTypes = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, Fet
 
 METADATA_PARTITION_DIR = "__cluster_metadata-0"
 RELAY_CLIENT_ID = "pykraft-describe-relay"
+# Requests handled concurrently per connection on the controller listener (answers still go
+# out in request order). Handlers start in request order and each puts its request into the
+# Raft inbox, or decides and appends its controller write, before it first suspends, so the
+# order in which a connection's requests take effect is unchanged. A broker forwards the REST
+# writes it receives over a few pooled connections: one at a time per connection, their
+# writes could share a commit only as many as there are connections (8).
+CONTROLLER_PIPELINE_DEPTH = 64
 
 
 def raft_config_of(config: NodeConfig) -> RaftConfig:
@@ -208,6 +215,7 @@ class RaftNode:
                 listener.port,
                 self._handle_frame,
                 limits=ConnectionLimits.from_config(self.config),
+                pipeline_depth=CONTROLLER_PIPELINE_DEPTH,
             )
         self._task = asyncio.create_task(self._run(), name=f"raft-{self.node_id}")
 
