@@ -10,6 +10,7 @@ read right after a write on the same node sees it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from api.context import NotAvailableError
@@ -25,6 +26,8 @@ from quorum.node.raft_node import RaftNode
 from quorum.raft.describe import QuorumDescription
 from quorum.wire import codec
 from quorum.wire.transport import PeerUnavailable
+
+log = logging.getLogger(__name__)
 
 # Broker configs that topic config defaults and creation defaults come from.
 _BROKER_DEFAULT_KEYS = (
@@ -73,6 +76,11 @@ class LocalNodeContext:
         self.controller = controller
         self._updated = asyncio.Event()
         state_machine.add_listener(self._on_update)
+        # The leader's high watermark, asked once for many writers (see `leader_high_watermark`):
+        # the DescribeQuorum in flight, and the one every later caller waits for.
+        self._hw_probe: asyncio.Future[int] | None = None
+        self._next_hw_probe: asyncio.Future[int] | None = None
+        self._hw_probe_task: asyncio.Task[None] | None = None
 
     def _on_update(self, delta: MetadataDelta | None, image: MetadataImage) -> None:
         self._updated.set()
@@ -116,9 +124,10 @@ class LocalNodeContext:
         return response  # type: ignore[return-value]
 
     async def wait_for_committed(self, timeout_s: float = 10.0) -> None:
-        """Wait until this node applied everything the quorum leader has committed."""
+        """Wait until this node applied everything the quorum leader had committed when
+        this call began (at most `timeout_s`; not at all when no leader answers)."""
         try:
-            target = (await self.describe_quorum()).high_watermark
+            target = await self.leader_high_watermark()
         except NotAvailableError:
             return
         deadline = time.monotonic() + timeout_s
@@ -128,6 +137,52 @@ class LocalNodeContext:
                 await asyncio.wait_for(self._updated.wait(), max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 return
+
+    async def leader_high_watermark(self) -> int:
+        """The quorum leader's high watermark, as a DescribeQuorum sent after this call began
+        answers it (read locally on the leader).
+
+        Concurrent callers share the round trip: a caller that finds no DescribeQuorum in
+        flight sends one; a caller that finds one in flight (sent before it came, so possibly
+        answered from an older state) waits for the next, which every such caller shares
+        and which is sent as soon as the one in flight ends. Under many concurrent writes
+        this is about one round trip per round-trip time, not one per write.
+        """
+        core = self.raft.core
+        if core is not None and core.is_leader:
+            return self.raft.describe().high_watermark
+        loop = asyncio.get_running_loop()
+        if self._hw_probe is None:
+            probe = self._hw_probe = loop.create_future()
+            self._hw_probe_task = loop.create_task(self._probe_high_watermark(probe))
+        else:
+            if self._next_hw_probe is None:
+                self._next_hw_probe = loop.create_future()
+            probe = self._next_hw_probe
+        return await asyncio.shield(probe)
+
+    async def _probe_high_watermark(self, probe: asyncio.Future[int]) -> None:
+        """Answer `probe`, then start the next probe if callers wait for one."""
+        try:
+            high_watermark = (await self.describe_quorum()).high_watermark
+        except NotAvailableError as exc:
+            probe.set_exception(exc)
+        except asyncio.CancelledError:
+            waiting = [f for f in (probe, self._next_hw_probe) if f is not None]
+            self._hw_probe = self._next_hw_probe = self._hw_probe_task = None
+            for future in waiting:
+                future.set_exception(NotAvailableError("the node is stopping"))
+            raise
+        except Exception as exc:  # a bug must not leave the waiting writers hanging
+            log.exception("DescribeQuorum for the leader's high watermark failed")
+            probe.set_exception(NotAvailableError(repr(exc)))
+        else:
+            probe.set_result(high_watermark)
+        following, self._next_hw_probe = self._next_hw_probe, None
+        self._hw_probe = following
+        self._hw_probe_task = (
+            None if following is None else asyncio.get_running_loop().create_task(self._probe_high_watermark(following))
+        )
 
     async def describe_quorum(self) -> QuorumDescription:
         core = self.raft.core
