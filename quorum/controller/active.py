@@ -91,8 +91,8 @@ class _OpenBatch:
 
     Its records have offsets `first`, `first + 1`, ... already: they are replayed into
     `delta` (based on the working image when the batch opened) as they are added, and
-    `image` equals `delta.apply()` after the last write (built one write at a time, so
-    that a batch of n writes costs n small applies, not n growing ones). `done` resolves
+    `image` equals `delta.apply()` after the last write (built so that each write's share
+    costs O(its records), not O(the batch so far)). `done` resolves
     with the batch's last offset once it is committed.
     """
 
@@ -264,10 +264,12 @@ class QuorumController:
                 ob.timer = loop.call_later(delay, self._seal_if, ob)
         offset = ob.first + len(ob.records)
         epoch = ob.epoch
-        # The batch's delta (for the state machine once it commits), and this write's own
-        # over the batch's image so far (whose apply costs what this write changed).
+        # The batch's delta (for the state machine once it commits) gets every record. The
+        # image after this write costs O(len(records)) either way: a write of at least 1/8 of
+        # the batch so far re-applies the batch's delta; a smaller one is also replayed into a
+        # delta of its own over the batch's image, whose apply costs only what it changed.
         replay = ob.delta.replay
-        own = ob.delta if not ob.records else MetadataDelta(ob.image)
+        own = ob.delta if len(records) * 8 >= len(ob.records) else MetadataDelta(ob.image)
         for record in records:
             replay(record, offset, epoch)
             if own is not ob.delta:
