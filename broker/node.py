@@ -29,6 +29,7 @@ from broker.dataplane import DataPlane
 from broker.lifecycle import BrokerLifecycle
 from quorum.controller.active import QuorumController
 from quorum.metadata.delta import MetadataDelta
+from quorum.metadata.gc_policy import tune_collector
 from quorum.metadata.image import MetadataImage
 from quorum.metadata.snapshot import MetadataStateMachine
 from quorum.node.config import ConfigError, load_config
@@ -147,6 +148,7 @@ def run_broker(config_path: str, *, events_file: str | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     setup_logging(node_id)
+    tune_collector()
     import uvloop
 
     try:

@@ -18,6 +18,7 @@ from pathlib import Path
 from quorum.controller.active import QuorumController
 from quorum.controller.apis import ControllerApis
 from quorum.controller.replication_control import ReplicationSettings
+from quorum.metadata.gc_policy import tune_collector
 from quorum.metadata.snapshot import MetadataStateMachine
 from quorum.node.config import ConfigError, NodeConfig, load_config
 from quorum.node.controller_client import ControllerClient
@@ -175,6 +176,7 @@ def run_controller(
         print(f"error: {exc}", file=sys.stderr)
         return 1
     setup_logging(node_id)
+    tune_collector()
     import uvloop
 
     try:

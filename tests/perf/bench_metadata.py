@@ -98,6 +98,7 @@ from quorum.controller.requests import (  # noqa: E402
     IncrementalAlterConfigsResponse,
 )
 from quorum.metadata.delta import MetadataDelta  # noqa: E402
+from quorum.metadata.gc_policy import tune_collector  # noqa: E402
 from quorum.metadata.image import EMPTY, MetadataImage  # noqa: E402
 from quorum.metadata.records import (  # noqa: E402
     BrokerEndpoint as RecordEndpoint,
@@ -633,6 +634,7 @@ class Harness:
         holder.append(self.controller)
 
     async def start(self, timeout_s: float = 60.0) -> float:
+        tune_collector()  # as a node process does at its start
         t0 = time.perf_counter()
         await self.node.start()
         deadline = time.monotonic() + timeout_s
