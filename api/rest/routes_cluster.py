@@ -17,9 +17,10 @@ from api.rest.common import (
     node_context,
 )
 from api.rest.errors import BROKER_NOT_AVAILABLE, KAFKA_ERROR, KAFKA_RETRIABLE_ERROR, ApiError, not_found
+from api.rest.lean_route import LeanRoute
 from quorum.raft.describe import QuorumDescription
 
-router = APIRouter(prefix="/v3/clusters")
+router = APIRouter(prefix="/v3/clusters", route_class=LeanRoute)
 
 
 @router.get(

@@ -17,6 +17,7 @@ from api.rest.common import (
     error_responses,
 )
 from api.rest.errors import KAFKA_ERROR, ApiError, bad_request, kafka_error, not_found
+from api.rest.lean_route import LeanRoute
 from quorum.controller.requests import (
     AlterConfigOp,
     AlterConfigOpType,
@@ -27,7 +28,7 @@ from quorum.controller.requests import (
 )
 from quorum.controller.topic_configs import TOPIC_CONFIGS
 
-router = APIRouter(prefix="/v3/clusters/{cluster_id}")
+router = APIRouter(prefix="/v3/clusters/{cluster_id}", route_class=LeanRoute)
 
 _OPS = {
     None: AlterConfigOpType.SET,

@@ -44,6 +44,7 @@ from api.rest.common import (
 )
 from api.rest.errors import BROKER_NOT_AVAILABLE, KAFKA_RETRIABLE_ERROR, PARTITION_NOT_FOUND, ApiError, bad_request
 from api.rest.json_stream import JsonStream, JsonSyntaxError, ValueTooLarge
+from api.rest.lean_route import LeanRoute
 from api.rest.produce_payload import BadRecord, ReportWriter, parse_request
 from api.rest.record_producer import Delivery, RecordProducer
 from quorum.controller.topic_configs import effective_configs
@@ -51,7 +52,7 @@ from quorum.metadata.image import ConfigResource, MetadataImage
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/v3/clusters/{cluster_id}")
+router = APIRouter(prefix="/v3/clusters/{cluster_id}", route_class=LeanRoute)
 
 MAX_IN_FLIGHT: Final = 8192  # records of one request waiting for their reports
 _JSON_SLACK: Final = 64 * 1024  # JSON around a record's base64 payload

@@ -22,6 +22,7 @@ from api.rest.common import (
     unknown_topic,
 )
 from api.rest.errors import KAFKA_ERROR, ApiError, bad_request, kafka_error, kafka_error_name
+from api.rest.lean_route import LeanRoute
 from quorum.controller.requests import (
     CreatableTopic,
     CreatePartitionsRequest,
@@ -38,7 +39,7 @@ from quorum.controller.requests import (
 )
 from quorum.metadata.records import kafka_uuid_string
 
-router = APIRouter(prefix="/v3/clusters/{cluster_id}")
+router = APIRouter(prefix="/v3/clusters/{cluster_id}", route_class=LeanRoute)
 
 R = TypeVar("R")
 
