@@ -12,7 +12,7 @@
 2. Measures on `--master` (default local[2]):
    - the read alone: the `pykraft-metadata` data source into Spark's `noop` sink, and the
      physical plan's number of input partitions (one per segment file);
-   - the end-to-end audit (`run_audit`: read + records.parquet, replay, checks, findings,
+   - the end-to-end audit (`run_audit`: read into the replay's handoff, replay, checks, findings,
      report), with the session already started (its start-up is reported apart);
    - the same checks as one plain Python loop (`quorum.audit.baseline.audit_python`), and
      its decoding alone, so the figures show what Spark adds; the two audits' findings are
