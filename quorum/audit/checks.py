@@ -31,10 +31,11 @@
    `partition_epoch_not_plus_one` / `leader_epoch_not_plus_one` are checked on the
    partition timeline (`epoch_findings`).
 
-The Spark job (`quorum.audit.job`) runs 1 and 2 as Spark SQL (window functions, a join on
-offset), 3 through `CopyReplayer` per copy (split by topic into shards when there are
-fewer copies than cores, the leader imbalance then summed over shards in Spark SQL);
-`quorum.audit.baseline` runs all of them through the Python functions here in one loop.
+The Spark job (`quorum.audit.job`) runs 1 in its read tasks (`LogChecker` per byte range,
+stitched by `log_events_across`), 2 as Spark SQL (a join on offset), 3 through `CopyReplayer`
+per copy (split by topic into shards when there are fewer copies than cores, the leader
+imbalance then summed over shards on the driver); `quorum.audit.baseline` runs all of them
+through the Python functions here in one loop.
 Both produce the same findings and timelines (tests/audit checks it).
 """
 
