@@ -31,10 +31,11 @@
    `partition_epoch_not_plus_one` / `leader_epoch_not_plus_one` are checked on the
    partition timeline (`epoch_findings`).
 
-The Spark job (`quorum.audit.job`) runs 1 and 2 as Spark SQL (window functions, a join on
-offset), 3 through `CopyReplayer` per copy (split by topic into shards when there are
-fewer copies than cores, the leader imbalance then summed over shards in Spark SQL);
-`quorum.audit.baseline` runs all of them through the Python functions here in one loop.
+The Spark job (`quorum.audit.job`) runs 1 in its read tasks (`LogChecker` per byte range,
+stitched by `log_events_across`), 2 as Spark SQL (a join on offset), 3 through `CopyReplayer`
+per copy (split by topic into shards when there are fewer copies than cores, the leader
+imbalance then summed over shards on the driver); `quorum.audit.baseline` runs all of them
+through the Python functions here in one loop.
 Both produce the same findings and timelines (tests/audit checks it).
 """
 
@@ -83,6 +84,7 @@ __all__ = [
     "agreement_findings",
     "epoch_findings",
     "epoch_step",
+    "log_events_across",
     "log_findings",
     "merge_findings",
     "merge_shards",
@@ -1073,6 +1075,12 @@ class LogChecker:
         self._prev: tuple[int | None, int | None, bool] | None = None
         self._prev_file: str | None = None
 
+    def resume(self, source_file: str, offset: int | None, epoch: int | None, valid: bool) -> None:
+        """Continue after this row without checking it: the rows before it were checked elsewhere
+        (e.g. a segment read in byte ranges by several tasks, stitched by `log_events_across`)."""
+        self._prev = (offset, epoch, valid)
+        self._prev_file = source_file
+
     def invalid(self, error_kind: str | None, offset: int | None) -> None:
         """An invalid row of a snapshot (only readability is checked there)."""
         self.events.append((_ERROR_CHECKS.get(error_kind or "", ("corrupt_batch", VIOLATION))[0], offset))
@@ -1103,6 +1111,33 @@ def log_check_events(
     for row in rows:
         checker.row(*row)
     return checker.events
+
+
+LogRow = tuple[str, int | None, int | None, bool, str | None]  # (source_file, offset, epoch, valid, error_kind)
+
+
+def log_events_across(
+    ranges: Iterable[tuple[Iterable[tuple[str, int | None]], LogRow | None, LogRow | None]],
+) -> list[tuple[str, int | None]]:
+    """The log-check events of one copy read in consecutive ranges by several tasks: `ranges` gives,
+    in file order, each range's events (a `LogChecker` that `resume`d after the range's first row's
+    predecessor when the range starts inside a file) and its first and last segment rows (None when
+    it has none). Each range's first row is checked again after the previous non-empty range's last
+    row, as one checker over every row would; the events it repeats are the same (check, offset)
+    pairs, which `log_findings` counts once."""
+    events: list[tuple[str, int | None]] = []
+    last: LogRow | None = None
+    for found, head, tail in ranges:
+        events.extend(found)
+        if head is None:
+            continue
+        if last is not None:
+            checker = LogChecker()
+            checker.resume(*last[:4])
+            checker.row(*head)
+            events.extend(checker.events)
+        last = tail
+    return events
 
 
 def log_findings(log_dir: str, node_id: int | None, events: Iterable[tuple[str, int | None]]) -> list[Finding]:

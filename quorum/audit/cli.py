@@ -1,15 +1,15 @@
 """`pykraft audit` and `pykraft export`: the Spark audit of metadata log copies.
 
     pykraft audit --log-dir DIR [--log-dir DIR ...] --out DIR [--master URL] [--conf NAME=VALUE ...]
-                  [--broker-default NAME=VALUE ...] [--no-report]
+                  [--broker-default NAME=VALUE ...] [--no-report] [--records]
     pykraft export --log-dir DIR [--log-dir DIR ...] --out DIR [--master URL] [--conf NAME=VALUE ...]
 
 `--log-dir` names one node's copy of the metadata log: its `__cluster_metadata-0`
 directory, the metadata log dir that holds it, or the node's directory. `audit` writes
-records.parquet, partitions_timeline.parquet, brokers_timeline.parquet,
-imbalance_timeline.parquet, findings.json and report.html, and exits 0 when there are no
-violations, 1 when there are (2 for bad arguments or a failed job). `export` writes only the
-Parquet tables (records, partitions and brokers timelines).
+partitions_timeline.parquet, brokers_timeline.parquet, imbalance_timeline.parquet,
+findings.json and report.html (and, with `--records`, records.parquet: every record decoded),
+and exits 0 when there are no violations, 1 when there are (2 for bad arguments or a failed
+job). `export` writes only the Parquet tables (records, partitions and brokers timelines).
 
 With `--master` other than local, the log directories and `--out` must be paths every Spark
 node can read and write (a shared file system), and the executors must run this Python
@@ -73,6 +73,7 @@ def _run(args: argparse.Namespace, *, export_only: bool) -> int:
             args.out,
             settings,
             export_only=export_only,
+            records=bool(getattr(args, "records", False)),
             report=not getattr(args, "no_report", False),
         )
     except Exception as exc:  # noqa: BLE001 - a failed Spark job is reported, not a traceback
@@ -144,6 +145,11 @@ def add_audit_commands(commands: Any) -> None:
         help=f"a broker config the checks use ({', '.join(KNOWN_DEFAULTS)}); repeatable",
     )
     audit.add_argument("--no-report", action="store_true", help="skip report.html")
+    audit.add_argument(
+        "--records",
+        action="store_true",
+        help="also write records.parquet (every record decoded, with its JSON), as export does",
+    )
     audit.set_defaults(handler=audit_main)
     export = commands.add_parser("export", help="export metadata log copies to Parquet with Spark")
     _common(export)

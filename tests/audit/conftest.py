@@ -37,4 +37,4 @@ def scenario_audit(spark: Any, scenario: Any, tmp_path_factory: pytest.TempPathF
     from quorum.audit.job import run_audit
 
     out = tmp_path_factory.mktemp("audit-scenario-out")
-    return run_audit(spark, [scenario.log_dir(n) for n in AUDITED], out)
+    return run_audit(spark, [scenario.log_dir(n) for n in AUDITED], out, records=True)

@@ -21,7 +21,15 @@ from audit_synthetic import (
 )
 
 from quorum.audit.baseline import audit_python
-from quorum.audit.checks import AuditSettings, CopyReplayer, ListSink, agreement_findings, log_check_events
+from quorum.audit.checks import (
+    AuditSettings,
+    CopyReplayer,
+    ListSink,
+    LogChecker,
+    agreement_findings,
+    log_check_events,
+    log_events_across,
+)
 from quorum.audit.cli import add_audit_commands
 from quorum.audit.logdirs import ROW_FIELDS, AuditInputError, read_source_file, resolve_copies
 from quorum.controller.partition_change import imbalance
@@ -156,6 +164,44 @@ def test_log_checks_find_gaps_epoch_decreases_and_bad_batches() -> None:
         ],
         key=str,
     )
+
+
+def _ranges_of(rows: list[Any], cuts: list[int]) -> list[Any]:
+    """`rows` read in ranges starting at `cuts`, as the export tasks check them: a range that starts
+    inside a file resumes after an unchecked row of that file (`log_events_across` stitches)."""
+    out = []
+    for start, end in zip([0, *cuts], [*cuts, len(rows)], strict=True):
+        part = rows[start:end]
+        checker = LogChecker()
+        if part and start > 0 and rows[start - 1][0] == part[0][0]:
+            checker.resume(part[0][0], None, None, False)
+        for row in part:
+            checker.row(*row)
+        out.append((checker.events, part[0] if part else None, part[-1] if part else None))
+    return out
+
+
+def test_log_checks_read_in_ranges_find_what_one_pass_finds() -> None:
+    """Every way of cutting the rows into up to three ranges (empty ones included) gives the same
+    distinct (check, offset) events as one checker over all of them, the boundaries' included."""
+    f, g = "00000000000000000000.log", "00000000000000000010.log"
+    rows = [
+        (f, 0, 1, True, None),
+        (f, 1, 1, True, None),
+        (f, 3, 1, True, None),  # gap
+        (f, 4, 0, True, None),  # epoch goes back
+        (f, 5, None, False, "crc_mismatch"),
+        (f, 9, 1, True, None),
+        (g, 11, 1, True, None),  # file base 10 but first offset 11
+        (g, 12, 0, True, None),  # epoch goes back across... within g
+        (g, 14, 0, True, None),  # gap
+        (g, 15, 1, False, "torn_tail"),
+    ]
+    whole = set(log_check_events(rows))
+    n = len(rows)
+    for a in range(n + 1):
+        for b in range(a, n + 1):
+            assert set(log_events_across(_ranges_of(rows, [a, b]))) == whole, (a, b)
 
 
 def _content(n: int, tweak: dict[int, bytes] | None = None) -> dict[int, tuple[int, bool, bytes]]:
