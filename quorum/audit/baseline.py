@@ -92,7 +92,7 @@ def audit_python(paths: Sequence[str | Path] | Sequence[LogCopy], settings: Audi
         held: dict[int, tuple[int, bool, bytes]] = {}
         last_offset = None
         for snap in copy.snapshots:
-            rows = list(read_source_file(snap))
+            rows = list(read_source_file(snap, record_json=False))
             total += len(rows)
             for r in rows:
                 if not r[_VALID]:
@@ -104,7 +104,7 @@ def audit_python(paths: Sequence[str | Path] | Sequence[LogCopy], settings: Audi
         if snapshot is not None and replayer.snapshot is None and replayer.stopped is None:
             replayer.stopped = {"offset": snapshot.end_offset - 1, "reason": f"snapshot {snapshot.name} is unreadable"}
         for seg in copy.segments:
-            for r in read_source_file(seg):
+            for r in read_source_file(seg, record_json=False):
                 total += 1
                 offset = r[_OFFSET]
                 valid = r[_VALID]
