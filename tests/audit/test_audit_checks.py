@@ -140,16 +140,22 @@ def test_a_log_without_its_beginning_is_not_replayed(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- log checks and agreement
 
 
+_F, _G = "00000000000000000000.log", "00000000000000000010.log"
+# A first segment with a gap, an epoch going back, a bad batch and a row after it.
+_FIRST_SEGMENT_ROWS = [
+    (_F, 0, 1, True, None),
+    (_F, 1, 1, True, None),
+    (_F, 3, 1, True, None),  # gap
+    (_F, 4, 0, True, None),  # epoch goes back
+    (_F, 5, None, False, "crc_mismatch"),
+    (_F, 9, 1, True, None),  # after an invalid row: not judged
+]
+
+
 def test_log_checks_find_gaps_epoch_decreases_and_bad_batches() -> None:
-    f = "00000000000000000000.log"
-    g = "00000000000000000010.log"
+    g = _G
     rows = [
-        (f, 0, 1, True, None),
-        (f, 1, 1, True, None),
-        (f, 3, 1, True, None),  # gap
-        (f, 4, 0, True, None),  # epoch goes back
-        (f, 5, None, False, "crc_mismatch"),
-        (f, 9, 1, True, None),  # after an invalid row: not judged
+        *_FIRST_SEGMENT_ROWS,
         (g, 11, 1, True, None),  # file base 10 but first offset 11 (and a gap)
         (g, 12, 1, False, "torn_tail"),
     ]
@@ -184,14 +190,9 @@ def _ranges_of(rows: list[Any], cuts: list[int]) -> list[Any]:
 def test_log_checks_read_in_ranges_find_what_one_pass_finds() -> None:
     """Every way of cutting the rows into up to three ranges (empty ones included) gives the same
     distinct (check, offset) events as one checker over all of them, the boundaries' included."""
-    f, g = "00000000000000000000.log", "00000000000000000010.log"
+    g = _G
     rows = [
-        (f, 0, 1, True, None),
-        (f, 1, 1, True, None),
-        (f, 3, 1, True, None),  # gap
-        (f, 4, 0, True, None),  # epoch goes back
-        (f, 5, None, False, "crc_mismatch"),
-        (f, 9, 1, True, None),
+        *_FIRST_SEGMENT_ROWS,
         (g, 11, 1, True, None),  # file base 10 but first offset 11
         (g, 12, 0, True, None),  # epoch goes back across... within g
         (g, 14, 0, True, None),  # gap
