@@ -28,7 +28,7 @@ from broker.log import LogManager
 from broker.replica.fetcher import FetcherManager
 from broker.replica.manager import HostedPartition, ReplicaManager, now_ms
 from broker.serving import LocalBrokerServices
-from quorum.controller.topic_configs import effective_configs
+from quorum.controller.topic_configs import effective_config
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import EMPTY as EMPTY_IMAGE
 from quorum.metadata.image import MetadataImage
@@ -100,8 +100,7 @@ class DataPlane:
     def min_insync_replicas(self, topic: str) -> int:
         value = self._min_isr.get(topic)
         if value is None:
-            explicit = self.image().topic_config(topic)
-            raw = effective_configs(explicit, defaults=self.logs.config_defaults).get("min.insync.replicas", 1)
+            raw = effective_config("min.insync.replicas", self.image().topic_config(topic), self.broker_defaults)
             value = int(raw) if isinstance(raw, int) else 1
             self._min_isr[topic] = value
         return value

@@ -47,7 +47,7 @@ from api.rest.json_stream import JsonStream, JsonSyntaxError, ValueTooLarge
 from api.rest.lean_route import LeanRoute
 from api.rest.produce_payload import BadRecord, ReportWriter, parse_request
 from api.rest.record_producer import Delivery, RecordProducer
-from quorum.controller.topic_configs import effective_configs
+from quorum.controller.topic_configs import effective_config
 from quorum.metadata.image import ConfigResource, MetadataImage
 
 log = logging.getLogger(__name__)
@@ -92,12 +92,13 @@ def bootstrap_servers(ctx: NodeContext) -> str:
 
 def max_message_bytes(ctx: NodeContext, image: MetadataImage, topic: str) -> int:
     """The topic's effective ``max.message.bytes``: the largest batch its leader accepts."""
-    value = effective_configs(
+    value = effective_config(
+        "max.message.bytes",
         image.topic_config(topic),
         ctx.broker_defaults(),
         dynamic_default_broker=image.config(ConfigResource.broker("")),
         dynamic_broker=image.config(ConfigResource.broker(ctx.node_id)),
-    )["max.message.bytes"]
+    )
     assert isinstance(value, int)
     return value
 

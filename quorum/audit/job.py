@@ -1181,7 +1181,8 @@ def run_audit(
     # The copies' figures came with the export (one small row per task).
     voters = {int(v) for st in stats.values() for v in st["voters"] or []}
     lap("copy_stats")
-    # The log checks and the epoch checks ran in the replay tasks (their findings are in `replayed`).
+    # The epoch checks ran in the replay tasks (their findings are in `replayed`), the log checks
+    # in the export tasks (added above).
     held = spark.read.parquet(handoff.as_uri()) if len(copies) > 1 else None
     agreement_found, agreement = _agreement(held, copies, voters)
     raw.extend(agreement_found)

@@ -638,6 +638,24 @@ def default_configs(
     }
 
 
+def effective_config(
+    name: str,
+    explicit: Mapping[str, str],
+    broker_defaults: Mapping[str, str] | None = None,
+    *,
+    dynamic_default_broker: Mapping[str, str] | None = None,
+    dynamic_broker: Mapping[str, str] | None = None,
+) -> ConfigValue:
+    """One topic config's parsed value for a topic with ``explicit`` overrides: its own value,
+    else the broker's (`broker_default`). `effective_configs` gives them all."""
+    raw = explicit.get(name)
+    if raw is not None:
+        return parse_value(name, raw)
+    return broker_default(
+        name, broker_defaults, dynamic_default_broker=dynamic_default_broker, dynamic_broker=dynamic_broker
+    )
+
+
 def effective_configs(
     explicit: Mapping[str, str],
     broker_defaults: Mapping[str, str] | None = None,

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from quorum.node.config import ConfigError, format_properties, load_config, parse_properties
+from quorum.node.config import ConfigError, config_from_properties, format_properties, load_config, parse_properties
 from quorum.node.free_ports import free_ports_for
 from quorum.node.meta_properties import format_storage, random_uuid, read_meta_properties
 
@@ -155,8 +155,10 @@ def plan_ports(plans: list[NodePlan]) -> list[int]:
     """Every port the planned nodes listen on: their `listeners` and `rest.listener`."""
     ports = []
     for plan in plans:
-        urls = plan.properties["listeners"].split(",") + [plan.properties.get("rest.listener", "")]
-        ports += [int(url.rsplit(":", 1)[1].rstrip("/")) for url in urls if url.strip()]
+        config = config_from_properties(plan.properties)
+        ports += [listener.port for listener in config.listeners]
+        if config.rest_address is not None:
+            ports.append(config.rest_address.port)
     return ports
 
 

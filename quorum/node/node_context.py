@@ -150,7 +150,7 @@ class LocalNodeContext:
         """
         core = self.raft.core
         if core is not None and core.is_leader:
-            return self.raft.describe().high_watermark
+            return core.high_watermark  # the leader applies what it commits in the step that commits it
         loop = asyncio.get_running_loop()
         if self._hw_probe is None:
             probe = self._hw_probe = loop.create_future()

@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = 0
             for c in resolve_copies(paths):
                 for f in c.files:
-                    for _ in read_source_file(f):
+                    for _ in read_source_file(f, record_json=False):
                         rows += 1
             results["python_read_s"] = round(time.perf_counter() - t, 2)
             t, cpu = time.perf_counter(), time.process_time()

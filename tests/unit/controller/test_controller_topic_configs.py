@@ -16,6 +16,7 @@ from quorum.controller.topic_configs import (
     default_configs,
     describe_all,
     describe_config,
+    effective_config,
     effective_configs,
     format_value,
     java_double_str,
@@ -387,6 +388,7 @@ def test_effective_configs_over_kept_defaults_match_a_full_resolution():
     for explicit in ({}, {"retention.ms": "10"}, {"segment.bytes": "20000", "cleanup.policy": "compact,delete"}):
         full = effective_configs(explicit, broker)
         assert effective_configs(explicit, defaults=kept) == full
+        assert {name: effective_config(name, explicit, broker) for name in TOPIC_CONFIGS} == full
         assert list(full) == list(TOPIC_CONFIGS)
     assert kept["retention.ms"] == 3_600_000  # the kept defaults are not changed by a resolution
     with pytest.raises(InvalidConfigError, match="Not a number of type LONG"):
