@@ -54,7 +54,18 @@ class ControllerClient:
         self.connections = connections
         self._peers: dict[int, list[PeerClient]] = {}
         self._busy: dict[PeerClient, int] = {}
+        # One more connection per controller for requests that are answered at once (the
+        # read-your-writes DescribeQuorum): the controller answers a connection's requests
+        # in order, so on a write connection such a request would wait for the commit of
+        # every write sent before it.
+        self._control: dict[int, PeerClient] = {}
         self._correlation = 0
+
+    def _new_peer(self, node_id: int) -> PeerClient | None:
+        address = self.node.voters.get(node_id)
+        if address is None:
+            return None
+        return PeerClient(address.host, address.port, connect_timeout_s=2.0, request_timeout_s=30.0)
 
     def _peer(self, node_id: int) -> PeerClient | None:
         """The least busy connection to `node_id` (opened lazily, up to `connections`)."""
@@ -63,17 +74,27 @@ class ControllerClient:
         if idle:
             return idle[0]
         if len(pool) < self.connections:
-            address = self.node.voters.get(node_id)
-            if address is None:
-                return None
-            peer = PeerClient(address.host, address.port, connect_timeout_s=2.0, request_timeout_s=30.0)
-            pool.append(peer)
+            peer = self._new_peer(node_id)
+            if peer is not None:
+                pool.append(peer)
             return peer
         return min(pool, key=lambda p: self._busy.get(p, 0))
 
-    async def send(self, node_id: int, frame: bytes, correlation_id: int, api_key: int, api_version: int) -> bytes:
-        """Send one framed request to `node_id` over a pooled connection; its raw answer."""
-        peer = self._peer(node_id)
+    def _control_peer(self, node_id: int) -> PeerClient | None:
+        peer = self._control.get(node_id)
+        if peer is None:
+            peer = self._new_peer(node_id)
+            if peer is not None:
+                self._control[node_id] = peer
+        return peer
+
+    async def send(
+        self, node_id: int, frame: bytes, correlation_id: int, api_key: int, api_version: int, *, control: bool = False
+    ) -> bytes:
+        """Send one framed request to `node_id`; its raw answer. Over a pooled write
+        connection, or with `control` over the connection kept for requests the controller
+        answers without waiting for a commit (never queued behind writes)."""
+        peer = self._control_peer(node_id) if control else self._peer(node_id)
         if peer is None:
             raise PeerUnavailable(f"node {node_id} is not a controller")
         self._busy[peer] = self._busy.get(peer, 0) + 1
@@ -144,10 +165,11 @@ class ControllerClient:
     async def ask_leader(
         self, leader: int, frame: bytes, correlation_id: int, api_key: int, api_version: int, timeout_s: float
     ) -> bytes | None:
-        """Send one framed request to the quorum leader `leader`; its raw answer, or None if
-        none came within `timeout_s` or before this node learned of another leader (no resend:
-        for requests whose answer is only worth having from that leader)."""
-        attempt = asyncio.ensure_future(self.send(leader, frame, correlation_id, api_key, api_version))
+        """Send one framed request to the quorum leader `leader` over the control connection;
+        its raw answer, or None if none came within `timeout_s` or before this node learned of
+        another leader (no resend: for requests whose answer is only worth having from that
+        leader, and that the leader answers at once)."""
+        attempt = asyncio.ensure_future(self.send(leader, frame, correlation_id, api_key, api_version, control=True))
         return await self._await_attempt(attempt, leader, time.monotonic() + timeout_s)
 
     async def _await_attempt(self, attempt: asyncio.Future[bytes], leader: int, deadline: float) -> bytes | None:
@@ -175,5 +197,8 @@ class ControllerClient:
         for pool in self._peers.values():
             for peer in pool:
                 await peer.close()
+        for peer in self._control.values():
+            await peer.close()
         self._peers.clear()
+        self._control.clear()
         self._busy.clear()

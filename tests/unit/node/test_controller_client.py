@@ -109,3 +109,50 @@ def test_silent_leader_is_given_up_when_another_leader_is_known() -> None:
     raw, waited = asyncio.run(main())
     assert raw is None
     assert 0.2 <= waited < 1.5, waited  # not the 10 s timeout
+
+
+def _frame_with(correlation: int, tag: bytes) -> bytes:
+    body = (18).to_bytes(2, "big") + (0).to_bytes(2, "big") + correlation.to_bytes(4, "big") + b"\xff\xff" + tag
+    return len(body).to_bytes(4, "big") + body
+
+
+def test_ask_leader_is_not_queued_behind_writes_awaiting_their_commit() -> None:
+    """The controller answers a connection's requests in order, and a write is answered only
+    once committed: a DescribeQuorum sent on a write connection would wait for every write
+    ahead of it. ask_leader has its own connection, answered while every write connection
+    holds an unanswered write."""
+
+    async def main() -> tuple[bytes | None, float, int]:
+        release = asyncio.Event()
+
+        async def handle(frame: bytes) -> bytes | None:
+            if frame.endswith(b"write"):
+                await release.wait()  # a write: answered once "committed"
+            body = frame[4:8] + b"answer"
+            return len(body).to_bytes(4, "big") + body
+
+        port = free_port()
+        server = await serve("127.0.0.1", port, handle)
+        client = _client(_Leadership(_Core(1), {1: HostPort("127.0.0.1", port)}))
+        writes = [
+            asyncio.ensure_future(client.send(1, _frame_with(100 + i, b"write"), 100 + i, 44, 0))
+            for i in range(client.connections)
+        ]
+        try:
+            await asyncio.sleep(0.2)  # every write connection now holds a write
+            assert not any(w.done() for w in writes)
+            start = time.monotonic()
+            raw = await client.ask_leader(1, _frame(), CORRELATION, 18, 0, timeout_s=1.0)
+            waited = time.monotonic() - start
+            release.set()
+            answered = len(await asyncio.gather(*writes))
+            return raw, waited, answered
+        finally:
+            release.set()
+            await client.close()
+            await close_server(server, grace_s=0.1)
+
+    raw, waited, answered = asyncio.run(main())
+    assert raw is not None and raw.endswith(b"answer"), "ask_leader waited behind the writes"
+    assert waited < 0.5, waited
+    assert answered == 8
