@@ -2,9 +2,11 @@
 
 Every controller and broker serves the REST API. Reads come from the node's
 own metadata image; writes go to the active controller (over the Kafka
-protocol from another node, or straight in on the active controller itself),
-and return once committed *and* visible in this node's image, so that a read
-from the same node right after a write sees it.
+protocol from another node, or straight in on the active controller itself)
+and return once committed. A read first settles: it waits until the node's
+image holds every write answered on this node before the read began, so that a
+read from the same node right after a write sees it (Raft's read-after-write,
+paid by the reads that follow writes rather than by every write).
 """
 
 from __future__ import annotations
@@ -42,7 +44,14 @@ class NodeContext(Protocol):
         ...
 
     async def admin(self, request: AdminRequest) -> AdminResponse:
-        """Run a write on the active controller; raises NotAvailableError."""
+        """Run a write on the active controller; its answer once committed (this node's
+        image may not hold it yet: see `settle`). Raises NotAvailableError."""
+        ...
+
+    async def settle(self) -> None:
+        """Return once this node's image holds every write this node answered before the
+        call (at once when there is none; without waiting further when no quorum leader
+        answers)."""
         ...
 
     async def describe_quorum(self) -> QuorumDescription:

@@ -54,8 +54,9 @@ class Scope:
             self._image = self.ctx.image()
         return self._image
 
-    def refresh(self) -> MetadataImage:
-        """Read the image again (after a write, which is visible on this node once answered)."""
+    async def fresh_image(self) -> MetadataImage:
+        """The image again, once it holds the writes this node answered (this request's too)."""
+        await self.ctx.settle()
         self._image = None
         return self.image
 
@@ -81,17 +82,31 @@ def unknown_topic(name: str) -> ApiError:
     return not_found("This server does not host this topic-partition.", 40403)
 
 
-async def cluster_scope(
+async def write_scope(
     request: Request,
     cluster_id: Annotated[str, Path(description="The Kafka cluster ID.")],
 ) -> Scope:
+    """The scope of a write that reads nothing before it calls the controller: its image is
+    not settled (reading it needs `Scope.fresh_image`)."""
     ctx = node_context(request)
     if cluster_id != ctx.cluster_id:
         raise not_found(f"Cluster {cluster_id} cannot be found.")
     return Scope(request, ctx)
 
 
+async def cluster_scope(
+    request: Request,
+    cluster_id: Annotated[str, Path(description="The Kafka cluster ID.")],
+) -> Scope:
+    """The scope of any other request: its image holds every write answered on this node
+    before the request (read-your-writes)."""
+    scope = await write_scope(request, cluster_id)
+    await scope.ctx.settle()
+    return scope
+
+
 ClusterScope = Annotated[Scope, Depends(cluster_scope)]
+WriteScope = Annotated[Scope, Depends(write_scope)]
 TopicName = Annotated[str, Path(description="The topic name.")]
 PartitionId = Annotated[int, Path(description="The partition ID.", ge=INT32_MIN, le=INT32_MAX)]
 BrokerId = Annotated[int, Path(description="The broker ID.", ge=INT32_MIN, le=INT32_MAX)]

@@ -14,6 +14,7 @@ from api.rest.common import (
     ConfigName,
     Scope,
     TopicName,
+    WriteScope,
     error_responses,
 )
 from api.rest.errors import KAFKA_ERROR, ApiError, bad_request, kafka_error, not_found
@@ -52,6 +53,7 @@ def _unknown_config(scope: Scope, topic: str, name: str) -> ApiError:
 async def _alter(scope: Scope, topic: str, ops: tuple[AlterConfigOp, ...], validate_only: bool = False) -> None:
     for op in ops:
         if op.name not in TOPIC_CONFIGS:
+            await scope.fresh_image()  # the 404 names the topic if this node does not know it
             raise _unknown_config(scope, topic, op.name)
     answer = await scope.admin(
         IncrementalAlterConfigsRequest(
@@ -110,7 +112,7 @@ async def list_topic_configs(scope: ClusterScope, topic_name: TopicName) -> m.To
     tags=["Configs (v3)"],
     responses={204: {"description": "The configs were altered (or would be)."}, **error_responses(*BODY_ERRORS)},
 )
-async def alter_topic_configs(scope: ClusterScope, topic_name: TopicName, body: m.AlterConfigBatchBody) -> Response:
+async def alter_topic_configs(scope: WriteScope, topic_name: TopicName, body: m.AlterConfigBatchBody) -> Response:
     seen: set[str] = set()
     ops: list[AlterConfigOp] = []
     for entry in body.data:
@@ -146,7 +148,7 @@ async def get_topic_config(scope: ClusterScope, topic_name: TopicName, name: Con
     responses={204: {"description": "The config was set."}, **error_responses(*BODY_ERRORS)},
 )
 async def update_topic_config(
-    scope: ClusterScope, topic_name: TopicName, name: ConfigName, body: m.UpdateConfigBody
+    scope: WriteScope, topic_name: TopicName, name: ConfigName, body: m.UpdateConfigBody
 ) -> Response:
     await _alter(scope, topic_name, (AlterConfigOp(name, AlterConfigOpType.SET, body.value),))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -161,6 +163,6 @@ async def update_topic_config(
     tags=["Configs (v3)"],
     responses={204: {"description": "The config was reset."}, **error_responses(*WRITE_ERRORS)},
 )
-async def reset_topic_config(scope: ClusterScope, topic_name: TopicName, name: ConfigName) -> Response:
+async def reset_topic_config(scope: WriteScope, topic_name: TopicName, name: ConfigName) -> Response:
     await _alter(scope, topic_name, (AlterConfigOp(name, AlterConfigOpType.DELETE),))
     return Response(status_code=status.HTTP_204_NO_CONTENT)

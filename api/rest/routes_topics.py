@@ -144,7 +144,7 @@ async def create_topic(scope: ClusterScope, body: m.CreateTopicBody, response: R
     result = _only(answer.topics, lambda r: r.name == name, f"topic {name}")
     if result.error_code:
         raise kafka_error(result.error_code, result.message)
-    created = None if body.validate_only else scope.refresh().topic_by_name(name)
+    created = None if body.validate_only else (await scope.fresh_image()).topic_by_name(name)
     if created is not None:
         data = views.topic_from_image(scope.links, created)
     else:
@@ -197,7 +197,7 @@ async def update_partition_count(
     result = _only(answer.topics, lambda r: r.name == topic_name, f"topic {topic_name}")
     if result.error_code:
         raise kafka_error(result.error_code, result.message)
-    topic = scope.refresh().topic_by_name(topic_name)
+    topic = (await scope.fresh_image()).topic_by_name(topic_name)
     if topic is None:
         raise unknown_topic(topic_name)
     return views.topic_from_image(scope.links, topic)
@@ -381,7 +381,7 @@ async def _elect(
     )
     if answer.error_code:
         raise kafka_error(answer.error_code, None)
-    scope.refresh()
+    await scope.fresh_image()
     return list(answer.results)
 
 

@@ -2,9 +2,10 @@
 
 Reads come from this node's committed metadata image. Writes go to the
 active controller (directly when it runs in this process, else over the Kafka
-protocol); once the controller answers, the context waits until this node's
-image has applied everything the quorum had committed at that moment, so a
-read right after a write on the same node sees it.
+protocol) and return once it answers, that is once committed. Before a read,
+`settle` waits until this node's image has applied everything the quorum had
+committed when the last write answered here was answered, so a read right after
+a write on the same node sees it; a write does not wait for that itself.
 """
 
 from __future__ import annotations
@@ -16,12 +17,20 @@ import time
 from api.context import NotAvailableError
 from quorum.controller.active import NotControllerError, QuorumController
 from quorum.controller.create_outcome import resolve_resent_create
-from quorum.controller.requests import AdminRequest, AdminResponse, CreateTopicsRequest, CreateTopicsResponse
+from quorum.controller.requests import (
+    AdminRequest,
+    AdminResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import MetadataImage
 from quorum.metadata.snapshot import MetadataStateMachine
 from quorum.node.config import NodeConfig
 from quorum.node.controller_client import ControllerClient, ControllerUnavailableError
+from quorum.node.forward_batcher import AlterConfigsBatcher
 from quorum.node.raft_node import RaftNode
 from quorum.raft.describe import QuorumDescription
 from quorum.wire import codec
@@ -81,6 +90,12 @@ class LocalNodeContext:
         self._hw_probe: asyncio.Future[int] | None = None
         self._next_hw_probe: asyncio.Future[int] | None = None
         self._hw_probe_task: asyncio.Task[None] | None = None
+        # Writes the active controller answered over the network, and how many of them this
+        # node's image is known to hold (`settle`).
+        self._answered = 0
+        self._settled = 0
+        # Concurrent config writes forwarded to the active controller share requests.
+        self._alter_configs = AlterConfigsBatcher(self._forward_alter_configs, max_in_flight=client.connections)
 
     def _on_update(self, delta: MetadataDelta | None, image: MetadataImage) -> None:
         self._updated.set()
@@ -114,29 +129,63 @@ class LocalNodeContext:
                 maybe_delivered = True  # its records may still commit under the next leader
         if response is None:
             try:
-                response, resent = await self.client.call_tracked(request)
+                if isinstance(request, IncrementalAlterConfigsRequest):
+                    response, resent = await self._alter_configs.call(request)
+                else:
+                    response, resent = await self.client.call_tracked(request)
             except ControllerUnavailableError as exc:
                 raise NotAvailableError(str(exc)) from exc
             maybe_delivered = maybe_delivered or resent
-        await self.wait_for_committed()
+            # Committed, and applied here later: the next read on this node settles first.
+            self._answered += 1
         if maybe_delivered and isinstance(request, CreateTopicsRequest) and isinstance(response, CreateTopicsResponse):
+            await self.settle()
             response = resolve_resent_create(self.state_machine.image, request, response)
         return response  # type: ignore[return-value]
 
-    async def wait_for_committed(self, timeout_s: float = 10.0) -> None:
+    async def settle(self) -> None:
+        """Return once this node's image holds every write answered to this node before the
+        call (read-your-writes; see api.context.NodeContext.settle).
+
+        A write the active controller in this process answered is in the image already: the
+        leader applies what it commits in the step that commits it. For a forwarded write,
+        this waits until the image has applied the leader's high watermark as a
+        DescribeQuorum sent after the call began reports it; concurrent readers share that
+        round trip, and readers that find nothing unsettled make none.
+        """
+        answered = self._answered
+        if answered == self._settled:
+            return
+        if await self.wait_for_committed():
+            self._settled = max(self._settled, answered)
+
+    async def _forward_alter_configs(
+        self, request: IncrementalAlterConfigsRequest
+    ) -> tuple[IncrementalAlterConfigsResponse, bool]:
+        response, resent = await self.client.call_tracked(request)
+        if not isinstance(response, IncrementalAlterConfigsResponse):
+            raise NotAvailableError(f"the controller answered {type(response).__name__} to IncrementalAlterConfigs")
+        return response, resent
+
+    async def wait_for_committed(self, timeout_s: float = 10.0) -> bool:
         """Wait until this node applied everything the quorum leader had committed when
-        this call began (at most `timeout_s`; not at all when no leader answers)."""
+        this call began; whether it did (False after `timeout_s`, or at once when no leader
+        answers)."""
         try:
             target = await self.leader_high_watermark()
         except NotAvailableError:
-            return
+            return False
         deadline = time.monotonic() + timeout_s
-        while self.state_machine.applied_offset < target and time.monotonic() < deadline:
+        while self.state_machine.applied_offset < target:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
             self._updated.clear()
             try:
-                await asyncio.wait_for(self._updated.wait(), max(0.0, deadline - time.monotonic()))
+                await asyncio.wait_for(self._updated.wait(), remaining)
             except TimeoutError:
-                return
+                return False
+        return True
 
     async def leader_high_watermark(self) -> int:
         """The quorum leader's high watermark, as a DescribeQuorum sent after this call began

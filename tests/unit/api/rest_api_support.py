@@ -235,8 +235,8 @@ class FakeNode:
     """A `NodeContext` over a real image; ``admin()`` records requests and answers as told.
 
     ``answer``: a fixed response, a function of the request, or an exception to raise.
-    ``after_write``: records replayed onto the image when a write succeeds, so that
-    read-your-writes holds as it does on a real node.
+    ``after_write``: records a successful write leaves to apply; as on a node that
+    forwarded the write, the image holds them once a read settles (``settle()``).
     """
 
     state: MetadataImage = field(default_factory=cluster_image)
@@ -248,6 +248,8 @@ class FakeNode:
     after_write: list[MetadataRecord] = field(default_factory=list)
     described: QuorumDescription | BaseException = field(default_factory=quorum)
     requests: list[AdminRequest] = field(default_factory=list)
+    unsettled: list[MetadataRecord] = field(default_factory=list)
+    settles: int = 0
 
     def image(self) -> MetadataImage:
         return self.state
@@ -267,9 +269,15 @@ class FakeNode:
         else:
             response = answer
         if self.after_write:
-            self.state = replay(self.after_write, self.state)
+            self.unsettled.extend(self.after_write)
             self.after_write = []
         return response
+
+    async def settle(self) -> None:
+        self.settles += 1
+        if self.unsettled:
+            self.state = replay(self.unsettled, self.state)
+            self.unsettled = []
 
     async def describe_quorum(self) -> QuorumDescription:
         if isinstance(self.described, BaseException):
