@@ -45,8 +45,17 @@ class Scope:
 
     def __init__(self, request: Request, ctx: NodeContext) -> None:
         self.ctx = ctx
-        self.links = Links(str(request.base_url), ctx.cluster_id)
+        self._request = request
+        self._links: Links | None = None
         self._image: MetadataImage | None = None
+
+    @property
+    def links(self) -> Links:
+        """Built on first use: a write answered 204 names no URL, and the request's base URL
+        costs a URL parse."""
+        if self._links is None:
+            self._links = Links(str(self._request.base_url), self.ctx.cluster_id)
+        return self._links
 
     @property
     def image(self) -> MetadataImage:
