@@ -134,7 +134,8 @@ class LocalNodeContext:
         while self.state_machine.applied_offset < target and time.monotonic() < deadline:
             self._updated.clear()
             try:
-                await asyncio.wait_for(self._updated.wait(), max(0.0, deadline - time.monotonic()))
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    await self._updated.wait()
             except TimeoutError:
                 return
 
