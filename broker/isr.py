@@ -100,8 +100,11 @@ class IsrSender:
     async def _run(self) -> None:
         interval_s = max(self.manager.config.replica_lag_time_max_ms / 2000, 0.05)
         while True:
+            # asyncio.timeout, not wait_for: 3.11's wait_for swallows a cancel that lands once the
+            # event is set (a wake) and before this task resumes, and stop() then waits forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._dirty.wait(), timeout=interval_s)
+                async with asyncio.timeout(interval_s):
+                    await self._dirty.wait()
             await asyncio.sleep(self.debounce_s)
             self._dirty.clear()
             items = self.pending_items()

@@ -91,7 +91,8 @@ class BrokerLifecycle:
         self._want_shut_down = True
         self.state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
         try:
-            await asyncio.wait_for(self.shutdown_granted.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self.shutdown_granted.wait()
         except TimeoutError:
             log.warning("broker %d: controlled shutdown not granted within %.0f s", self.config.node_id, timeout_s)
             return False

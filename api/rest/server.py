@@ -130,7 +130,8 @@ class RestServer:
         the records producer deliver what it holds (bounded)."""
         self.server.should_exit = True
         try:
-            await asyncio.wait_for(asyncio.shield(self.task), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(self.task)
         except TimeoutError:
             self.server.force_exit = True
             self.task.cancel()

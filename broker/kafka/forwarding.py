@@ -91,10 +91,8 @@ async def forward_frame(
             correlation = link.next_correlation_id()
             _I32.pack_into(relayed, _REQUEST_CORRELATION_AT, correlation)
             try:
-                remaining = deadline - time.monotonic()
-                answer = await asyncio.wait_for(
-                    link.send(leader, bytes(relayed), correlation, api_key, api_version), max(remaining, 0.001)
-                )
+                async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
+                    answer = await link.send(leader, bytes(relayed), correlation, api_key, api_version)
             except (PeerUnavailable, TimeoutError, OSError) as exc:
                 last = f"controller {leader}: {exc}"
             else:

@@ -113,8 +113,11 @@ class ReplicaFetcher:
             if not ready:
                 self._wake.clear()
                 wait_s = min((t - now for t in self._delayed_until.values()), default=None)
+                # asyncio.timeout, not wait_for: 3.11's wait_for swallows a cancel that lands after
+                # a wake (add) and before this task resumes, and stop() then waits forever.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=wait_s)
+                    async with asyncio.timeout(wait_s):
+                        await self._wake.wait()
                 continue
             peer = self._connection()
             if peer is None:

@@ -182,7 +182,8 @@ class LocalNodeContext:
                 return False
             self._updated.clear()
             try:
-                await asyncio.wait_for(self._updated.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._updated.wait()
             except TimeoutError:
                 return False
         return True

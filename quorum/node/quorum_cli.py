@@ -29,7 +29,8 @@ async def _describe_one(host: str, port: int, timeout_s: float) -> QuorumDescrip
         api_version=DESCRIBE_QUORUM_VERSION,
     )
     try:
-        raw = await asyncio.wait_for(request(host, port, frame), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            raw = await request(host, port, frame)
         _, answer = codec.decode_response(codec.api_key_of(codec.DescribeQuorumCall()), DESCRIBE_QUORUM_VERSION, raw)
     except (PeerUnavailable, codec.WireError, TimeoutError, OSError):
         return None
@@ -41,7 +42,8 @@ async def _cluster_id_of(host: str, port: int, timeout_s: float) -> str | None:
     call = admin_codec.DescribeClusterRequest(endpoint_type=2)
     frame, api_key, version = admin_codec.encode_admin_request(call, correlation_id=2, client_id="pykraft-quorum-cli")
     try:
-        raw = await asyncio.wait_for(request(host, port, frame), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            raw = await request(host, port, frame)
         answer = admin_codec.decode_admin_response(api_key, version, raw, call)
     except (PeerUnavailable, codec.WireError, TimeoutError, OSError):
         return None

@@ -234,16 +234,18 @@ class RaftNode:
                 while time.monotonic() < deadline and core.epoch == epoch and not self._task.done():
                     self._epoch_changed.clear()
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._epoch_changed.wait(), deadline - time.monotonic())
+                        async with asyncio.timeout(deadline - time.monotonic()):
+                            await self._epoch_changed.wait()
         self._closing = True
         self._wake.set()
         if self._server is not None:
             await close_server(self._server)
         if self._task is not None:
-            try:
-                await asyncio.wait_for(self._task, 2)
-            except (TimeoutError, asyncio.CancelledError):
-                self._task.cancel()
+            # The loop sees _closing within a turn; cancelled (and waited for) if it does not.
+            _, running = await asyncio.wait({self._task}, timeout=2)
+            for task in running:
+                task.cancel()
+                await asyncio.wait({task})
         for task in list(self._send_tasks):
             task.cancel()
         for peer in self._peers.values():
@@ -596,7 +598,8 @@ class RaftNode:
             api_version=version,
         )
         try:
-            raw = await asyncio.wait_for(one_shot_request(address.host, address.port, frame), 2.0)
+            async with asyncio.timeout(2.0):
+                raw = await one_shot_request(address.host, address.port, frame)
             _, answer = codec.decode_response(api_key, version, raw)
         except (PeerUnavailable, codec.WireError, TimeoutError, OSError):
             return None
@@ -646,8 +649,9 @@ class RaftNode:
         self._inbox.append(Envelope(request.source_id, self.node_id, request_id, message))
         self._wake.set()
         try:
-            response = await asyncio.wait_for(fut, self.raft_config.request_timeout_ms / 1000 + 1)
-        except (TimeoutError, asyncio.CancelledError):
+            async with asyncio.timeout(self.raft_config.request_timeout_ms / 1000 + 1):
+                response = await fut
+        except (TimeoutError, asyncio.CancelledError):  # also: stop() cancels the answers it leaves
             self._inbound.pop(request_id, None)
             return codec.encode_response(request, ErrorCode.REQUEST_TIMED_OUT, cluster_id=self.cluster_id)
         return codec.encode_response(request, response, cluster_id=self.cluster_id, endpoints=self._endpoints)

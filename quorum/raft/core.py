@@ -336,7 +336,9 @@ class RaftCore:
             install_snapshot=install,
             truncate_to=truncate_to,
             entries=entries,
-            must_sync=bool(entries) or truncate_to is not None or install is not None,
+            # An observer does not fsync what it appends (Kafka's observers do not either): its
+            # log counts toward no commit, and a tail lost in a crash is fetched again.
+            must_sync=(bool(entries) and self.is_voter) or truncate_to is not None or install is not None,
             messages=tuple(self._out),
             high_watermark=hw,
             committed=committed,

@@ -9,7 +9,7 @@ Contract (the driver must follow it; the simulation and the node do):
     `install_snapshot.offset`.
  3. If `truncate_to` is set, truncate the log so its end offset is that value.
  4. Append `entries` (contiguous, starting at the log's end after step 3).
- 5. If `must_sync`, fsync the log. Only then:
+ 5. If `must_sync`, fsync the log (not set for an observer's plain appends). Only then:
  6. send `messages`, and apply `committed` batches to the state machine in order
     (all of them are below `high_watermark`).
  7. If `delete_before` is set, the log below that offset may be deleted (a

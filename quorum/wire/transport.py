@@ -76,7 +76,8 @@ async def _close_writer(writer: asyncio.StreamWriter) -> None:
     shutdown, forever."""
     writer.close()
     try:
-        await asyncio.wait_for(writer.wait_closed(), _CLOSE_WAIT_S)
+        async with asyncio.timeout(_CLOSE_WAIT_S):
+            await writer.wait_closed()
     except TimeoutError:
         writer.transport.abort()
     except Exception:  # noqa: S110 - closing anyway
@@ -489,9 +490,8 @@ class PeerClient:
             if conn is not None and not conn.closed:
                 return conn
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port, limit=_STREAM_LIMIT), self.connect_timeout_s
-                )
+                async with asyncio.timeout(self.connect_timeout_s):
+                    reader, writer = await asyncio.open_connection(self.host, self.port, limit=_STREAM_LIMIT)
             except (OSError, TimeoutError) as exc:
                 raise PeerUnavailable(f"cannot connect to {self._name}: {exc!r}") from exc
             _set_nodelay(writer)
@@ -552,7 +552,8 @@ async def request(
     """One request on a fresh connection (for CLI tools): the response frame body."""
     name = f"{host}:{port}"
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), connect_timeout_s)
+        async with asyncio.timeout(connect_timeout_s):
+            reader, writer = await asyncio.open_connection(host, port)
     except (OSError, TimeoutError) as exc:
         raise PeerUnavailable(f"cannot connect to {name}: {exc!r}") from exc
     try:

@@ -238,3 +238,20 @@ def test_only_the_leader_accepts_proposals() -> None:
     first = net[1].propose([b"x"] * 20, net.now)
     assert first == 6
     assert [len(b.records) for b in net[1].log.batches_between(6, 26)] == [8, 8, 4]  # max_batch_records
+
+
+def test_voters_fsync_what_they_append_and_observers_do_not() -> None:
+    """A voter's append is its ack toward the HW, so it is fsynced before the next Fetch;
+    an observer's log counts toward nothing and its appends skip the fsync (as Kafka's
+    observers do); both still get every record."""
+    net = Net([1, 2, 3], observers=[4])
+    net.elect(1, among=[1, 2, 3])
+    net[1].propose([b"a", b"b"], net.now)
+    net.flush(1)
+    net.fire(2)
+    net.fire(4)
+    net.stabilize()
+    appended = {nid: [r for r in net.readies[nid] if r.entries] for nid in (2, 4)}
+    assert appended[2] and all(r.must_sync for r in appended[2])
+    assert appended[4] and not any(r.must_sync for r in appended[4])
+    assert net[4].log.end_offset == net[2].log.end_offset == net[1].log.end_offset
