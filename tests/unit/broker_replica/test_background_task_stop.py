@@ -17,9 +17,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-import pytest
-import uvloop
-
 from broker.isr import IsrSender
 from broker.replica.fetcher import ReplicaFetcher
 from broker.replica.manager import HostedPartition, ReplicaManager
@@ -28,13 +25,6 @@ from quorum.node.config import NodeConfig, config_from_properties
 from quorum.node.controller_client import ControllerClient
 
 STOP_WITHIN_S = 2.0
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, None]], None]:
-    if request.param == "uvloop":
-        return lambda coro: uvloop.run(coro)
-    return lambda coro: asyncio.run(coro)
 
 
 def _config(tmp: Path) -> NodeConfig:

@@ -14,16 +14,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
-import uvloop
 
 from quorum.wire.transport import PeerClient
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, str]], str]:
-    if request.param == "uvloop":
-        return lambda coro: uvloop.run(coro)
-    return lambda coro: asyncio.run(coro)
 
 
 def test_a_send_cancelled_as_its_connection_opens_is_cancelled(

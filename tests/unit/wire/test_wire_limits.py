@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 import pytest
-import uvloop
 
 from quorum.wire import ConnectionLimits, MemoryPool, PeerClient, PeerUnavailable, close_server, serve, server_stats
 from quorum.wire.limits import UNMETERED_FRAME_BYTES
@@ -17,13 +15,6 @@ from quorum.wire.limits import UNMETERED_FRAME_BYTES
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 KIB = 1024
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], Any]:
-    if request.param == "uvloop":
-        return lambda coro: uvloop.run(coro)
-    return lambda coro: asyncio.run(coro)
 
 
 def frame_for(correlation_id: int, payload: bytes = b"") -> bytes:

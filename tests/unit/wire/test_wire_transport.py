@@ -5,11 +5,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 import pytest
-import uvloop
 
 from quorum.node.free_ports import free_port
 from quorum.raft.errors import ErrorCode
@@ -33,13 +30,6 @@ from quorum.wire import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], Any]:
-    if request.param == "uvloop":
-        return lambda coro: uvloop.run(coro)
-    return lambda coro: asyncio.run(coro)
 
 
 def frame_for(correlation_id: int, payload: bytes = b"") -> bytes:
