@@ -21,6 +21,8 @@ from rest_api_support import (  # type: ignore[import-not-found,unused-ignore]  
     FakeNode,
     failing_answer,
 )
+from starlette.responses import Response
+from starlette.routing import Match
 
 from api.rest import create_app
 from api.rest.lean_route import LeanRoute
@@ -50,9 +52,7 @@ LEAN, STANDARD, LEAN_APP, STANDARD_APP = _apps()
 
 
 def test_the_write_routes_answering_204_are_lean() -> None:
-    lean = sorted(
-        (sorted(r.methods)[0], r.path) for r in LEAN_APP.router.routes if isinstance(r, LeanRoute) and r.lean
-    )
+    lean = sorted((sorted(r.methods)[0], r.path) for r in LEAN_APP.router.routes if isinstance(r, LeanRoute) and r.lean)
     prefix = "/v3/clusters/{cluster_id}/topics/{topic_name}"
     assert lean == [
         ("DELETE", prefix),
@@ -140,3 +140,72 @@ def test_lean_answers_are_fastapis_answers(req: dict[str, Any]) -> None:
         assert lean.headers.get(header) == standard.headers.get(header)
     assert lean_node.requests == standard_node.requests
     event(f"{req['method']} {lean.status_code}" + (" reached the controller" if lean_node.requests else ""))
+
+
+# Route matching: LeanRoute refuses a path by its shape before the regex, and must answer
+# exactly what APIRoute.matches answers, for every route of the app and any path.
+_ROUTES = [r for r in LEAN_APP.router.routes if isinstance(r, LeanRoute)]
+_segment = st.sampled_from(["t1", "configs", "configs:alter", "records", "x:y", "%2F", "1", "-1", "1.5", "{name}"])
+_odd_segment = st.sampled_from(["", "a/b", "/", "configs/x"]) | st.text(alphabet="ab/:{}.", max_size=5)
+
+
+@st.composite
+def _paths(draw: st.DrawFn) -> str:
+    """A route's template with its parameters filled (sometimes with `/`), sometimes cut,
+    extended or with a literal segment changed: paths that nearly match."""
+    template = draw(st.sampled_from(_ROUTES)).path_format
+    parts = template.split("/")
+    filled = [draw(_segment) if p.startswith("{") else p for p in parts]
+    mutation = draw(st.sampled_from(["none", "none", "none", "odd", "cut", "extend", "replace", "suffix"]))
+    if mutation == "odd":
+        filled[draw(st.integers(1, len(filled) - 1))] = draw(_odd_segment)
+    elif mutation == "cut" and len(filled) > 1:
+        filled = filled[: draw(st.integers(1, len(filled) - 1))]
+    elif mutation == "extend":
+        filled.append(draw(_segment))
+    elif mutation == "replace":
+        filled[draw(st.integers(1, len(filled) - 1))] = draw(_segment | _odd_segment)
+    elif mutation == "suffix":
+        filled[-1] += draw(_segment | _odd_segment)
+    return "/".join(filled)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    path=_paths(),
+    method=st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]),
+    root_path=st.sampled_from(["", "", "", "/v3"]),
+)
+def test_lean_route_matching_is_apiroutes(path: str, method: str, root_path: str) -> None:
+    scope = {"type": "http", "method": method, "path": path, "root_path": root_path, "headers": []}
+    full = [r for r in _ROUTES if APIRoute.matches(r, dict(scope))[0] is not Match.NONE]
+    event(f"routes matched: {min(len(full), 2)}")
+    for route in _ROUTES:
+        assert route.matches(dict(scope)) == APIRoute.matches(route, dict(scope)), (route.path_format, path)
+
+
+def test_lean_route_refuses_paths_of_another_shape_without_the_regex() -> None:
+    route = next(r for r in _ROUTES if r.path_format.endswith("/configs:alter"))
+    assert route.shape is not None and route.shape.tail == "/configs:alter" and route.shape.slashes == 6
+    scope = {"type": "http", "method": "POST", "path": "/v3/clusters/c/topics/t/records", "root_path": ""}
+
+    class Refuse:
+        def match(self, _: str) -> None:
+            raise AssertionError("the regex ran for a path of another shape")
+
+    saved, route.path_regex = route.path_regex, Refuse()  # type: ignore[assignment]
+    try:
+        assert route.matches(scope)[0] is Match.NONE
+    finally:
+        route.path_regex = saved
+
+
+def test_a_route_whose_parameter_may_hold_a_slash_is_matched_by_its_regex() -> None:
+    async def endpoint(p: str) -> Response:
+        return Response(p)
+
+    route = LeanRoute("/files/{p:path}/raw", endpoint, methods=["GET"])
+    assert route.shape is None
+    scope = {"type": "http", "method": "GET", "path": "/files/a/b/c/raw", "root_path": ""}
+    match, child = route.matches(scope)
+    assert match is Match.FULL and child["path_params"] == {"p": "a/b/c"}
