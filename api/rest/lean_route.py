@@ -40,7 +40,7 @@ from typing import Any, get_type_hints
 
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
-from starlette.convertors import PathConvertor
+from starlette.convertors import FloatConvertor, IntegerConvertor, StringConvertor, UUIDConvertor
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match
@@ -181,15 +181,16 @@ class PathShape:
         return path.endswith(self.tail) and path.count("/") == self.slashes
 
 
+# Starlette's convertors whose regex matches no `/` (`path` does; custom ones may).
+_NO_SLASH_CONVERTORS = (StringConvertor, IntegerConvertor, FloatConvertor, UUIDConvertor)
+
+
 def path_shape(route: APIRoute) -> PathShape | None:
     """The shape of the paths `route` matches; None when a parameter may hold `/`."""
-    if any(isinstance(c, PathConvertor) for c in route.param_convertors.values()):
+    if not all(type(c) in _NO_SLASH_CONVERTORS for c in route.param_convertors.values()):
         return None
     template = route.path_format  # the path with every parameter written `{name}`
     return PathShape(template.count("/"), template.rsplit("}", 1)[-1])
-
-
-_NO_MATCH: tuple[Match, Scope] = (Match.NONE, {})
 
 
 def _effective_route_context(scope: Scope) -> object:
@@ -218,7 +219,7 @@ class LeanRoute(APIRoute):
             and not shape.admits(scope["path"])
             and _effective_route_context(scope) is None
         ):
-            return _NO_MATCH
+            return Match.NONE, {}
         return super().matches(scope)
 
     def get_route_handler(self) -> Handler:
