@@ -52,7 +52,9 @@ LEAN, STANDARD, LEAN_APP, STANDARD_APP = _apps()
 
 
 def test_the_write_routes_answering_204_are_lean() -> None:
-    lean = sorted((sorted(r.methods)[0], r.path) for r in LEAN_APP.router.routes if isinstance(r, LeanRoute) and r.lean)
+    lean = sorted(
+        (sorted(r.methods)[0], r.path) for r in LEAN_APP.router.routes if isinstance(r, LeanRoute) and r.lean
+    )
     prefix = "/v3/clusters/{cluster_id}/topics/{topic_name}"
     assert lean == [
         ("DELETE", prefix),
