@@ -7,8 +7,11 @@
 - `IsrSender` sends the leader's ISR changes to the controller (AlterPartition);
 - the Kafka client listener (`broker.kafka`) serves `LocalBrokerServices`;
 - periodic tasks checkpoint high watermarks (`replica.high.watermark.checkpoint.interval.ms`),
-  recovery points and log start offsets, apply retention
-  (`log.retention.check.interval.ms`) and the flush policy.
+  recovery points (`log.flush.offset.checkpoint.interval.ms`) and log start offsets
+  (`log.flush.start.offset.checkpoint.interval.ms`), apply retention
+  (`log.retention.check.interval.ms`) and the flush policy. They only take snapshots and
+  queue the disk work: the writes, fsyncs and unlinks run on each log dir's `DiskQueue`
+  thread, so a slow disk never stalls heartbeats.
 
 `stop()` closes the listener, stops fetching, flushes and checkpoints every log (a clean
 shutdown: the next start needs no recovery).
@@ -135,6 +138,12 @@ class DataPlane:
         c = self.config
         self._tasks = [
             asyncio.create_task(self._every(c.replica_high_watermark_checkpoint_interval_ms, self._checkpoint)),
+            asyncio.create_task(
+                self._every(c.log_flush_offset_checkpoint_interval_ms, self.logs.checkpoint_recovery_points)
+            ),
+            asyncio.create_task(
+                self._every(c.log_flush_start_offset_checkpoint_interval_ms, self.logs.checkpoint_log_start_offsets)
+            ),
             asyncio.create_task(self._every(c.log_retention_check_interval_ms, self._retention)),
             asyncio.create_task(self._every(1000, self._flush_and_roll)),
             asyncio.create_task(self._publish_when_caught_up()),
@@ -170,7 +179,7 @@ class DataPlane:
                 log.exception("broker %d: periodic %s failed", self.config.node_id, work.__name__)
 
     def _checkpoint(self) -> None:
-        self.logs.checkpoint(self.replicas.high_watermarks())
+        self.logs.checkpoint_high_watermarks(self.replicas.high_watermarks())
 
     def _retention(self) -> None:
         hws = self.replicas.high_watermarks()

@@ -15,10 +15,11 @@ a segment rolls before it would overflow).
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from pathlib import Path
+
+from broker.log.mapped_file import MappedFile
 
 
 class CorruptIndexError(ValueError):
@@ -26,46 +27,58 @@ class CorruptIndexError(ValueError):
 
 
 class _Index:
+    """No file descriptor is held (`MappedFile`): an index costs a mapping, not a descriptor."""
+
     ENTRY: struct.Struct = struct.Struct(">ii")
 
     def __init__(self, path: Path, base_offset: int, max_bytes: int, *, fresh: bool) -> None:
+        """`fresh`: a new, empty index preallocated to `max_bytes`. Otherwise the existing
+        file is mapped at its length (a sealed segment's index is trimmed to its entries;
+        `grow` preallocates again for an active segment) after an O(1) sanity check."""
         self.path = path
         self.base_offset = base_offset
+        self._mm: MappedFile | None = None
         size = self.ENTRY.size
-        self.max_entries = max(max_bytes // size, 1)
-        flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if fresh else 0)
-        self._fd = os.open(path, flags, 0o644)
-        length = os.fstat(self._fd).st_size
-        if not fresh and length % size:
-            os.close(self._fd)
+        if fresh:
+            self.entries = 0
+            self.max_entries = max(max_bytes // size, 1)
+            self._map(self.max_entries * size, truncate=True)
+            return
+        length = os.stat(path).st_size
+        if length % size:
             raise CorruptIndexError(f"{path}: size {length} is not a multiple of {size}")
-        self.entries = 0 if fresh else length // size
-        self.max_entries = max(self.max_entries, self.entries)
-        self._mm: mmap.mmap | None = None
-        self._map(self.max_entries * size)
-        if not fresh:
-            self._check()
+        self.entries = self.max_entries = length // size
+        self._map(length)
+        try:
+            self.sanity_check()
+        except CorruptIndexError:
+            self.release()
+            raise
 
-    def _map(self, length: int) -> None:
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
-        os.ftruncate(self._fd, length)
-        if length:
-            self._mm = mmap.mmap(self._fd, length)
+    def _map(self, length: int, *, truncate: bool = False) -> None:
+        """Size the file to `length` bytes and map all of it."""
+        self.release()
+        self._mm = MappedFile(self.path, length, truncate=truncate)
 
-    def _check(self) -> None:
-        """Keys must rise strictly (Kafka's sanityCheck); values must be in range."""
-        prev = -1
-        for i in range(self.entries):
-            key, _ = self.entry(i)
-            if key <= prev:
-                raise CorruptIndexError(f"{self.path}: entry {i} out of order")
-            prev = key
+    def sanity_check(self) -> None:
+        """O(1), as Kafka's sanityCheck: the last entry's relative offset is not below the
+        base, and the last key is above the first (keys rise strictly, so a preallocated
+        tail of zeros, which a trimmed index never has, is caught)."""
+        if self.entries == 0:
+            return
+        first, last = self.entry(0), self.entry(self.entries - 1)
+        if self.relative_offset(last) < 0:
+            raise CorruptIndexError(f"{self.path}: last entry {last} is below the base offset {self.base_offset}")
+        if self.entries > 1 and last[0] <= first[0]:
+            raise CorruptIndexError(f"{self.path}: last entry {last} does not follow the first {first}")
+
+    @staticmethod
+    def relative_offset(entry: tuple[int, int]) -> int:
+        return entry[0]
 
     def entry(self, i: int) -> tuple[int, int]:
-        assert self._mm is not None
-        a, b = self.ENTRY.unpack_from(self._mm, i * self.ENTRY.size)
+        assert self._mm is not None and self._mm.buf is not None
+        a, b = self.ENTRY.unpack_from(self._mm.buf, i * self.ENTRY.size)
         return int(a), int(b)
 
     @property
@@ -78,8 +91,8 @@ class _Index:
     def append(self, key: int, value: int) -> None:
         if self.full:
             return
-        assert self._mm is not None
-        self.ENTRY.pack_into(self._mm, self.entries * self.ENTRY.size, key, value)
+        assert self._mm is not None and self._mm.buf is not None
+        self.ENTRY.pack_into(self._mm.buf, self.entries * self.ENTRY.size, key, value)
         self.entries += 1
 
     def floor(self, key: int) -> tuple[int, int] | None:
@@ -113,19 +126,19 @@ class _Index:
         if self._mm is not None:
             self._mm.flush()
 
+    def release(self) -> None:
+        """Unmap (the file stays as it is)."""
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+
     def close(self, *, trim: bool = True) -> None:
         if trim:
             self.trim()
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
-        os.close(self._fd)
+        self.release()
 
     def delete(self) -> None:
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
-        os.close(self._fd)
+        self.release()
         self.path.unlink(missing_ok=True)
 
 
@@ -175,10 +188,6 @@ class TimeIndex(_Index):
             keep -= 1
         self.truncate_entries(keep)
 
-    def _check(self) -> None:
-        prev = -1
-        for i in range(self.entries):
-            ts, rel = self.entry(i)
-            if rel < prev:
-                raise CorruptIndexError(f"{self.path}: entry {i} out of order")
-            prev = rel
+    @staticmethod
+    def relative_offset(entry: tuple[int, int]) -> int:
+        return entry[1]

@@ -9,11 +9,26 @@ removed at start and written at a clean close, as Kafka does). Directories named
 New partitions go to the log dir holding the fewest partitions. A deleted partition's
 directory is renamed `<topic>-<partition>.<uuid hex>-delete` at once (so a re-created
 topic of the same name starts empty) and removed after `file.delete.delay.ms`.
+
+Disk work off the event loop: each log dir has one `DiskQueue` (one thread, jobs in
+submission order) for the fsyncs of rolled segments, the leader-epoch checkpoints, the
+three per-dir checkpoint files and every unlink. What each checkpoint may claim:
+- `recovery-point-offset-checkpoint`: only offsets whose flush has finished (a partition
+  log's `recovery_point` moves when its background flush is done), so after a crash the
+  segments below it are trusted and only those past it are re-walked;
+- `replication-offset-checkpoint` (high watermarks) and `log-start-offset-checkpoint`:
+  the values when the write was queued; a crash may lose the last one (as in Kafka, the
+  high watermark comes back from the leader and the log start from the first segment).
+Intervals (Kafka's): high watermarks every `replica.high.watermark.checkpoint.interval.ms`,
+recovery points every `log.flush.offset.checkpoint.interval.ms`, log start offsets every
+`log.flush.start.offset.checkpoint.interval.ms` (scheduled by the data plane).
+`close()` waits for every queued job, then flushes and writes everything in its thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -32,6 +47,7 @@ from broker.log.checkpoints import (
     write_offsets,
 )
 from broker.log.config import LogConfig
+from broker.log.disk_queue import INLINE, DiskQueue
 from broker.log.partition_log import PartitionLog
 from quorum.controller.topic_configs import default_configs
 from quorum.storage.durable import atomic_write
@@ -43,8 +59,12 @@ _DELETE_SUFFIX = "-delete"
 
 
 class LogManager:
-    def __init__(self, log_dirs: Sequence[Path], broker_defaults: Mapping[str, str]) -> None:
+    def __init__(
+        self, log_dirs: Sequence[Path], broker_defaults: Mapping[str, str], *, background: bool = True
+    ) -> None:
+        """`background`: disk work on one thread per log dir (a broker); else inline."""
         self.log_dirs = [Path(d) for d in log_dirs]
+        self._disk: dict[Path, DiskQueue] = {d: DiskQueue(str(d)) if background else INLINE for d in self.log_dirs}
         self.broker_defaults = dict(broker_defaults)
         # The broker's value of every topic config, parsed once (they come from its static config).
         self.config_defaults = default_configs(self.broker_defaults)
@@ -75,8 +95,13 @@ class LogManager:
 
     # ------------------------------------------------------------------ start
 
+    def disk(self, root: Path) -> DiskQueue:
+        return self._disk[root]
+
     def load(self) -> None:
         for root in self.log_dirs:
+            started = time.monotonic()
+            recovered_logs = recovered_segments = total_segments = 0
             root.mkdir(parents=True, exist_ok=True)
             clean_marker = root / CLEAN_SHUTDOWN_FILE
             clean = clean_marker.exists()
@@ -101,18 +126,31 @@ class LogManager:
                         recovery_point=recovery.get(tp, 0),
                         log_start_offset=starts.get(tp, 0),
                         clean=clean,
+                        disk=self._disk[root],
                     )
                 except OSError as exc:
                     log.error("cannot open partition log %s: %s", child, exc)
                     continue
-                if plog.recovery is not None and plog.recovery.segments_recovered:
+                report = plog.recovery
+                if report is not None:
+                    total_segments += report.segments
+                if report is not None and report.segments_recovered:
+                    recovered_logs += 1
+                    recovered_segments += report.segments_recovered
                     log.info(
-                        "%s: recovered %d segments from offset %d, cut %d bytes%s",
-                        child.name, plog.recovery.segments_recovered, recovery.get(tp, 0), plog.recovery.bytes_cut,
-                        f" ({plog.recovery.reason})" if plog.recovery.reason else "",
+                        "%s: recovered %d segments from offset %d (of %d segments), cut %d bytes%s",
+                        child.name, report.segments_recovered, recovery.get(tp, 0), report.segments, report.bytes_cut,
+                        f" ({report.reason})" if report.reason else "",
                     )  # fmt: skip
                 self._add(tp, plog, root)
             clean_marker.unlink(missing_ok=True)
+            log.info(
+                "log dir %s: loaded %d partitions, %d segments after %s shutdown in %.0f ms; "
+                "recovered %d segments of %d partitions",
+                root, sum(1 for r in self._dir_of.values() if r == root), total_segments,
+                "a clean" if clean else "an unclean", (time.monotonic() - started) * 1000,
+                recovered_segments, recovered_logs,
+            )  # fmt: skip
 
     @staticmethod
     def _read(path: Path) -> dict[TopicPartition, int]:
@@ -149,7 +187,7 @@ class LogManager:
                 return self.get_or_create(topic, partition, topic_id, topic_config)
             return existing
         root = min(self.log_dirs, key=lambda d: sum(1 for r in self._dir_of.values() if r == d))
-        plog = PartitionLog.open(root / f"{topic}-{partition}", config, topic_id=topic_id)
+        plog = PartitionLog.open(root / f"{topic}-{partition}", config, topic_id=topic_id, disk=self._disk[root])
         self._add(tp, plog, root)
         return plog
 
@@ -176,16 +214,20 @@ class LogManager:
         self._pending_deletes.append((time.monotonic() + plog.config.file_delete_delay_ms / 1000, target))
 
     def purge_deleted(self, *, now: float | None = None, force: bool = False) -> int:
+        """Remove the renamed directories that are due (on their log dir's disk queue)."""
         now = time.monotonic() if now is None else now
         keep, done = [], 0
         for due, path in self._pending_deletes:
             if force or due <= now:
-                shutil.rmtree(path, ignore_errors=True)
+                self._queue_of(path).submit(f"removal of {path}", functools.partial(shutil.rmtree, path, True))
                 done += 1
             else:
                 keep.append((due, path))
         self._pending_deletes = keep
         return done
+
+    def _queue_of(self, path: Path) -> DiskQueue:
+        return self._disk.get(path.parent, INLINE)
 
     def all_logs(self) -> Iterable[PartitionLog]:
         return list(self.logs.values())
@@ -196,14 +238,35 @@ class LogManager:
     # ------------------------------------------------------------------ periodic work
 
     def checkpoint(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
-        """Write the three per-log-dir checkpoint files (atomically)."""
-        for root in self.log_dirs:
-            mine = [tp for tp, r in self._dir_of.items() if r == root]
-            write_offsets(
-                root / REPLICATION_OFFSET_FILE, {tp: high_watermarks[tp] for tp in mine if tp in high_watermarks}
-            )
-            write_offsets(root / RECOVERY_POINT_FILE, {tp: self.logs[tp].recovery_point for tp in mine})
-            write_offsets(root / LOG_START_OFFSET_FILE, {tp: self.logs[tp].log_start_offset for tp in mine})
+        """Queue the three per-log-dir checkpoint files."""
+        self.checkpoint_high_watermarks(high_watermarks)
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+
+    def _by_dir(self) -> dict[Path, list[TopicPartition]]:
+        out: dict[Path, list[TopicPartition]] = {root: [] for root in self.log_dirs}
+        for tp, root in self._dir_of.items():
+            out[root].append(tp)
+        return out
+
+    def _queue_write(self, root: Path, name: str, offsets: dict[TopicPartition, int]) -> None:
+        """The snapshot `offsets` is taken by the caller (on the loop); the atomic write
+        (two fsyncs) runs on the dir's queue, after every job queued before it."""
+        self._disk[root].submit(f"{name} checkpoint", lambda: write_offsets(root / name, offsets))
+
+    def checkpoint_high_watermarks(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
+        for root, mine in self._by_dir().items():
+            hws = {tp: high_watermarks[tp] for tp in mine if tp in high_watermarks}
+            self._queue_write(root, REPLICATION_OFFSET_FILE, hws)
+
+    def checkpoint_recovery_points(self) -> None:
+        """Only flushed offsets: `recovery_point` moves when a flush has finished."""
+        for root, mine in self._by_dir().items():
+            self._queue_write(root, RECOVERY_POINT_FILE, {tp: self.logs[tp].recovery_point for tp in mine})
+
+    def checkpoint_log_start_offsets(self) -> None:
+        for root, mine in self._by_dir().items():
+            self._queue_write(root, LOG_START_OFFSET_FILE, {tp: self.logs[tp].log_start_offset for tp in mine})
 
     def retention_pass(self, now_ms: int, high_watermark_of: Callable[[str, int], int]) -> int:
         deleted = 0
@@ -218,19 +281,29 @@ class LogManager:
             plog.maybe_roll(now_ms)
 
     def flush_pass(self, now_ms: int) -> None:
-        """flush.ms (log.flush.interval.ms): fsync logs whose oldest unflushed write is that old."""
+        """flush.ms (log.flush.interval.ms): fsync (in the background) logs whose oldest
+        unflushed write is that old."""
         for plog in self.logs.values():
             if plog.unflushed_messages and now_ms - plog.last_flush_ms >= plog.config.flush_ms:
-                plog.flush()
+                plog.flush_in_background(plog.log_end_offset)
+
+    def drain(self) -> None:
+        """Wait for every queued disk job (tests, close)."""
+        for queue in self._disk.values():
+            queue.drain()
 
     def close(self, high_watermarks: Mapping[TopicPartition, int] | None = None) -> None:
-        """A clean close: flush every log, write the checkpoints and the clean-shutdown marker."""
+        """A clean close: wait for the queued disk work, flush every log, write the
+        checkpoints and the clean-shutdown marker (in the caller's thread, in this order)."""
+        self.drain()
         for plog in self.logs.values():
             plog.flush()
         self.checkpoint(high_watermarks if high_watermarks is not None else self._hw)
         for plog in self.logs.values():
             plog.close()
         self.purge_deleted(force=True)
+        for queue in self._disk.values():
+            queue.close()
         for root in self.log_dirs:
             atomic_write(root / CLEAN_SHUTDOWN_FILE, b"")
         self.logs.clear()

@@ -15,14 +15,22 @@ Invariants:
   CRC); the data is read back with `pread`, never held in Python;
 - after an unclean stop, every segment holding offsets at or above the recovery point is
   re-walked (framing and CRC through `quorum.storage.record_batch`, the rule the metadata
-  log uses too), its indexes rebuilt, and the log cut at the first torn or corrupt batch.
+  log uses too), its indexes rebuilt, and the log cut at the first torn or corrupt batch;
+  the segments below it are trusted and opened lazily (no read at all until used);
+- the recovery point only names offsets whose segments were fsynced: a rolled segment is
+  flushed on the log dir's `DiskQueue` (Kafka's flush on roll) and the recovery point
+  moves to its end once that flush is done (`recovery_point` applies finished flushes);
+- disk work that needs no answer (the leader-epoch checkpoint, flushes of rolled
+  segments, unlinks of deleted segments) runs on the `DiskQueue`, in submission order.
 """
 
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import logging
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -37,12 +45,14 @@ from broker.log.checkpoints import (
     write_partition_metadata,
 )
 from broker.log.config import LogConfig
+from broker.log.disk_queue import INLINE, DiskQueue
 from broker.log.errors import LogError
 from broker.log.records import RecordsError, iter_records
 from broker.log.segment import LogSegment
 from broker.log.validation import assign
 from broker.replica.epoch_cache import end_offset_for
 from quorum.kafka_errors import ErrorCode
+from quorum.storage.durable import fsync_dir
 from quorum.storage.record_batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, scan_frames
 
 log = logging.getLogger(__name__)
@@ -68,9 +78,20 @@ class AppendInfo:
 
 @dataclass(frozen=True, slots=True)
 class RecoveryReport:
-    segments_recovered: int
+    segments_recovered: int  # segments re-walked (CRC) at open: those past the recovery point
     bytes_cut: int
     reason: str | None
+    segments: int = 0  # segments the log has after opening
+
+
+@dataclass(frozen=True, slots=True)
+class FlushDone:
+    """A background flush that finished: every offset below `upto` is on disk, unless the
+    log was truncated since it was submitted (then `truncations` no longer matches)."""
+
+    upto: int
+    truncations: int
+    segments: tuple[LogSegment, ...]
 
 
 def _now_ms() -> int:
@@ -80,7 +101,7 @@ def _now_ms() -> int:
 class PartitionLog:
     def __init__(
         self, directory: Path, topic: str, partition: int, config: LogConfig, segments: list[LogSegment],
-        epochs: list[tuple[int, int]], log_start_offset: int, recovery_point: int,
+        epochs: list[tuple[int, int]], log_start_offset: int, recovery_point: int, disk: DiskQueue = INLINE,
     ) -> None:  # fmt: skip
         self.directory = directory
         self.topic = topic
@@ -90,10 +111,22 @@ class PartitionLog:
         self._bases = [s.base_offset for s in segments]
         self._epochs = epochs
         self.log_start_offset = log_start_offset
-        self.recovery_point = recovery_point
+        self.disk = disk
+        # Invariant: every offset below _recovery_point is in fsynced segments.
+        self._recovery_point = recovery_point
         self.unflushed_messages = 0
         self.last_flush_ms = _now_ms()
+        # Sealed segments not yet known to be on disk (a background flush may be under way).
         self._dirty: list[LogSegment] = []
+        # Finished background flushes, appended by the disk thread, applied on the loop.
+        self._flushed: collections.deque[FlushDone] = collections.deque()
+        # Bumped by every truncation: a flush submitted before one no longer vouches for
+        # the offsets it covered (they may have been written again since).
+        self._truncations = 0
+        # Set by the disk thread when a background flush failed: the recovery point then
+        # only moves with a synchronous flush().
+        self._flush_failed = False
+        self._closed = False
         self.recovery: RecoveryReport | None = None
 
     # ------------------------------------------------------------------ opening
@@ -115,6 +148,7 @@ class PartitionLog:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         clean: bool = False,
+        disk: DiskQueue = INLINE,
     ) -> PartitionLog:
         parsed = cls.parse_dir_name(directory.name)
         if parsed is None:
@@ -131,21 +165,28 @@ class PartitionLog:
         bases = sorted(int(p.name[:20]) for p in directory.glob("*.log") if p.name[:20].isdigit() and len(p.name) == 24)
         segments: list[LogSegment] = []
         recovered = 0
+        first_recovered: int | None = None  # index in `segments` of the first re-walked one
         cut_total = 0
         reason: str | None = None
         for i, base in enumerate(bases):
             needs_recovery = not clean and (i + 1 >= len(bases) or bases[i + 1] > recovery_point)
             cut = 0
-            seg = LogSegment(directory, base, config.segment_index_bytes, config.index_interval_bytes, fresh=False)
+            seg = LogSegment(
+                directory, base, config.segment_index_bytes, config.index_interval_bytes, fresh=False, disk=disk
+            )
             if not seg.indexes_trusted:
                 needs_recovery = True  # a missing or damaged index is rebuilt from the segment
             if needs_recovery:
                 cut, why = seg.rebuild()
                 recovered += 1
+                if first_recovered is None:
+                    first_recovered = len(segments)
                 if cut:
                     cut_total += cut
                     reason = why
                     log.warning("%s: cut %d bytes at the end of segment %d: %s", directory.name, cut, base, why)
+            elif i + 1 < len(bases):
+                seg.open_sealed(bases[i + 1])  # O(1): nothing read until it is used
             else:
                 seg.load_tail_state()
             if segments and seg.base_offset < segments[-1].next_offset:
@@ -163,9 +204,10 @@ class PartitionLog:
         if not segments:
             segments.append(
                 LogSegment(
-                    directory, log_start_offset, config.segment_index_bytes, config.index_interval_bytes, fresh=True
+                    directory, log_start_offset, config.segment_index_bytes, config.index_interval_bytes, fresh=True,
+                    disk=disk,
                 )
-            )
+            )  # fmt: skip
         for seg in segments[:-1]:
             seg.seal()
         segments[-1].offset_index.grow(config.segment_index_bytes)
@@ -183,13 +225,16 @@ class PartitionLog:
             epochs,
             max(log_start_offset, segments[0].base_offset),
             min(recovery_point, end),
+            disk,
         )
-        if recovered:
-            plog._rebuild_epochs_from(segments)
+        if first_recovered is not None:
+            # The epochs of the batches below the recovery point are in the checkpoint file:
+            # its write was queued before the flush that moved the recovery point past them.
+            plog._rebuild_epochs_from(segments[first_recovered:])
         plog._trim_epochs_to(end)
         if clean:
             plog.recovery_point = end
-        plog.recovery = RecoveryReport(recovered, cut_total, reason)
+        plog.recovery = RecoveryReport(recovered, cut_total, reason, len(segments))
         return plog
 
     @staticmethod
@@ -256,7 +301,20 @@ class PartitionLog:
         self._assign(epoch, start_offset)
 
     def _persist_epochs(self) -> None:
-        write_epochs(self.directory / LEADER_EPOCH_FILE, self._epochs)
+        """Queued, not awaited (Kafka 3.7 writes it asynchronously too). Ordering: the
+        snapshot is taken now and writes land in submission order, before any flush
+        submitted later, so a recovery point checkpointed after a flush never covers a
+        batch whose epoch entry is not on disk. A crash may lose the last entries: the
+        segments past the recovery point give them back at recovery, and entries above
+        the log end are dropped at open."""
+        snapshot = list(self._epochs)
+        path = self.directory / LEADER_EPOCH_FILE
+
+        def write() -> None:
+            if not self._closed:  # a deleted log's directory is renamed or gone
+                write_epochs(path, snapshot)
+
+        self.disk.submit(f"leader-epoch checkpoint of {self.directory.name}", write)
 
     def _trim_epochs_to(self, end: int) -> None:
         before = len(self._epochs)
@@ -295,9 +353,11 @@ class PartitionLog:
             self.config.segment_index_bytes,
             self.config.index_interval_bytes,
             fresh=True,
+            disk=self.disk,
         )
         self.segments.append(seg)
         self._bases.append(seg.base_offset)
+        self.flush_in_background(seg.base_offset)
 
     def _write(self, data: bytes | bytearray | memoryview, frames: list, now_ms: int) -> None:  # type: ignore[type-arg]
         last = frames[-1].last_offset
@@ -465,6 +525,7 @@ class PartitionLog:
             if seg in self._dirty:
                 self._dirty.remove(seg)
             seg.delete()
+        self._truncations += 1
         self.active.truncate_to(offset)
         self.active.offset_index.grow(self.config.segment_index_bytes)
         self.active.time_index.grow(self.config.segment_index_bytes)
@@ -476,9 +537,11 @@ class PartitionLog:
         for seg in self.segments:
             seg.delete()
         self._dirty.clear()
+        self._truncations += 1
         seg = LogSegment(
-            self.directory, offset, self.config.segment_index_bytes, self.config.index_interval_bytes, fresh=True
-        )
+            self.directory, offset, self.config.segment_index_bytes, self.config.index_interval_bytes, fresh=True,
+            disk=self.disk,
+        )  # fmt: skip
         self.segments = [seg]
         self._bases = [offset]
         self._epochs = []
@@ -529,19 +592,64 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ durability
 
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below it is on disk (fsynced). Finished background flushes are
+        applied here, on the caller's (the loop's) thread."""
+        while self._flushed:
+            done = self._flushed.popleft()
+            for seg in done.segments:
+                if seg in self._dirty:
+                    self._dirty.remove(seg)
+            if done.truncations == self._truncations and not self._flush_failed:
+                self._recovery_point = max(self._recovery_point, min(done.upto, self.log_end_offset))
+        return self._recovery_point
+
+    @recovery_point.setter
+    def recovery_point(self, value: int) -> None:
+        self._recovery_point = value
+
     def flush(self) -> None:
+        """fsync everything now, in the caller's thread (close, `flush.messages`)."""
         for seg in self._dirty:
             seg.flush()
         self._dirty.clear()
         self.active.flush()
+        fsync_dir(self.directory)
+        self._flush_failed = False
         self.recovery_point = self.log_end_offset
         self.unflushed_messages = 0
         self.last_flush_ms = _now_ms()
+
+    def flush_in_background(self, upto: int) -> None:
+        """Queue an fsync of every segment holding offsets below `upto` that is not known to
+        be on disk (and of the directory: new segment files, renames); the recovery point
+        moves to `upto` once it is done. `upto` is at most the log end: only offsets already
+        written are vouched for."""
+        upto = min(upto, self.log_end_offset)
+        segments = tuple(self._dirty) + ((self.active,) if upto > self.active.base_offset else ())
+        paths = [p for seg in segments for p in seg.file_paths()]
+        directory, truncations = self.directory, self._truncations
+
+        def flush() -> None:
+            try:
+                for path in paths:
+                    _fsync_path(path)
+                fsync_dir(directory)
+            except BaseException:
+                self._flush_failed = True
+                raise
+            self._flushed.append(FlushDone(upto, truncations, segments))
+
+        self.unflushed_messages = 0
+        self.last_flush_ms = _now_ms()
+        self.disk.submit(f"flush of {self.directory.name} up to {upto}", flush)
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
 
     def close(self) -> None:
+        self._closed = True
         for seg in self.segments:
             seg.close()
 
@@ -549,6 +657,19 @@ class PartitionLog:
         """Close and remove the whole directory."""
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _fsync_path(path: Path) -> None:
+    """fsync a file through a descriptor of its own (the segment's may be closed meanwhile:
+    fsync covers the file, whichever descriptor asks). A file gone was deleted: nothing to do."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _record_times(data: bytes, base_offset: int, base_ts: int, count: int) -> list[tuple[int, int]]:

@@ -5,20 +5,33 @@ of the file and read with `os.pread`: nothing of the data is held in Python. The
 index gets an entry for a batch once `index.interval.bytes` were written since the last
 entry; the time index gets one at the same moments if the segment's largest timestamp grew.
 
+Descriptors: a segment holds one, its `.log` file's; the indexes are mapped without one
+(`MappedFile`). The indexes of a segment opened from disk are mapped on first use (Kafka's
+lazy indexes): a log of thousands of segments opens in O(segments) stat calls, and a
+sealed segment nobody reads costs no mapping.
+
 Invariants: `size` is the file's length; batches are contiguous, their offsets rising;
 `next_offset` is one past the last offset in the segment (== base_offset when empty).
+A deleted segment's files are renamed `*.deleted` at once and unlinked by the log dir's
+`DiskQueue` (off the event loop, as Kafka's asynchronous segment deletion).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
 
+from broker.log.disk_queue import INLINE, DiskQueue
 from broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
 from quorum.storage.record_batch import LOG_OVERHEAD, BatchFrame, scan_frames
 
+log = logging.getLogger(__name__)
+
 NO_TIMESTAMP = -1
+DELETED_SUFFIX = ".deleted"
+INDEX_SUFFIXES = (".index", ".timeindex")
 # How much to read at once when walking batch headers from an index position.
 _SCAN_CHUNK = 64 * 1024
 
@@ -29,8 +42,9 @@ def segment_name(base_offset: int, suffix: str) -> str:
 
 class LogSegment:
     def __init__(
-        self, directory: Path, base_offset: int, index_bytes: int, index_interval: int, *, fresh: bool
-    ) -> None:
+        self, directory: Path, base_offset: int, index_bytes: int, index_interval: int, *, fresh: bool,
+        disk: DiskQueue = INLINE,
+    ) -> None:  # fmt: skip
         self.directory = directory
         self.base_offset = base_offset
         self.index_bytes = index_bytes
@@ -39,43 +53,116 @@ class LogSegment:
         flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if fresh else 0)
         self.fd = os.open(self.path, flags, 0o644)
         self.size = os.fstat(self.fd).st_size
+        self.disk = disk
         self.next_offset = base_offset
-        self.max_timestamp = NO_TIMESTAMP
-        self.offset_of_max_timestamp = -1
+        self._max_timestamp = NO_TIMESTAMP
+        self._offset_of_max_timestamp = -1
+        # False for a sealed segment opened from disk until its tail was read (on first use
+        # of the largest timestamp): its next_offset is the next segment's base.
+        self._tail_loaded = True
         self.created_ms = int(time.time() * 1000)
         self._since_index = 0
-        self.offset_index: OffsetIndex
-        self.time_index: TimeIndex
-        # False when an index file is missing or fails its sanity check: the caller rebuilds.
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        # False when an index file is missing or has a size no index can have: the caller
+        # rebuilds. The content is checked (O(1)) when the index is first mapped.
         self.indexes_trusted = True
         if fresh:
             self._new_indexes()
         else:
             self.created_ms = int(os.fstat(self.fd).st_mtime * 1000)
-            try:
-                if not self._index_path(".index").exists() or not self._index_path(".timeindex").exists():
-                    raise CorruptIndexError(f"{self.path}: an index file is missing")
-                self.offset_index = OffsetIndex(self._index_path(".index"), base_offset, index_bytes, fresh=False)
+            for suffix, entry in ((".index", OffsetIndex.ENTRY.size), (".timeindex", TimeIndex.ENTRY.size)):
                 try:
-                    self.time_index = TimeIndex(self._index_path(".timeindex"), base_offset, index_bytes, fresh=False)
-                except (CorruptIndexError, OSError):
-                    self.offset_index.close(trim=False)
-                    raise
-            except (CorruptIndexError, OSError):
-                self.indexes_trusted = False
-                self._new_indexes()
+                    if os.stat(self._index_path(suffix)).st_size % entry:
+                        self.indexes_trusted = False
+                except OSError:
+                    self.indexes_trusted = False
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        if self._offset_index is None:
+            self._open_indexes()
+        assert self._offset_index is not None
+        return self._offset_index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._time_index is None:
+            self._open_indexes()
+        assert self._time_index is not None
+        return self._time_index
+
+    @property
+    def indexes_open(self) -> bool:
+        return self._offset_index is not None
+
+    def _open_indexes(self) -> None:
+        """First use of a segment opened from disk: map both indexes (O(1) sanity check);
+        one that fails it is rebuilt from the segment's batches, which stay as they are."""
+        try:
+            offsets = OffsetIndex(self._index_path(".index"), self.base_offset, self.index_bytes, fresh=False)
+        except (CorruptIndexError, OSError) as exc:
+            self._rebuild_indexes_of_sealed(exc)
+            return
+        try:
+            times = TimeIndex(self._index_path(".timeindex"), self.base_offset, self.index_bytes, fresh=False)
+        except (CorruptIndexError, OSError) as exc:
+            offsets.release()
+            self._rebuild_indexes_of_sealed(exc)
+            return
+        self._offset_index, self._time_index = offsets, times
+
+    def _rebuild_indexes_of_sealed(self, why: Exception) -> None:
+        log.warning("%s: rebuilding its indexes: %s", self.path, why)
+        end = self.next_offset
+        self.rebuild(cut=False)
+        self.next_offset = max(self.next_offset, end)
+        self.seal()
+
+    @property
+    def max_timestamp(self) -> int:
+        if not self._tail_loaded:
+            self.load_tail_state()
+        return self._max_timestamp
+
+    @max_timestamp.setter
+    def max_timestamp(self, value: int) -> None:
+        self._max_timestamp = value
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        if not self._tail_loaded:
+            self.load_tail_state()
+        return self._offset_of_max_timestamp
+
+    @offset_of_max_timestamp.setter
+    def offset_of_max_timestamp(self, value: int) -> None:
+        self._offset_of_max_timestamp = value
+
+    def open_sealed(self, next_offset: int) -> None:
+        """A trusted segment opened from disk that is not the last: it ends where the next
+        one begins (segments are contiguous below the recovery point); its indexes and its
+        largest timestamp are read on first use."""
+        self.next_offset = next_offset
+        self._tail_loaded = False
 
     def _index_path(self, suffix: str) -> Path:
         return self.directory / segment_name(self.base_offset, suffix)
 
     def _new_indexes(self) -> None:
-        self.offset_index = OffsetIndex(self._index_path(".index"), self.base_offset, self.index_bytes, fresh=True)
-        self.time_index = TimeIndex(self._index_path(".timeindex"), self.base_offset, self.index_bytes, fresh=True)
+        self._offset_index = OffsetIndex(self._index_path(".index"), self.base_offset, self.index_bytes, fresh=True)
+        self._time_index = TimeIndex(self._index_path(".timeindex"), self.base_offset, self.index_bytes, fresh=True)
+
+    def file_paths(self) -> list[Path]:
+        """The segment's files: what a flush makes durable."""
+        return [self.path, *(self._index_path(s) for s in INDEX_SUFFIXES)]
 
     # ------------------------------------------------------------------ writing
 
     def append(self, data: bytes | bytearray | memoryview, frames: list[BatchFrame]) -> None:
         """Write `data` (whole batches, described by `frames` with positions relative to it)."""
+        if not self._tail_loaded:
+            self.load_tail_state()  # a sealed segment made active again by a truncation
         start = self.size
         view = memoryview(data)
         written = 0
@@ -87,13 +174,13 @@ class LogSegment:
             self._note_batch(start + f.position, f)
 
     def _note_batch(self, position: int, f: BatchFrame) -> None:
-        if f.max_timestamp > self.max_timestamp:
-            self.max_timestamp = f.max_timestamp
-            self.offset_of_max_timestamp = f.last_offset
+        if f.max_timestamp > self._max_timestamp:
+            self._max_timestamp = f.max_timestamp
+            self._offset_of_max_timestamp = f.last_offset
         if self._since_index >= self.index_interval:
             self.offset_index.add(f.base_offset, position)
-            if self.max_timestamp >= 0:
-                self.time_index.add(self.max_timestamp, self.offset_of_max_timestamp)
+            if self._max_timestamp >= 0:
+                self.time_index.add(self._max_timestamp, self._offset_of_max_timestamp)
             self._since_index = 0
         self._since_index += f.size
         self.next_offset = f.last_offset + 1
@@ -102,12 +189,15 @@ class LogSegment:
     def index_full(self) -> bool:
         return self.offset_index.full or self.time_index.full
 
-    def rebuild(self) -> tuple[int, str | None]:
+    def rebuild(self, *, cut: bool = True) -> tuple[int, str | None]:
         """Recovery: walk every batch (framing + CRC), rebuild both indexes, cut the file at
-        the first torn or corrupt batch. Returns (bytes cut, why or None)."""
-        self.offset_index.delete()
-        self.time_index.delete()
+        the first torn or corrupt batch (unless not `cut`: then the walk stops there and the
+        file stays). Returns (bytes cut, why or None)."""
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.release()
         self._new_indexes()
+        self._tail_loaded = True
         self.next_offset = self.base_offset
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = -1
@@ -137,11 +227,13 @@ class LogSegment:
             if problem is not None:
                 break
             position += consumed
-        cut = self.size - position
-        if cut:
+        if not cut:
+            return 0, problem
+        dropped = self.size - position
+        if dropped:
             os.ftruncate(self.fd, position)
             self.size = position
-        return cut, (problem if cut else None)
+        return dropped, (problem if dropped else None)
 
     def _read_one(self, position: int) -> BatchFrame | None:
         """The batch at `position` when it is larger than a scan chunk (or None if invalid)."""
@@ -158,6 +250,7 @@ class LogSegment:
     def load_tail_state(self) -> None:
         """For a trusted segment: learn next_offset and the largest timestamp by walking from
         its last index entry (not from the start)."""
+        self._tail_loaded = True
         last = self.offset_index.last()
         position = last[1] if last is not None else 0
         tlast = self.time_index.last()
@@ -235,21 +328,41 @@ class LogSegment:
 
     def flush(self) -> None:
         os.fsync(self.fd)
-        self.offset_index.flush()
-        self.time_index.flush()
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.flush()
 
     def seal(self) -> None:
         """The segment rolled: trim its indexes to their entries."""
-        self.offset_index.trim()
-        self.time_index.trim()
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.trim()
 
     def close(self) -> None:
-        self.offset_index.close()
-        self.time_index.close()
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.close()
         os.close(self.fd)
 
     def delete(self) -> None:
-        self.offset_index.delete()
-        self.time_index.delete()
+        """Close the segment and rename its files `*.deleted` now (a re-created segment of
+        the same base offset starts empty); the unlinks run on the disk queue."""
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.release()
+        self._offset_index = self._time_index = None
         os.close(self.fd)
-        self.path.unlink(missing_ok=True)
+        doomed: list[Path] = []
+        for path in self.file_paths():
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                os.rename(path, target)
+            except FileNotFoundError:
+                continue
+            doomed.append(target)
+        self.disk.submit(f"deletion of segment {self.path}", lambda: unlink_all(doomed))
+
+
+def unlink_all(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
