@@ -136,6 +136,10 @@ class DataPlane:
         self.isr.start()
         self._server = await start_kafka_listener(self.config, self.services)
         c = self.config
+        # The recovery points and log starts as loaded, at once (Kafka's first write waits
+        # 30 s): a crash before the first interval then still recovers from these.
+        self.logs.checkpoint_recovery_points()
+        self.logs.checkpoint_log_start_offsets()
         self._tasks = [
             asyncio.create_task(self._every(c.replica_high_watermark_checkpoint_interval_ms, self._checkpoint)),
             asyncio.create_task(
