@@ -6,9 +6,14 @@ below an offset, from where a short scan of batch headers finds the batch.
 `.timeindex` (TimeIndex): entries of (timestamp int64, relative offset int32), appended
 with an offset-index entry when the segment's largest timestamp grew.
 
-Both are preallocated to `segment.index.bytes` (rounded down to whole entries) while their
-segment is active, written through an mmap (the data lives in the page cache, not in
-Python objects), and trimmed to their entries when the segment rolls or the log closes.
+Both may hold up to `segment.index.bytes` (rounded down to whole entries) while their
+segment is active (then the segment rolls), written through a shared mapping (the data
+lives in the page cache, not in Python objects; no descriptor is held: `MappedFile`), and
+trimmed to their entries when the segment rolls or the log closes. Unlike Kafka, which
+preallocates the whole `segment.index.bytes` at once, the file starts at 64 KiB and
+doubles when full: the first write into a large sparse mapping costs milliseconds here
+(measured on ext4: 3-4 ms against 0.02 ms for 64 KiB), on every roll, on the event loop.
+Indexes of segments opened from disk are mapped on first use, after an O(1) sanity check.
 Relative offsets are offsets minus the segment's base offset (< 2**31 by construction:
 a segment rolls before it would overflow).
 """
@@ -20,6 +25,9 @@ import struct
 from pathlib import Path
 
 from broker.log.mapped_file import MappedFile
+
+# An active index's first mapping; it doubles up to segment.index.bytes.
+_INITIAL_BYTES = 64 * 1024
 
 
 class CorruptIndexError(ValueError):
@@ -42,12 +50,14 @@ class _Index:
         if fresh:
             self.entries = 0
             self.max_entries = max(max_bytes // size, 1)
-            self._map(self.max_entries * size, truncate=True)
+            self._capacity = min(self.max_entries, _INITIAL_BYTES // size)
+            self._map(self._capacity * size, truncate=True)
             return
         length = os.stat(path).st_size
         if length % size:
             raise CorruptIndexError(f"{path}: size {length} is not a multiple of {size}")
-        self.entries = self.max_entries = length // size
+        # Invariant: entries <= _capacity (entries mapped, the file's length) <= max_entries.
+        self.entries = self.max_entries = self._capacity = length // size
         self._map(length)
         try:
             self.sanity_check()
@@ -91,6 +101,9 @@ class _Index:
     def append(self, key: int, value: int) -> None:
         if self.full:
             return
+        if self.entries >= self._capacity:
+            self._capacity = min(self.max_entries, self._capacity * 2)
+            self._map(self._capacity * self.ENTRY.size)
         assert self._mm is not None and self._mm.buf is not None
         self.ENTRY.pack_into(self._mm.buf, self.entries * self.ENTRY.size, key, value)
         self.entries += 1
@@ -115,12 +128,13 @@ class _Index:
     def trim(self) -> None:
         """Shrink the file to its entries (a segment that will not grow again)."""
         self._map(self.entries * self.ENTRY.size)
-        self.max_entries = self.entries
+        self.max_entries = self._capacity = self.entries
 
     def grow(self, max_bytes: int) -> None:
-        """Preallocate again for appends (the segment became active after a truncation)."""
+        """Room for appends again (the segment became active: at open, after a truncation)."""
         self.max_entries = max(max_bytes // self.ENTRY.size, self.entries, 1)
-        self._map(self.max_entries * self.ENTRY.size)
+        self._capacity = min(self.max_entries, max(self.entries + 1, _INITIAL_BYTES // self.ENTRY.size))
+        self._map(self._capacity * self.ENTRY.size)
 
     def flush(self) -> None:
         if self._mm is not None:

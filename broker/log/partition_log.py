@@ -53,7 +53,7 @@ from broker.log.validation import assign
 from broker.replica.epoch_cache import end_offset_for
 from quorum.kafka_errors import ErrorCode
 from quorum.storage.durable import fsync_dir
-from quorum.storage.record_batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, scan_frames
+from quorum.storage.record_batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, BatchFrame, scan_frames
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,15 @@ class PartitionLog:
         bases = sorted(int(p.name[:20]) for p in directory.glob("*.log") if p.name[:20].isdigit() and len(p.name) == 24)
         segments: list[LogSegment] = []
         recovered = 0
-        first_recovered: int | None = None  # index in `segments` of the first re-walked one
+        # (epoch, start offset) of the batches re-walked: the checkpoint file holds those below
+        # the recovery point (its write was queued before the flush that moved the recovery
+        # point past them), these give back the rest.
+        epoch_starts: list[tuple[int, int]] = []
+
+        def note_epoch(f: BatchFrame) -> None:
+            if f.leader_epoch >= 0 and (not epoch_starts or f.leader_epoch > epoch_starts[-1][0]):
+                epoch_starts.append((f.leader_epoch, f.base_offset))
+
         cut_total = 0
         reason: str | None = None
         for i, base in enumerate(bases):
@@ -177,10 +185,8 @@ class PartitionLog:
             if not seg.indexes_trusted:
                 needs_recovery = True  # a missing or damaged index is rebuilt from the segment
             if needs_recovery:
-                cut, why = seg.rebuild()
+                cut, why = seg.rebuild(on_batch=note_epoch)
                 recovered += 1
-                if first_recovered is None:
-                    first_recovered = len(segments)
                 if cut:
                     cut_total += cut
                     reason = why
@@ -227,10 +233,10 @@ class PartitionLog:
             min(recovery_point, end),
             disk,
         )
-        if first_recovered is not None:
-            # The epochs of the batches below the recovery point are in the checkpoint file:
-            # its write was queued before the flush that moved the recovery point past them.
-            plog._rebuild_epochs_from(segments[first_recovered:])
+        if recovered:
+            for epoch, start in epoch_starts:
+                plog._assign(epoch, start, persist=False)
+            plog._persist_epochs()
         plog._trim_epochs_to(end)
         if clean:
             plog.recovery_point = end
@@ -241,21 +247,6 @@ class PartitionLog:
     def _delete_files(directory: Path, base: int) -> None:
         for suffix in (".log", ".index", ".timeindex"):
             (directory / f"{base:020d}{suffix}").unlink(missing_ok=True)
-
-    def _rebuild_epochs_from(self, segments: list[LogSegment]) -> None:
-        """After recovery, the epoch cache learns every batch's epoch again (Kafka does the
-        same while recovering segments); stale entries above the LEO are dropped later."""
-        for seg in segments:
-            position = 0
-            while position < seg.size:
-                frames = seg.frames_from(position, _READ_CHUNK_MIN)
-                if not frames:
-                    break
-                for f in frames:
-                    if f.leader_epoch >= 0:
-                        self._assign(f.leader_epoch, f.base_offset, persist=False)
-                    position = f.position + f.size
-        self._persist_epochs()
 
     # ------------------------------------------------------------------ views
 

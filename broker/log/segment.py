@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from broker.log.disk_queue import INLINE, DiskQueue
@@ -34,6 +35,8 @@ DELETED_SUFFIX = ".deleted"
 INDEX_SUFFIXES = (".index", ".timeindex")
 # How much to read at once when walking batch headers from an index position.
 _SCAN_CHUNK = 64 * 1024
+# How much recovery reads at once (it walks whole segments: fewer, larger reads).
+_RECOVERY_CHUNK = 1024 * 1024
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -189,10 +192,12 @@ class LogSegment:
     def index_full(self) -> bool:
         return self.offset_index.full or self.time_index.full
 
-    def rebuild(self, *, cut: bool = True) -> tuple[int, str | None]:
+    def rebuild(
+        self, *, cut: bool = True, on_batch: Callable[[BatchFrame], None] | None = None
+    ) -> tuple[int, str | None]:
         """Recovery: walk every batch (framing + CRC), rebuild both indexes, cut the file at
         the first torn or corrupt batch (unless not `cut`: then the walk stops there and the
-        file stays). Returns (bytes cut, why or None)."""
+        file stays); `on_batch` sees each valid batch, in order. Returns (bytes cut, why or None)."""
         for index in (self._offset_index, self._time_index):
             if index is not None:
                 index.release()
@@ -205,7 +210,7 @@ class LogSegment:
         position = 0
         problem: str | None = None
         while position < self.size:
-            chunk = os.pread(self.fd, max(_SCAN_CHUNK, 0), position)
+            chunk = os.pread(self.fd, _RECOVERY_CHUNK, position)
             scan = scan_frames(chunk)
             if not scan.frames:
                 first = self._read_one(position)
@@ -221,8 +226,11 @@ class LogSegment:
             for f in scan_frames_list:
                 if f.base_offset < prev:
                     problem = f"offsets go backwards at {f.base_offset}"
+                    position += f.position  # the batches before it in this chunk stay
                     break
                 self._note_batch(position + f.position, f)
+                if on_batch is not None:
+                    on_batch(f)
                 prev = self.next_offset
             if problem is not None:
                 break

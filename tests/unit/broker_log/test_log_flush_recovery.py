@@ -282,3 +282,24 @@ def test_an_index_found_damaged_on_first_use_is_rebuilt_from_its_segment(tmp_pat
     assert read_all(again) == list(range(150))
     again.close()
     assert first.read_bytes() == good
+
+
+def test_an_active_index_grows_its_mapping_up_to_segment_index_bytes(tmp_path: Path) -> None:
+    from broker.log.index import OffsetIndex
+
+    path = tmp_path / "00000000000000000000.index"
+    index = OffsetIndex(path, 0, 8 * 20_000, fresh=True)
+    assert path.stat().st_size == 64 * 1024  # not the whole segment.index.bytes at once
+    for i in range(1, 25_001):
+        index.add(10 * i, 100 * i)
+    assert index.full and index.entries == 20_000  # segment.index.bytes is the limit
+    assert path.stat().st_size == 8 * 20_000
+    assert index.lookup(10 * 12_345 + 5) == 100 * 12_345
+    index.close()
+    again = OffsetIndex(path, 0, 8 * 20_000, fresh=False)
+    assert again.entries == 20_000 and again.lookup(10 * 19_999) == 100 * 19_999
+    again.grow(8 * 40_000)
+    again.add(10 * 20_001, 7)
+    assert again.entries == 20_001 and again.lookup(10**9) == 7
+    again.close()
+    assert path.stat().st_size == 8 * 20_001
