@@ -115,20 +115,21 @@ def run_load(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     defaults = {"log.segment.bytes": str(args.segment_mib * MIB)}
     template = template_batch()
     per_segment = (args.segment_mib * MIB) // len(template)  # whole batches in one segment
-    tail_segments = max(1, (args.tail_mib * MIB) // (per_segment * len(template)) // args.partitions)
+    tail_total = max(1, -(-(args.tail_mib * MIB) // (per_segment * len(template))))  # segments, rounded up
     total = args.partitions * args.segments
     print(f"load: writing {args.partitions} partitions x {args.segments} segments of {per_segment} batches "
-          f"({per_segment * len(template) * total / 1e9:.2f} GB), the last {tail_segments} per partition "
+          f"({per_segment * len(template) * total / 1e9:.2f} GB), the last {tail_total} segments "
           f"after the recovery-point checkpoint", flush=True)  # fmt: skip
     logs = LogManager([root], defaults)
     logs.load()
     plogs = [logs.get_or_create("bench", p, uuid.uuid4(), {}) for p in range(args.partitions)]
     t0 = time.monotonic()
-    for phase in (args.segments - tail_segments, tail_segments):
-        for plog in plogs:
-            for _ in range(phase):
+    tails = [tail_total // args.partitions + (p < tail_total % args.partitions) for p in range(args.partitions)]
+    for tail in (False, True):
+        for plog, n in zip(plogs, tails, strict=True):
+            for _ in range(n if tail else args.segments - n):
                 plog.append_as_follower(chunk_at(template, plog.log_end_offset, per_segment))
-        if phase != tail_segments:
+        if not tail:
             recovery_checkpoint(logs)
     written = time.monotonic() - t0
     tail_bytes = sum(s.size for p in plogs for s in p.segments if s.base_offset >= p.recovery_point)
