@@ -224,10 +224,13 @@ def proc_fds(pid: int) -> int:
 
 
 def run_leaders(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import httpx
     from metadata_cluster import start_cluster, wait_until
 
     cluster = start_cluster(work / "cluster", controllers=1, brokers=2, ready_timeout=120)
     try:
+        cluster.http.close()
+        cluster.http = httpx.Client(timeout=120.0)  # older code answers a 1,000-partition create slowly
         a, b = cluster.broker_ids
         n = args.moves
         print(f"leaders: creating {n} partitions, RF 2, all led by broker {a}", flush=True)
@@ -239,11 +242,13 @@ def run_leaders(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
         def led_by(leader: int) -> bool:
             parts = cluster.partitions(b, "moves")
-            return len(parts) == n and all(
-                (p.get("leader") or {}).get("related", "").endswith(f"/brokers/{leader}") for p in parts
-            )
+            return len(parts) == n and all(p.get("leader_id") == leader for p in parts)
 
         wait_until(f"{n} leaders on broker {a}", lambda: led_by(a), 180, interval=0.5)
+        wait_until(
+            "every ISR full", lambda: all(sorted(p["isr"]) == sorted((a, b)) for p in cluster.partitions(b, "moves")),
+            120, interval=0.5,
+        )  # fmt: skip
         time.sleep(3)  # followers caught up, checkpoints written
         loaded_fds = {x: proc_fds(cluster.nodes[x].pid) for x in (a, b)}
         probe = Probe(int(cluster.nodes[b].plan.properties["listeners"].rsplit(":", 1)[1]))
