@@ -27,7 +27,6 @@ recovery points every `log.flush.offset.checkpoint.interval.ms`, log start offse
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
@@ -45,10 +44,11 @@ from broker.log.checkpoints import (
     REPLICATION_OFFSET_FILE,
     read_offsets,
     write_offsets,
+    write_partition_metadata,
 )
 from broker.log.config import LogConfig
 from broker.log.disk_queue import INLINE, DiskQueue
-from broker.log.partition_log import PartitionLog
+from broker.log.partition_log import PartitionLog, write_unless_deleted
 from quorum.controller.topic_configs import default_configs
 from quorum.storage.durable import atomic_write
 
@@ -72,6 +72,8 @@ class LogManager:
         # Invariant: _by_topic[t] is exactly {p for (t', p) in logs if t' == t}; no empty sets.
         self._by_topic: dict[str, set[int]] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        # Invariant: _hosted[d] == number of partitions whose _dir_of is d.
+        self._hosted: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
         self._hw: dict[TopicPartition, int] = {}
         self._pending_deletes: list[tuple[float, Path]] = []
 
@@ -82,6 +84,7 @@ class LogManager:
         self.logs[tp] = plog
         self._by_topic.setdefault(tp[0], set()).add(tp[1])
         self._dir_of[tp] = root
+        self._hosted[root] += 1
 
     def _remove(self, tp: TopicPartition) -> PartitionLog | None:
         plog = self.logs.pop(tp, None)
@@ -90,7 +93,9 @@ class LogManager:
             partitions.discard(tp[1])
             if not partitions:
                 del self._by_topic[tp[0]]
-        self._dir_of.pop(tp, None)
+        root = self._dir_of.pop(tp, None)
+        if root is not None:
+            self._hosted[root] -= 1
         return plog
 
     # ------------------------------------------------------------------ start
@@ -173,20 +178,21 @@ class LogManager:
         existing = self.logs.get(tp)
         if existing is not None:
             existing.update_config(config)
-            from broker.log.checkpoints import read_partition_metadata, write_partition_metadata
-
-            stored = None
-            with contextlib.suppress(ValueError, OSError):
-                stored = read_partition_metadata(existing.directory)
+            stored = existing.topic_id  # what partition.metadata holds (kept in memory: no read here)
             if stored is None:
-                write_partition_metadata(existing.directory, topic_id)
+                directory = existing.directory
+                self._disk[self._dir_of[tp]].submit(
+                    f"partition.metadata of {directory.name}",
+                    lambda: write_unless_deleted(directory, lambda: write_partition_metadata(directory, topic_id)),
+                )
+                existing.topic_id = topic_id
             elif stored != topic_id:
                 # A log of an older topic of the same name: it is not this topic's data.
                 log.info("%s-%d: replacing the log of topic id %s", topic, partition, stored)
                 self.delete(topic, partition)
                 return self.get_or_create(topic, partition, topic_id, topic_config)
             return existing
-        root = min(self.log_dirs, key=lambda d: sum(1 for r in self._dir_of.values() if r == d))
+        root = min(self.log_dirs, key=lambda d: self._hosted[d])
         plog = PartitionLog.open(root / f"{topic}-{partition}", config, topic_id=topic_id, disk=self._disk[root])
         self._add(tp, plog, root)
         return plog

@@ -33,6 +33,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
@@ -128,6 +129,8 @@ class PartitionLog:
         self._flush_failed = False
         self._closed = False
         self.recovery: RecoveryReport | None = None
+        # The topic id in partition.metadata (None: unknown, no file yet).
+        self.topic_id: UUID | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -159,7 +162,12 @@ class PartitionLog:
         with contextlib.suppress(ValueError):
             stored = read_partition_metadata(directory)
         if topic_id is not None and stored != topic_id:
-            write_partition_metadata(directory, topic_id)
+            # Queued: a crash before it lands leaves no partition.metadata, which the next
+            # get_or_create of this replica writes again.
+            disk.submit(
+                f"partition.metadata of {directory.name}",
+                lambda: write_unless_deleted(directory, lambda: write_partition_metadata(directory, topic_id)),
+            )
         for leftover in list(directory.glob("*.deleted")) + list(directory.glob("*.tmp")):
             leftover.unlink(missing_ok=True)
         bases = sorted(int(p.name[:20]) for p in directory.glob("*.log") if p.name[:20].isdigit() and len(p.name) == 24)
@@ -241,6 +249,7 @@ class PartitionLog:
         if clean:
             plog.recovery_point = end
         plog.recovery = RecoveryReport(recovered, cut_total, reason, len(segments))
+        plog.topic_id = topic_id if topic_id is not None else stored
         return plog
 
     @staticmethod
@@ -303,7 +312,7 @@ class PartitionLog:
 
         def write() -> None:
             if not self._closed:  # a deleted log's directory is renamed or gone
-                write_epochs(path, snapshot)
+                write_unless_deleted(self.directory, lambda: write_epochs(path, snapshot))
 
         self.disk.submit(f"leader-epoch checkpoint of {self.directory.name}", write)
 
@@ -648,6 +657,16 @@ class PartitionLog:
         """Close and remove the whole directory."""
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def write_unless_deleted(directory: Path, write: Callable[[], object]) -> None:
+    """A queued write into a partition's directory: if the partition was deleted meanwhile
+    (its directory renamed `-delete` or removed), there is nothing to write into."""
+    try:
+        write()
+    except FileNotFoundError:
+        if directory.exists():
+            raise
 
 
 def _fsync_path(path: Path) -> None:
