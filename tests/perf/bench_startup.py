@@ -23,12 +23,14 @@
    The data is in the page cache (just written), so the figures are CPU and syscalls, not
    disk reads. The directory is deleted at the end.
 2. **Leaders** (real processes: 1 controller, 2 brokers, `tests/integration/metadata_cluster`
-   on free ports, data under --dir): a topic of --moves partitions, RF 2, every leader on
-   broker A. Descriptors of each broker (`/proc/PID/fd`). Then broker A gets SIGTERM: its
-   controlled shutdown moves its --moves leaderships to broker B while a probe sends
+   on free ports, data under --dir, Kafka's broker session timeout 9 s and heartbeat 2 s):
+   a topic of --moves partitions, RF 2, every leader on broker A. Descriptors of each
+   broker (`/proc/PID/fd`). Then broker A gets SIGTERM: its controlled shutdown moves its
+   --moves leaderships to broker B while a probe sends
    ApiVersions to B every 2 ms over one connection and times each answer: B's event-loop
    lag shows as the probe's latency. Prints the probe's p50/p99/max during the move, and
-   how long the move took. Target: max < 50 ms.
+   how long the move took. Target: max < 50 ms. With --profile FILE, py-spy samples broker B
+   from 1 s before the SIGTERM for 6 s (collapsed stacks, `--format raw`).
 
 The nodes and the in-process part run the code of the repository holding this script (it
 puts that repository first on sys.path and PYTHONPATH), so a copy of the script in an older
@@ -44,6 +46,7 @@ import shutil
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -227,11 +230,14 @@ def run_leaders(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import httpx
     from metadata_cluster import start_cluster, wait_until
 
-    cluster = start_cluster(work / "cluster", controllers=1, brokers=2, ready_timeout=120)
+    # Kafka's default broker session (9 s) and heartbeat (2 s), not the tests' fast ones.
+    kafka_timings = {"broker.session.timeout.ms": "9000", "broker.heartbeat.interval.ms": "2000"}
+    cluster = start_cluster(work / "cluster", controllers=1, brokers=2, ready_timeout=120, properties=kafka_timings)
     try:
         cluster.http.close()
         cluster.http = httpx.Client(timeout=120.0)  # older code answers a 1,000-partition create slowly
         a, b = cluster.broker_ids
+        rest = cluster.controller_ids[0]  # polled for leaders: not the measured broker's loop
         n = args.moves
         print(f"leaders: creating {n} partitions, RF 2, all led by broker {a}", flush=True)
         idle_fds = {x: proc_fds(cluster.nodes[x].pid) for x in (a, b)}
@@ -241,18 +247,26 @@ def run_leaders(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         )  # fmt: skip
 
         def led_by(leader: int) -> bool:
-            parts = cluster.partitions(b, "moves")
+            parts = cluster.partitions(rest, "moves")
             return len(parts) == n and all(p.get("leader_id") == leader for p in parts)
 
         wait_until(f"{n} leaders on broker {a}", lambda: led_by(a), 180, interval=0.5)
-        wait_until(
-            "every ISR full", lambda: all(sorted(p["isr"]) == sorted((a, b)) for p in cluster.partitions(b, "moves")),
-            120, interval=0.5,
-        )  # fmt: skip
+
+        def isr_full() -> bool:
+            return all(sorted(p["isr"]) == sorted((a, b)) for p in cluster.partitions(rest, "moves"))
+
+        wait_until("every ISR full", isr_full, 120, interval=0.5)
         time.sleep(3)  # followers caught up, checkpoints written
         loaded_fds = {x: proc_fds(cluster.nodes[x].pid) for x in (a, b)}
         probe = Probe(int(cluster.nodes[b].plan.properties["listeners"].rsplit(":", 1)[1]))
         probe.start()
+        spy = None
+        if args.profile:
+            spy = subprocess.Popen(
+                [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(cluster.nodes[b].pid),
+                 "--rate", "250", "--duration", "6", "--format", "raw", "-o", args.profile, "--nonblocking"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
         time.sleep(1.0)
         t_move = time.monotonic()
         os.kill(cluster.nodes[a].pid, signal.SIGTERM)
@@ -261,6 +275,8 @@ def run_leaders(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         time.sleep(1.0)
         probe.stop_flag.set()
         probe.join(10)
+        if spy is not None:
+            spy.wait(30)
         during = sorted(lat for t, lat in probe.samples if t >= t_move - 0.05)
         before = sorted(lat for t, lat in probe.samples if t < t_move)
         proc = cluster.nodes[a].proc
@@ -291,6 +307,7 @@ def main() -> int:
     ap.add_argument("--tail-mib", type=int, default=256, help="written after the last recovery-point checkpoint")
     ap.add_argument("--moves", type=int, default=1000, help="leaderships moved to one broker")
     ap.add_argument("--json-out")
+    ap.add_argument("--profile", help="py-spy collapsed stacks of the receiving broker during the move")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-startup-", dir=args.dir))
     results: dict[str, Any] = {"code": str(REPO), "loadavg": os.getloadavg()}
