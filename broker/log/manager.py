@@ -44,11 +44,10 @@ from broker.log.checkpoints import (
     REPLICATION_OFFSET_FILE,
     read_offsets,
     write_offsets,
-    write_partition_metadata,
 )
 from broker.log.config import LogConfig
 from broker.log.disk_queue import INLINE, DiskQueue
-from broker.log.partition_log import PartitionLog, write_unless_deleted
+from broker.log.partition_log import PartitionLog
 from quorum.controller.topic_configs import default_configs
 from quorum.storage.durable import atomic_write
 
@@ -180,12 +179,8 @@ class LogManager:
             existing.update_config(config)
             stored = existing.topic_id  # what partition.metadata holds (kept in memory: no read here)
             if stored is None:
-                directory = existing.directory
-                self._disk[self._dir_of[tp]].submit(
-                    f"partition.metadata of {directory.name}",
-                    lambda: write_unless_deleted(directory, lambda: write_partition_metadata(directory, topic_id)),
-                )
                 existing.topic_id = topic_id
+                existing.write_partition_metadata()
             elif stored != topic_id:
                 # A log of an older topic of the same name: it is not this topic's data.
                 log.info("%s-%d: replacing the log of topic id %s", topic, partition, stored)

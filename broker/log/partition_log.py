@@ -161,13 +161,6 @@ class PartitionLog:
         stored = None
         with contextlib.suppress(ValueError):
             stored = read_partition_metadata(directory)
-        if topic_id is not None and stored != topic_id:
-            # Queued: a crash before it lands leaves no partition.metadata, which the next
-            # get_or_create of this replica writes again.
-            disk.submit(
-                f"partition.metadata of {directory.name}",
-                lambda: write_unless_deleted(directory, lambda: write_partition_metadata(directory, topic_id)),
-            )
         for leftover in list(directory.glob("*.deleted")) + list(directory.glob("*.tmp")):
             leftover.unlink(missing_ok=True)
         bases = sorted(int(p.name[:20]) for p in directory.glob("*.log") if p.name[:20].isdigit() and len(p.name) == 24)
@@ -250,7 +243,21 @@ class PartitionLog:
             plog.recovery_point = end
         plog.recovery = RecoveryReport(recovered, cut_total, reason, len(segments))
         plog.topic_id = topic_id if topic_id is not None else stored
+        if topic_id is not None and stored != topic_id:
+            plog.write_partition_metadata()
         return plog
+
+    def write_partition_metadata(self) -> None:
+        """Queued: a crash before it lands leaves no partition.metadata, which the next
+        get_or_create of this replica writes again; skipped once the log was deleted."""
+        directory, topic_id = self.directory, self.topic_id
+        assert topic_id is not None
+
+        def write() -> None:
+            if not self._closed:
+                write_unless_deleted(directory, lambda: write_partition_metadata(directory, topic_id))
+
+        self.disk.submit(f"partition.metadata of {directory.name}", write)
 
     @staticmethod
     def _delete_files(directory: Path, base: int) -> None:
@@ -635,7 +642,7 @@ class PartitionLog:
             try:
                 for path in paths:
                     _fsync_path(path)
-                fsync_dir(directory)
+                write_unless_deleted(directory, lambda: fsync_dir(directory))
             except BaseException:
                 self._flush_failed = True
                 raise

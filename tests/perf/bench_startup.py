@@ -134,10 +134,12 @@ def run_load(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 plog.append_as_follower(chunk_at(template, plog.log_end_offset, per_segment))
         if not tail:
             recovery_checkpoint(logs)
+            checkpointed = {id(p): p.recovery_point for p in plogs}  # what the file names
     written = time.monotonic() - t0
-    tail_bytes = sum(s.size for p in plogs for s in p.segments if s.base_offset >= p.recovery_point)
+    tail_bytes = sum(s.size for p in plogs for s in p.segments if s.next_offset > checkpointed[id(p)])
     die(logs)
-    print(f"load: written in {written:.1f} s; killed with {tail_bytes / MIB:.0f} MiB past the recovery points",
+    print(f"load: written in {written:.1f} s; killed with {tail_bytes / MIB:.0f} MiB in the segments holding "
+          "or past the checkpointed recovery points",
           flush=True)  # fmt: skip
 
     before = fds()

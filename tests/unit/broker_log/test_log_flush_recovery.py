@@ -303,3 +303,26 @@ def test_an_active_index_grows_its_mapping_up_to_segment_index_bytes(tmp_path: P
     assert again.entries == 20_001 and again.lookup(10**9) == 7
     again.close()
     assert path.stat().st_size == 8 * 20_001
+
+
+def test_a_partition_deleted_with_disk_work_queued_logs_no_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "d"
+    logs = LogManager([root], SMALL)
+    logs.load()
+    gate = Gate(logs.disk(root))
+    plog = logs.get_or_create("t", 0, uuid.uuid4(), SMALL)  # partition.metadata queued
+    plog.assign_epoch_start_offset(1, 0)  # leader-epoch checkpoint queued
+    fill(plog, 10)  # flushes of rolled segments queued
+    logs.delete("t", 0)
+    again = logs.get_or_create("t", 0, uuid.uuid4(), SMALL)  # the same name, a new topic
+    gate.open()
+    logs.drain()
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+    assert again.topic_id is not None
+    from broker.log.checkpoints import read_partition_metadata
+
+    assert read_partition_metadata(root / "t-0") == again.topic_id
+    assert not (root / "t-0" / LEADER_EPOCH_FILE).exists()  # the old topic's epochs stayed out
+    logs.close()
