@@ -41,7 +41,7 @@ from broker.log.errors import LogError
 from broker.log.records import RecordsError, iter_records
 from broker.log.segment import LogSegment
 from broker.log.validation import assign
-from broker.replica.epoch_cache import end_offset_for
+from broker.log.epoch_cache import end_offset_for
 from quorum.kafka_errors import ErrorCode
 from quorum.storage.record_batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, scan_frames
 

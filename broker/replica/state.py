@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from broker.replica.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from broker.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from quorum.kafka_errors import ErrorCode
 
 UNKNOWN_OFFSET = -1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from broker.replica.epoch_cache import end_offset_for
+from broker.log.epoch_cache import end_offset_for
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.replica.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, end_offset_for
+from broker.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, end_offset_for
 from broker.replica.state import RECOVERING, FollowerFetchResult, PartitionState, Role
 from quorum.kafka_errors import ErrorCode
 from tests.sim.replication.memlog import MemLog, Record
