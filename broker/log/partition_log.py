@@ -37,13 +37,14 @@ from broker.log.checkpoints import (
     write_partition_metadata,
 )
 from broker.log.config import LogConfig
+from broker.log.epoch_cache import end_offset_for
 from broker.log.errors import LogError
 from broker.log.records import RecordsError, iter_records
 from broker.log.segment import LogSegment
 from broker.log.validation import assign
-from broker.log.epoch_cache import end_offset_for
 from quorum.kafka_errors import ErrorCode
-from quorum.storage.record_batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, scan_frames
+from quorum.storage.batch_layout import ATTR_TIMESTAMP_TYPE, BATCH_HEADER_SIZE, LOG_OVERHEAD
+from quorum.storage.record_batch import scan_frames
 
 log = logging.getLogger(__name__)
 
@@ -440,7 +441,7 @@ class PartitionLog:
         from quorum.storage.record_batch import BatchFrame
 
         assert isinstance(f, BatchFrame)
-        if f.compression or f.attributes & 0x08:
+        if f.compression or f.attributes & ATTR_TIMESTAMP_TYPE:
             return f.base_offset, f.max_timestamp, f.leader_epoch
         data = seg.read(f.position, f.size)
         for offset, ts in _record_times(data, f.base_offset, f.base_timestamp, f.record_count):

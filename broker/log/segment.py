@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
-from quorum.storage.record_batch import LOG_OVERHEAD, BatchFrame, scan_frames
+from quorum.storage.batch_layout import BATCH_LENGTH_AT, LOG_OVERHEAD
+from quorum.storage.record_batch import BatchFrame, scan_frames
 
 NO_TIMESTAMP = -1
 # How much to read at once when walking batch headers from an index position.
@@ -148,7 +149,7 @@ class LogSegment:
         head = os.pread(self.fd, LOG_OVERHEAD, position)
         if len(head) < LOG_OVERHEAD:
             return None
-        length = int.from_bytes(head[8:12], "big", signed=True)
+        length = int.from_bytes(head[BATCH_LENGTH_AT:LOG_OVERHEAD], "big", signed=True)
         if length <= 0:
             return None
         data = os.pread(self.fd, LOG_OVERHEAD + length, position)
