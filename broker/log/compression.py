@@ -33,7 +33,7 @@ DEFAULT_LIMIT = MAX_BATCH_SIZE
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = 16
 _I32 = struct.Struct(">i")
-_ZSTD_READ = 64 * 1024
+_ZSTD_SLICE = 256  # compressed bytes fed at a time
 
 
 class DecompressionError(ValueError):
@@ -127,10 +127,18 @@ def _zstd(data: bytes, limit: int) -> bytes:
     import zstandard
 
     out = bytearray()
-    with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
-        while len(out) <= limit:
-            chunk = reader.read(min(_ZSTD_READ, limit + 1 - len(out)))
-            if not chunk:
-                break
-            out += chunk
+    rest = memoryview(data)
+    while rest:  # one frame after the other
+        d = zstandard.ZstdDecompressor().decompressobj()
+        # Fed in slices so that the output is checked against the limit as it grows: a
+        # zstd block of at most 128 KiB takes at least 4 input bytes, so one slice adds at
+        # most _ZSTD_SLICE * 32 KiB (8 MiB) beyond what was checked.
+        while rest and not d.eof and len(out) <= limit:
+            piece, rest = rest[:_ZSTD_SLICE], rest[_ZSTD_SLICE:]
+            out += d.decompress(piece)
+        if len(out) > limit:
+            break
+        if not d.eof:
+            raise DecompressionError("zstd records end before their frame does")
+        rest = memoryview(d.unused_data + bytes(rest))
     return bytes(out)

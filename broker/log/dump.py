@@ -27,8 +27,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from broker.log.compression import decompress
-from broker.log.records import iter_records
+from broker.log.records import batch_records
 from quorum.storage.batch_layout import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
@@ -65,7 +64,7 @@ def dump_segment(path: Path, *, deep_iteration: bool = False, print_data_log: bo
         end = pos + LOG_OVERHEAD + length
         if length < BATCH_HEADER_SIZE - LOG_OVERHEAD or end > len(data):
             break
-        (_b, _l, epoch, magic, crc, attrs, last_delta, base_ts, max_ts, pid, pepoch, base_seq, count) = (
+        (_b, _l, epoch, magic, crc, attrs, last_delta, _base_ts, max_ts, pid, pepoch, base_seq, count) = (
             HEADER.unpack_from(data, pos)
         )
         valid = magic == MAGIC and crc32c(memoryview(data)[pos + CRC_START : end]) == crc
@@ -83,16 +82,11 @@ def dump_segment(path: Path, *, deep_iteration: bool = False, print_data_log: bo
         )
         if deep and valid:
             try:
-                body = decompress(codec, data[pos + BATCH_HEADER_SIZE : end])
-                for record in iter_records(body, count):
-                    off_delta, ts_delta, key, value = (
-                        record.offset_delta, record.timestamp_delta, record.key, record.value
-                    )  # fmt: skip
-                    hkeys = list(record.header_keys)
-                    ts = max_ts if attrs & ATTR_TIMESTAMP_TYPE else base_ts + ts_delta
-                    seq = -1 if base_seq == -1 else base_seq + off_delta
+                for offset, ts, record in batch_records(memoryview(data)[pos:end], payloads=True):
+                    key, value, hkeys = record.key, record.value, list(record.header_keys)
+                    seq = -1 if base_seq == -1 else base_seq + record.offset_delta
                     line = (
-                        f"| offset: {base + off_delta} {ts_type}: {ts} keySize: {-1 if key is None else len(key)} "
+                        f"| offset: {offset} {ts_type}: {ts} keySize: {-1 if key is None else len(key)} "
                         f"valueSize: {-1 if value is None else len(value)} sequence: {seq} "
                         f"headerKeys: [{','.join(hkeys)}]"
                     )

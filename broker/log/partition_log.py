@@ -36,15 +36,16 @@ from broker.log.checkpoints import (
     write_epochs,
     write_partition_metadata,
 )
+from broker.log.compression import DecompressionError
 from broker.log.config import LogConfig
 from broker.log.epoch_cache import end_offset_for
 from broker.log.errors import LogError
-from broker.log.records import RecordsError, iter_records
+from broker.log.records import RecordsError, batch_records
 from broker.log.segment import LogSegment
 from broker.log.validation import assign
 from quorum.kafka_errors import ErrorCode
-from quorum.storage.batch_layout import ATTR_TIMESTAMP_TYPE, BATCH_HEADER_SIZE, LOG_OVERHEAD
-from quorum.storage.record_batch import scan_frames
+from quorum.storage.batch_layout import BATCH_HEADER_SIZE, LOG_OVERHEAD
+from quorum.storage.record_batch import BatchFrame, scan_frames
 
 log = logging.getLogger(__name__)
 
@@ -410,8 +411,8 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader epoch): EARLIEST/LATEST/MAX_TIMESTAMP, or the first
-        record with a timestamp >= `timestamp` (record-exact in uncompressed batches,
-        the batch's first offset and largest timestamp in compressed ones)."""
+        record at or above the log start with a timestamp >= `timestamp` (record-exact, in
+        compressed batches too: the batch found is decompressed, as Kafka does)."""
         if timestamp == EARLIEST_TIMESTAMP:
             return self.log_start_offset, -1, self.epoch_of(self.log_start_offset)
         if timestamp == LATEST_TIMESTAMP:
@@ -437,17 +438,19 @@ class PartitionLog:
                 position = frames[-1].position + frames[-1].size
         return None
 
-    def _record_at_or_after(self, seg: LogSegment, f: object, timestamp: int) -> tuple[int, int, int]:
-        from quorum.storage.record_batch import BatchFrame
-
-        assert isinstance(f, BatchFrame)
-        if f.compression or f.attributes & ATTR_TIMESTAMP_TYPE:
-            return f.base_offset, f.max_timestamp, f.leader_epoch
-        data = seg.read(f.position, f.size)
-        for offset, ts in _record_times(data, f.base_offset, f.base_timestamp, f.record_count):
-            if ts >= timestamp and offset >= self.log_start_offset:
-                return offset, ts, f.leader_epoch
-        return f.base_offset, f.max_timestamp, f.leader_epoch
+    def _record_at_or_after(self, seg: LogSegment, f: BatchFrame, timestamp: int) -> tuple[int, int, int]:
+        """In batch `f`, whose maxTimestamp is >= `timestamp` and which ends at or above the log
+        start: the first record at or above the log start whose timestamp is >= `timestamp`."""
+        try:
+            for offset, ts, _record in batch_records(seg.read(f.position, f.size)):
+                if ts >= timestamp and offset >= self.log_start_offset:
+                    return offset, ts, f.leader_epoch
+        except (RecordsError, DecompressionError) as exc:
+            # The batch passed its CRC when it was appended: this is damage on disk. The
+            # batch's own first offset is an answer that skips none of its records.
+            log.warning("%s-%d: the records of the batch at offset %d do not parse (%s)",
+                        self.topic, self.partition, f.base_offset, exc)  # fmt: skip
+        return max(f.base_offset, self.log_start_offset), f.max_timestamp, f.leader_epoch
 
     # ------------------------------------------------------------------ truncation and deletion
 
@@ -551,13 +554,3 @@ class PartitionLog:
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
-
-def _record_times(data: bytes, base_offset: int, base_ts: int, count: int) -> list[tuple[int, int]]:
-    """(offset, timestamp) of each record of an uncompressed batch (ListOffsets only)."""
-    out = []
-    try:
-        for r in iter_records(data, count, start=BATCH_HEADER_SIZE, payloads=False):
-            out.append((base_offset + r.offset_delta, base_ts + r.timestamp_delta))
-    except RecordsError:
-        pass  # what parsed is what there is
-    return out
