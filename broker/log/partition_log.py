@@ -511,22 +511,38 @@ class PartitionLog:
         return dropped
 
     def delete_retained_segments(self, now_ms: int, high_watermark: int) -> int:
-        """Retention: whole non-active segments, wholly below the HW, older than
-        `retention.ms` (by their largest timestamp) or beyond `retention.bytes`."""
-        deletable = 0
+        """Retention, Kafka's rules: delete the oldest segments, one after the other while each
+        - lies wholly below the high watermark (its next segment's base offset, or the LEO
+          for the active segment, is <= `high_watermark`), and
+        - lies wholly below the log start offset (after DeleteRecords: always applies), or,
+          only when cleanup.policy holds "delete", is older than retention.ms by its largest
+          timestamp (`LogSegment.largest_timestamp_ms`, ms), or the log would still hold at
+          least retention.bytes without it.
+        The active segment goes too once it qualifies and is not empty: the log rolls first,
+        so the new empty active segment keeps the log end offset, which becomes the log
+        start. Returns the number of segments deleted."""
         cfg = self.config
-        size = self.size_bytes()
-        for seg in self.segments[:-1]:
-            if seg.next_offset > high_watermark:
+        by_time = cfg.deletes and cfg.retention_ms >= 0
+        by_size = cfg.deletes and cfg.retention_bytes >= 0
+        excess = self.size_bytes() - cfg.retention_bytes  # bytes over retention.bytes (by_size only)
+        deletable = 0
+        for i, seg in enumerate(self.segments):
+            last = i + 1 == len(self.segments)
+            upper = self.log_end_offset if last else self.segments[i + 1].base_offset
+            if (last and seg.size == 0) or upper > high_watermark:
                 break
-            too_old = cfg.retention_ms >= 0 and seg.max_timestamp >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms
-            too_big = cfg.retention_bytes >= 0 and size - seg.size >= cfg.retention_bytes
-            if not (too_old or too_big or seg.next_offset <= self.log_start_offset):
+            below_start = not last and upper <= self.log_start_offset
+            too_old = by_time and now_ms - seg.largest_timestamp_ms() > cfg.retention_ms
+            too_big = by_size and excess - seg.size >= 0
+            if not (below_start or too_old or too_big):
                 break
-            size -= seg.size
+            excess -= seg.size
             deletable += 1
         if not deletable:
             return 0
+        if deletable == len(self.segments):
+            # Never delete the last segment: roll, and the new one starts at the LEO.
+            self.roll()
         new_start = self.segments[deletable].base_offset
         self.log_start_offset = max(self.log_start_offset, new_start)
         return self._drop_segments_below(new_start)

@@ -99,6 +99,13 @@ class LogSegment:
         self._since_index += f.size
         self.next_offset = f.last_offset + 1
 
+    def largest_timestamp_ms(self) -> int:
+        """The segment's age for retention.ms (Kafka's `largestTimestamp`): its largest record
+        timestamp (ms), or the file's last-modified time when no batch carries a timestamp."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.fstat(self.fd).st_mtime * 1000)
+
     @property
     def index_full(self) -> bool:
         return self.offset_index.full or self.time_index.full
@@ -240,7 +247,11 @@ class LogSegment:
         self.time_index.flush()
 
     def seal(self) -> None:
-        """The segment rolled: trim its indexes to their entries."""
+        """The segment rolled: its time index ends with the segment's largest timestamp (so
+        that entry alone dates the segment for retention, after a restart too), and both
+        indexes are trimmed to their entries."""
+        if self.max_timestamp >= 0:
+            self.time_index.add(self.max_timestamp, self.offset_of_max_timestamp)
         self.offset_index.trim()
         self.time_index.trim()
 
