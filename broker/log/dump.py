@@ -37,13 +37,13 @@ from quorum.storage.batch_layout import (
     CRC_START,
     HEADER,
     LAST_OFFSET_DELTA_AT,
+    LOG_HEADER,
     LOG_OVERHEAD,
     MAGIC,
     MAX_TIMESTAMP_AT,
     codec_name,
 )
 
-_LOG_HEADER = struct.Struct(">qi")  # baseOffset, batchLength
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
@@ -60,7 +60,7 @@ def dump_segment(path: Path, *, deep_iteration: bool = False, print_data_log: bo
     deep = deep_iteration or print_data_log
     pos = 0
     while len(data) - pos >= LOG_OVERHEAD:
-        (base, length) = _LOG_HEADER.unpack_from(data, pos)
+        (base, length) = LOG_HEADER.unpack_from(data, pos)
         end = pos + LOG_OVERHEAD + length
         if length < BATCH_HEADER_SIZE - LOG_OVERHEAD or end > len(data):
             break
@@ -114,7 +114,7 @@ def _batches(segment: Path) -> dict[int, tuple[int, int, int]]:
     out: dict[int, tuple[int, int, int]] = {}
     pos = 0
     while len(data) - pos >= BATCH_HEADER_SIZE:
-        base, length = _LOG_HEADER.unpack_from(data, pos)
+        base, length = LOG_HEADER.unpack_from(data, pos)
         if length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
             break
         last_delta = _I32.unpack_from(data, pos + LAST_OFFSET_DELTA_AT)[0]

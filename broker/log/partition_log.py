@@ -569,4 +569,3 @@ class PartitionLog:
         """Close and remove the whole directory."""
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
-

@@ -41,6 +41,8 @@ CRC_START: Final = ATTRIBUTES_AT
 
 # The whole fixed header, in field order (the fields listed in the module docstring).
 HEADER: Final = struct.Struct(">qiibIhiqqqhii")
+# Its first LOG_OVERHEAD bytes: baseOffset, batchLength (enough to frame a batch).
+LOG_HEADER: Final = struct.Struct(">qi")
 
 # attributes bits
 ATTR_COMPRESSION_MASK: Final = 0x07  # the codec, one of the COMPRESSION_* numbers
@@ -56,7 +58,7 @@ COMPRESSION_ZSTD: Final = 4
 # Kafka's names (kafka-dump-log.sh's `compresscodec:`), indexed by codec number.
 CODEC_NAMES: Final = ("none", "gzip", "snappy", "lz4", "zstd")
 
-assert HEADER.size == BATCH_HEADER_SIZE
+assert HEADER.size == BATCH_HEADER_SIZE and LOG_HEADER.size == LOG_OVERHEAD
 assert [struct.calcsize(HEADER.format[: i + 2]) for i in range(12)] == [
     BATCH_LENGTH_AT, PARTITION_LEADER_EPOCH_AT, MAGIC_AT, CRC_AT, ATTRIBUTES_AT, LAST_OFFSET_DELTA_AT,
     BASE_TIMESTAMP_AT, MAX_TIMESTAMP_AT, PRODUCER_ID_AT, PRODUCER_EPOCH_AT, BASE_SEQUENCE_AT, RECORDS_COUNT_AT,

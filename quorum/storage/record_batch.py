@@ -49,6 +49,7 @@ from quorum.storage.batch_layout import (
     CRC_AT,
     CRC_START,
     HEADER,
+    LOG_HEADER,
     LOG_OVERHEAD,
     MAGIC,
     MAGIC_AT,
@@ -113,7 +114,6 @@ _HDR_A = struct.Struct(">qiibI")
 _HDR_B = struct.Struct(">hiqqqhii")
 _HDR_FULL = HEADER
 _PEEK = struct.Struct(">qiibIhi")
-_LOG_HEADER = struct.Struct(">qi")  # baseOffset, batchLength
 _CONTROL_KEY = struct.Struct(">hh")
 _CRC = struct.Struct(">I")
 _I16 = struct.Struct(">h")
@@ -393,7 +393,7 @@ def _frame_end(data: bytes | bytearray | memoryview, pos: int, size: int, verify
     tail: fewer bytes than its header says); (-1, why) when it is corrupt (a length out of
     range, another magic, a CRC mismatch). Needs `size - pos >= LOG_OVERHEAD`.
     """
-    _base, length = _LOG_HEADER.unpack_from(data, pos)
+    _base, length = LOG_HEADER.unpack_from(data, pos)
     if length < _MIN_BATCH_LENGTH or length + LOG_OVERHEAD > MAX_BATCH_SIZE:
         return -1, f"bad batch length {length}"
     end = pos + LOG_OVERHEAD + length
