@@ -372,7 +372,7 @@ class ReplicaManager:
                 log_start_offset=fp.log_start_offset,
                 now_ms=now,
                 log=plog,
-                broker_epoch=params.replica_epoch,
+                broker_epoch=self._fetch_broker_epoch(params),
                 isr_eligible=self._isr_eligible(params.replica_id),
             )
             if outcome.isr_expand_wanted:
@@ -413,6 +413,18 @@ class ReplicaManager:
             log_start_offset=plog.log_start_offset,
             records=records,
         )
+
+    def _fetch_broker_epoch(self, params: FetchParams) -> int:
+        """The broker epoch of the incarnation that sent a follower fetch (KIP-903). Fetch v15
+        carries it; the replica fetchers here speak v12 (topics by name), which does not, so
+        the leader takes the follower's registered epoch as it stands when the fetch is read: a
+        restarted follower's first fetch read after its new registration resets what the
+        leader knew of it, and an ISR change names the epoch its fetches were counted under,
+        which the controller checks against the registration."""
+        if params.replica_epoch >= 0:
+            return params.replica_epoch
+        b = self.image().cluster.brokers.get(params.replica_id)
+        return -1 if b is None else b.epoch
 
     def _isr_eligible(self, broker_id: int) -> bool:
         """KIP-841: only a registered, unfenced broker not shutting down may join an ISR."""

@@ -431,6 +431,10 @@ class PartitionState:
         if f is None:
             # Not a replica of this partition (Kafka: NOT_LEADER_OR_FOLLOWER for an unknown replica).
             return FollowerFetchResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if broker_epoch >= 0 and f.broker_epoch >= 0 and broker_epoch != f.broker_epoch:
+            # A new incarnation of the follower (it registered again, KIP-903): what its previous
+            # one had fetched may be lost (unflushed at a crash); forget it.
+            f = self._followers[replica_id] = _Follower()
         if last_fetched_epoch >= 0:
             epoch, end = log.end_offset_for_epoch(last_fetched_epoch)
             if epoch == UNDEFINED_EPOCH or end == UNDEFINED_EPOCH_OFFSET:

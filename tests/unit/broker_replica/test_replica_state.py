@@ -445,3 +445,18 @@ def test_apply_truncates_an_empty_epoch_at_the_log_end() -> None:
     assert plan == FollowerPlan(FollowerStep.TRUNCATE, 2)
     assert s.fetch_position(flog) == (2, 3)
     assert fetch(s_leader, llog, 2, 2, 3).diverging_epoch is None
+
+
+def test_a_new_incarnation_of_a_follower_starts_from_nothing() -> None:
+    # KIP-903: broker 2's fetches of epoch 12 put it at offset 3; it restarts (epoch 13) and
+    # what it had may be gone: the leader forgets its position, and names the epoch its
+    # position was counted under.
+    log = log_of(1, 1, 1)
+    s = leader(log, isr=(1, 3))
+    s.on_follower_fetch(replica_id=2, fetch_offset=3, last_fetched_epoch=1, now_ms=1_000_000, log=log, broker_epoch=12)
+    view = s.follower(2)
+    assert view is not None and (view.log_end_offset, view.broker_epoch) == (3, 12)
+    s.on_follower_fetch(replica_id=2, fetch_offset=1, last_fetched_epoch=1, now_ms=1_000_100, log=log, broker_epoch=13)
+    view = s.follower(2)
+    assert view is not None and (view.log_end_offset, view.broker_epoch) == (1, 13)
+    assert view.last_caught_up_ms == -1  # caught up as epoch 12, never as 13
