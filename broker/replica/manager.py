@@ -29,7 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from uuid import UUID
 
-from broker.kafka.services import (
+from broker.log import LogError, LogManager, PartitionLog
+from broker.replica.follower import apply_fetch_answer, apply_leader_offsets
+from broker.replica.purgatory import AckWaiters, ProgressSignal, future_callback, wait_any
+from broker.replica.requests import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
     EARLIEST_TIMESTAMP,
@@ -53,9 +56,6 @@ from broker.kafka.services import (
     ProducePartitionResult,
     ReplicaView,
 )
-from broker.log import LogError, LogManager, PartitionLog
-from broker.replica.follower import apply_fetch_answer, apply_leader_offsets
-from broker.replica.purgatory import AckWaiters, ProgressSignal, future_callback, wait_any
 from broker.replica.state import FollowerPlan, LeaderAnswer, PartitionState
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.delta import MetadataDelta

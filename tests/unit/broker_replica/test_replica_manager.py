@@ -15,7 +15,9 @@ from typing import Any
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from broker.kafka.services import (
+from broker.log import LogManager
+from broker.replica.manager import ReplicaManager
+from broker.replica.requests import (
     CONSUMER_REPLICA_ID,
     LATEST_TIMESTAMP,
     DeleteRecordsPartition,
@@ -25,8 +27,6 @@ from broker.kafka.services import (
     ProduceParams,
     ProducePartition,
 )
-from broker.log import LogManager
-from broker.replica.manager import ReplicaManager
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import EMPTY, MetadataImage
