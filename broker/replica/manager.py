@@ -489,7 +489,7 @@ class ReplicaManager:
                 continue
             found = plog.offset_for_timestamp(p.timestamp)
             if found is None or (client and found[0] >= hw):
-                code = ErrorCode.OFFSET_NOT_AVAILABLE if hw_lagging and found is not None else ErrorCode.NONE
+                code = ErrorCode.OFFSET_NOT_AVAILABLE if hw_lagging else ErrorCode.NONE
                 out.append(ListOffsetsResult(code, -1, -1, -1))
                 continue
             if p.timestamp == MAX_TIMESTAMP and found[0] >= hw and replica_id == CONSUMER_REPLICA_ID:
