@@ -31,7 +31,7 @@ from broker.serving import LocalBrokerServices
 from quorum.controller.topic_configs import effective_config
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import EMPTY as EMPTY_IMAGE
-from quorum.metadata.image import MetadataImage
+from quorum.metadata.image import ConfigResource, MetadataImage
 from quorum.node.config import NodeConfig
 from quorum.node.controller_client import ControllerClient
 from quorum.node.node_context import broker_defaults_of
@@ -100,7 +100,16 @@ class DataPlane:
     def min_insync_replicas(self, topic: str) -> int:
         value = self._min_isr.get(topic)
         if value is None:
-            raw = effective_config("min.insync.replicas", self.image().topic_config(topic), self.broker_defaults)
+            image = self.image()
+            # Kafka's order: the topic's own value, this broker's dynamic config, the cluster-wide
+            # dynamic broker default, then the static server config.
+            raw = effective_config(
+                "min.insync.replicas",
+                image.topic_config(topic),
+                self.broker_defaults,
+                dynamic_default_broker=image.config(ConfigResource.broker("")),
+                dynamic_broker=image.config(ConfigResource.broker(self.config.node_id)),
+            )
             value = int(raw) if isinstance(raw, int) else 1
             self._min_isr[topic] = value
         return value
