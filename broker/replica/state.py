@@ -66,7 +66,7 @@ class LogView(Protocol):
     def latest_epoch(self) -> int | None: ...
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """Kafka's ``LeaderEpochFileCache.endOffsetFor`` (see `broker.replica.epoch_cache`)."""
+        """Kafka's ``LeaderEpochFileCache.endOffsetFor`` (see `broker.log.epoch_cache`)."""
         ...
 
 
