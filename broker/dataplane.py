@@ -12,6 +12,11 @@
 
 `stop()` closes the listener, stops fetching, flushes and checkpoints every log (a clean
 shutdown: the next start needs no recovery).
+
+A storage error takes its log dir offline (`broker.log.dir_failure`): the replicas in it
+stop at once (no fetching; acks=all writes waiting on them fail with KAFKA_STORAGE_ERROR,
+and every later produce or fetch is answered so), and `on_log_dir_failure` tells the
+process, which takes the broker out of every leadership and ISR (see `broker/node.py`).
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ from pathlib import Path
 from broker.isr import IsrSender
 from broker.kafka.server import KafkaListeners, start_kafka_listener, stop_kafka_listener
 from broker.log import LogManager
+from broker.log.dir_failure import LogDirFailures
 from broker.replica.fetcher import FetcherManager
 from broker.replica.manager import HostedPartition, ReplicaManager, now_ms
 from broker.serving import LocalBrokerServices
 from quorum.controller.topic_configs import effective_config
+from quorum.kafka_errors import ErrorCode
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import EMPTY as EMPTY_IMAGE
 from quorum.metadata.image import ConfigResource, MetadataImage
@@ -55,7 +62,11 @@ class DataPlane:
         self.client = client
         self.broker_epoch: Callable[[], int] = lambda: -1
         self.broker_defaults = broker_defaults_of(config)
-        self.logs = LogManager([Path(d) for d in config.log_dirs], self.broker_defaults)
+        self.dir_failures = LogDirFailures(config.node_id)
+        self.dir_failures.add_listener(self._on_log_dir_failure)
+        # Called once per failed dir, after its replicas stopped (set by the process).
+        self.on_log_dir_failure: Callable[[Path, str], None] = lambda _dir, _why: None
+        self.logs = LogManager([Path(d) for d in config.log_dirs], self.broker_defaults, self.dir_failures)
         self.logs.load()
         self._min_isr: dict[str, int] = {}
         self.replicas = ReplicaManager(
@@ -88,7 +99,24 @@ class DataPlane:
         return None
 
     def _follow(self, hosted: HostedPartition) -> None:
+        if self.dir_failures.is_offline(hosted.log.log_dir):
+            return  # an offline replica fetches nothing: every append would fail
         self.fetchers.follow(hosted)
+
+    def _on_log_dir_failure(self, log_dir: Path, why: str) -> None:
+        stopped = 0
+        for hosted in list(self.replicas.partitions.values()):
+            if hosted.log.log_dir != log_dir:
+                continue
+            stopped += 1
+            self.fetchers.unfollow(hosted)
+            # Nothing waiting here may be acknowledged by this replica any more.
+            hosted.acks.fail_all(ErrorCode.KAFKA_STORAGE_ERROR)
+            hosted.progress.notify()
+        log.error(
+            "broker %d: stopped the %d replicas in offline log dir %s", self.config.node_id, stopped, log_dir
+        )
+        self.on_log_dir_failure(log_dir, why)
 
     def _unfollow(self, hosted: HostedPartition) -> None:
         self.fetchers.unfollow(hosted)

@@ -6,7 +6,10 @@ At start it opens each `<topic>-<partition>` directory found (skipping the metad
 removed at start and written at a clean close, as Kafka does). Directories named
 `*-delete` (a deletion interrupted by a crash) are removed.
 
-New partitions go to the log dir holding the fewest partitions. A deleted partition's
+New partitions go to the online log dir holding the fewest partitions. A storage error in
+any log operation or checkpoint of a dir takes that dir offline (`broker.log.dir_failure`):
+its logs refuse every operation, and checkpoints, flushes and the clean-shutdown marker
+skip it from then on. A deleted partition's
 directory is renamed `<topic>-<partition>.<uuid hex>-delete` at once (so a re-created
 topic of the same name starts empty) and removed after `file.delete.delay.ms`.
 """
@@ -32,6 +35,7 @@ from broker.log.checkpoints import (
     write_offsets,
 )
 from broker.log.config import LogConfig
+from broker.log.dir_failure import KafkaStorageError, LogDirFailures
 from broker.log.partition_log import PartitionLog
 from quorum.controller.topic_configs import default_configs
 from quorum.storage.durable import atomic_write
@@ -43,8 +47,11 @@ _DELETE_SUFFIX = "-delete"
 
 
 class LogManager:
-    def __init__(self, log_dirs: Sequence[Path], broker_defaults: Mapping[str, str]) -> None:
+    def __init__(
+        self, log_dirs: Sequence[Path], broker_defaults: Mapping[str, str], failures: LogDirFailures | None = None
+    ) -> None:
         self.log_dirs = [Path(d) for d in log_dirs]
+        self.failures = failures if failures is not None else LogDirFailures()
         self.broker_defaults = dict(broker_defaults)
         # The broker's value of every topic config, parsed once (they come from its static config).
         self.config_defaults = default_configs(self.broker_defaults)
@@ -59,6 +66,7 @@ class LogManager:
         return LogConfig.from_topic_config(topic_config, self.broker_defaults, defaults=self.config_defaults)
 
     def _add(self, tp: TopicPartition, plog: PartitionLog, root: Path) -> None:
+        plog.dir_failures = self.failures
         self.logs[tp] = plog
         self._by_topic.setdefault(tp[0], set()).add(tp[1])
         self._dir_of[tp] = root
@@ -148,10 +156,19 @@ class LogManager:
                 self.delete(topic, partition)
                 return self.get_or_create(topic, partition, topic_id, topic_config)
             return existing
-        root = min(self.log_dirs, key=lambda d: sum(1 for r in self._dir_of.values() if r == d))
-        plog = PartitionLog.open(root / f"{topic}-{partition}", config, topic_id=topic_id)
+        online = self.online_dirs()
+        if not online:
+            raise KafkaStorageError(f"no log dir is online to create {topic}-{partition}")
+        root = min(online, key=lambda d: sum(1 for r in self._dir_of.values() if r == d))
+        try:
+            plog = PartitionLog.open(root / f"{topic}-{partition}", config, topic_id=topic_id)
+        except OSError as exc:
+            raise self.failures.fail(root, exc, f"creating the log of {topic}-{partition}") from exc
         self._add(tp, plog, root)
         return plog
+
+    def online_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if not self.failures.is_offline(d)]
 
     def update_config(self, topic: str, topic_config: Mapping[str, str]) -> None:
         """Apply a topic's changed configs to each of its partition logs here (one parse)."""
@@ -197,40 +214,55 @@ class LogManager:
 
     def checkpoint(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
         """Write the three per-log-dir checkpoint files (atomically)."""
-        for root in self.log_dirs:
+        for root in self.online_dirs():
             mine = [tp for tp, r in self._dir_of.items() if r == root]
-            write_offsets(
-                root / REPLICATION_OFFSET_FILE, {tp: high_watermarks[tp] for tp in mine if tp in high_watermarks}
-            )
-            write_offsets(root / RECOVERY_POINT_FILE, {tp: self.logs[tp].recovery_point for tp in mine})
-            write_offsets(root / LOG_START_OFFSET_FILE, {tp: self.logs[tp].log_start_offset for tp in mine})
+            try:
+                write_offsets(
+                    root / REPLICATION_OFFSET_FILE, {tp: high_watermarks[tp] for tp in mine if tp in high_watermarks}
+                )
+                write_offsets(root / RECOVERY_POINT_FILE, {tp: self.logs[tp].recovery_point for tp in mine})
+                write_offsets(root / LOG_START_OFFSET_FILE, {tp: self.logs[tp].log_start_offset for tp in mine})
+            except OSError as exc:
+                self.failures.fail(root, exc, "writing the offset checkpoints")
 
     def retention_pass(self, now_ms: int, high_watermark_of: Callable[[str, int], int]) -> int:
         deleted = 0
         for (topic, partition), plog in list(self.logs.items()):
-            deleted += plog.delete_retained_segments(now_ms, high_watermark_of(topic, partition))
+            with contextlib.suppress(KafkaStorageError):  # its dir is offline now (logged once)
+                deleted += plog.delete_retained_segments(now_ms, high_watermark_of(topic, partition))
         self.purge_deleted()
         return deleted
 
     def roll_pass(self, now_ms: int) -> None:
         """segment.ms: roll active segments that are old enough, even without new appends."""
         for plog in self.logs.values():
-            plog.maybe_roll(now_ms)
+            with contextlib.suppress(KafkaStorageError):  # its dir is offline now (logged once)
+                plog.maybe_roll(now_ms)
 
     def flush_pass(self, now_ms: int) -> None:
         """flush.ms (log.flush.interval.ms): fsync logs whose oldest unflushed write is that old."""
         for plog in self.logs.values():
             if plog.unflushed_messages and now_ms - plog.last_flush_ms >= plog.config.flush_ms:
-                plog.flush()
+                with contextlib.suppress(KafkaStorageError):  # its dir is offline now (logged once)
+                    plog.flush()
 
     def close(self, high_watermarks: Mapping[TopicPartition, int] | None = None) -> None:
-        """A clean close: flush every log, write the checkpoints and the clean-shutdown marker."""
+        """A clean close: flush every log, write the checkpoints and the clean-shutdown marker.
+        An offline dir gets none of them (its logs are only closed): the next start recovers it."""
         for plog in self.logs.values():
-            plog.flush()
+            with contextlib.suppress(KafkaStorageError):
+                plog.flush()
         self.checkpoint(high_watermarks if high_watermarks is not None else self._hw)
-        for plog in self.logs.values():
-            plog.close()
+        for tp, plog in self.logs.items():
+            if self.failures.is_offline(self._dir_of[tp]):
+                with contextlib.suppress(OSError):
+                    plog.close()
+            else:
+                plog.close()
         self.purge_deleted(force=True)
-        for root in self.log_dirs:
-            atomic_write(root / CLEAN_SHUTDOWN_FILE, b"")
+        for root in self.online_dirs():
+            try:
+                atomic_write(root / CLEAN_SHUTDOWN_FILE, b"")
+            except OSError as exc:
+                self.failures.fail(root, exc, "writing the clean-shutdown marker")
         self.logs.clear()

@@ -38,6 +38,7 @@ from broker.log.checkpoints import (
 )
 from broker.log.compression import DecompressionError
 from broker.log.config import LogConfig
+from broker.log.dir_failure import LogDirFailures, storage_op
 from broker.log.epoch_cache import end_offset_for
 from broker.log.errors import LogError
 from broker.log.records import RecordsError, batch_records
@@ -97,6 +98,8 @@ class PartitionLog:
         self.last_flush_ms = _now_ms()
         self._dirty: list[LogSegment] = []
         self.recovery: RecoveryReport | None = None
+        # Set by the LogManager: an OSError in a guarded operation takes the dir offline.
+        self.dir_failures: LogDirFailures | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -217,6 +220,10 @@ class PartitionLog:
     # ------------------------------------------------------------------ views
 
     @property
+    def log_dir(self) -> Path:
+        return self.directory.parent
+
+    @property
     def log_end_offset(self) -> int:
         return self.segments[-1].next_offset
 
@@ -253,6 +260,7 @@ class PartitionLog:
         if persist:
             self._persist_epochs()
 
+    @storage_op("leader epoch checkpoint")
     def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
         """A new leader's epoch starts at its LEO (Kafka's leader-epoch `assign`)."""
         self._assign(epoch, start_offset)
@@ -280,12 +288,14 @@ class PartitionLog:
             or last_offset - seg.base_offset > _I32_MAX
         )
 
+    @storage_op("roll")
     def maybe_roll(self, now_ms: int, incoming: int = 0, last_offset: int = -1) -> bool:
         if not self._should_roll(incoming, now_ms, max(last_offset, self.log_end_offset)):
             return False
         self.roll()
         return True
 
+    @storage_op("roll")
     def roll(self) -> None:
         old = self.active
         old.seal()
@@ -313,6 +323,7 @@ class PartitionLog:
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
 
+    @storage_op("append")
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int) -> AppendInfo:
         a = assign(records, self.config, next_offset=self.log_end_offset, leader_epoch=leader_epoch, now_ms=now_ms)
         self._write(a.data, a.frames, now_ms)
@@ -321,6 +332,7 @@ class PartitionLog:
             self.log_start_offset, a.record_count, len(a.data),
         )  # fmt: skip
 
+    @storage_op("append")
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Batches from the leader, offsets and epochs assigned: CRC-checked and appended as
         they are. Batches entirely below the LEO (a duplicate answer) are skipped; a gap or
@@ -365,6 +377,7 @@ class PartitionLog:
     def _segment_for(self, offset: int) -> int:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
+    @storage_op("read")
     def read(self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool) -> bytes | memoryview:
         """Whole batches from the one holding `offset`, below `max_offset`, within `max_bytes`
         (the first batch even above it when `min_one_batch`); from one segment."""
@@ -409,6 +422,7 @@ class PartitionLog:
             return b""
         return memoryview(buf)[:take] if take < len(buf) else buf
 
+    @storage_op("read")
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader epoch): EARLIEST/LATEST/MAX_TIMESTAMP, or the first
         record at or above the log start with a timestamp >= `timestamp` (record-exact, in
@@ -454,6 +468,7 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ truncation and deletion
 
+    @storage_op("truncate")
     def truncate_to(self, offset: int) -> None:
         """Drop every offset >= `offset` (whole batches: the LEO may end below `offset`)."""
         if offset >= self.log_end_offset:
@@ -476,6 +491,7 @@ class PartitionLog:
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
 
+    @storage_op("truncate")
     def truncate_fully_and_start_at(self, offset: int) -> None:
         for seg in self.segments:
             seg.delete()
@@ -490,6 +506,7 @@ class PartitionLog:
         self.log_start_offset = offset
         self.recovery_point = offset
 
+    @storage_op("delete records")
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: the log start moves to `offset` (<= LEO); whole segments below it go."""
         if offset > self.log_end_offset:
@@ -510,6 +527,7 @@ class PartitionLog:
             dropped += 1
         return dropped
 
+    @storage_op("retention")
     def delete_retained_segments(self, now_ms: int, high_watermark: int) -> int:
         """Retention, Kafka's rules: delete the oldest segments, one after the other while each
         - lies wholly below the high watermark (its next segment's base offset, or the LEO
@@ -549,6 +567,7 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ durability
 
+    @storage_op("flush")
     def flush(self) -> None:
         for seg in self._dirty:
             seg.flush()

@@ -593,7 +593,8 @@ class ReplicaManager:
                 total, free = usage.total, usage.free
             except OSError:
                 total, free = -1, -1
-            out.append(LogDirDescription(str(d), ErrorCode.NONE, tuple(parts), total, free))
+            error = ErrorCode.KAFKA_STORAGE_ERROR if self.logs.failures.is_offline(d) else ErrorCode.NONE
+            out.append(LogDirDescription(str(d), error, tuple(parts), total, free))
         return out
 
     # ------------------------------------------------------------------ follower side
