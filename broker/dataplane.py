@@ -46,7 +46,6 @@ from quorum.node.node_context import broker_defaults_of
 log = logging.getLogger(__name__)
 
 
-
 class DataPlane:
     def __init__(
         self,
@@ -113,9 +112,7 @@ class DataPlane:
             # Nothing waiting here may be acknowledged by this replica any more.
             hosted.acks.fail_all(ErrorCode.KAFKA_STORAGE_ERROR)
             hosted.progress.notify()
-        log.error(
-            "broker %d: stopped the %d replicas in offline log dir %s", self.config.node_id, stopped, log_dir
-        )
+        log.error("broker %d: stopped the %d replicas in offline log dir %s", self.config.node_id, stopped, log_dir)
         self.on_log_dir_failure(log_dir, why)
 
     def _unfollow(self, hosted: HostedPartition) -> None:
