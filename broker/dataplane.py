@@ -8,7 +8,9 @@
 - the Kafka client listener (`broker.kafka`) serves `LocalBrokerServices`;
 - periodic tasks checkpoint high watermarks (`replica.high.watermark.checkpoint.interval.ms`),
   recovery points and log start offsets, apply retention
-  (`log.retention.check.interval.ms`) and the flush policy.
+  (`log.retention.check.interval.ms`) and the flush policy, and compare the descriptors
+  the hosted segments need with RLIMIT_NOFILE (`broker.fd_limit`; a warning, at start and
+  when the need grows past the limit).
 
 `stop()` closes the listener, stops fetching, flushes and checkpoints every log (a clean
 shutdown: the next start needs no recovery).
@@ -24,9 +26,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 from collections.abc import Callable
 from pathlib import Path
 
+from broker.fd_limit import DescriptorBudget
 from broker.isr import IsrSender
 from broker.kafka.server import KafkaListeners, start_kafka_listener, stop_kafka_listener
 from broker.log import LogManager
@@ -44,6 +48,8 @@ from quorum.node.controller_client import ControllerClient
 from quorum.node.node_context import broker_defaults_of
 
 log = logging.getLogger(__name__)
+
+DESCRIPTOR_CHECK_INTERVAL_MS = 10_000  # how often the hosted segments are counted against RLIMIT_NOFILE
 
 
 class DataPlane:
@@ -67,6 +73,8 @@ class DataPlane:
         self.on_log_dir_failure: Callable[[Path, str], None] = lambda _dir, _why: None
         self.logs = LogManager([Path(d) for d in config.log_dirs], self.broker_defaults, self.dir_failures)
         self.logs.load()
+        self.fd_budget = DescriptorBudget(config.node_id, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        self._check_descriptors()
         self._min_isr: dict[str, int] = {}
         self.replicas = ReplicaManager(
             config,
@@ -171,6 +179,7 @@ class DataPlane:
             asyncio.create_task(self._every(c.replica_high_watermark_checkpoint_interval_ms, self._checkpoint)),
             asyncio.create_task(self._every(c.log_retention_check_interval_ms, self._retention)),
             asyncio.create_task(self._every(1000, self._flush_and_roll)),
+            asyncio.create_task(self._every(DESCRIPTOR_CHECK_INTERVAL_MS, self._check_descriptors)),
             asyncio.create_task(self._publish_when_caught_up()),
         ]
 
@@ -211,6 +220,11 @@ class DataPlane:
         deleted = self.logs.retention_pass(now_ms(), lambda t, p: hws.get((t, p), 0))
         if deleted:
             log.info("broker %d: retention deleted %d segments", self.config.node_id, deleted)
+
+    def _check_descriptors(self) -> None:
+        warning = self.fd_budget.check(sum(len(plog.segments) for plog in self.logs.logs.values()))
+        if warning is not None:
+            log.warning("%s", warning)
 
     def _flush_and_roll(self) -> None:
         now = now_ms()

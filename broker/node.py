@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 from broker.dataplane import DataPlane
+from broker.fd_limit import raise_soft_limit
 from broker.lifecycle import BrokerLifecycle
 from quorum.controller.active import QuorumController
 from quorum.metadata.delta import MetadataDelta
@@ -63,6 +64,12 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
         raise ConfigError(f"process.roles={','.join(sorted(config.process_roles))} has no broker role")
     combined = config.is_controller
     meta = check_storage(config)
+    nofile = raise_soft_limit()
+    log.info(
+        "broker %d: open file descriptor limit (RLIMIT_NOFILE) %s %d (hard limit %d)",
+        config.node_id, f"raised from {nofile.before} to" if nofile.soft != nofile.before else "is", nofile.soft,
+        nofile.hard,
+    )  # fmt: skip
     events = EventLog(events_file, config.node_id)
     sm = MetadataStateMachine()
     controller: QuorumController | None = None
