@@ -153,6 +153,8 @@ class DataPlane:
         if not self._published:
             self._maybe_publish(image)
             return
+        if self.dir_failures.offline and not self.logs.online_dirs():
+            return  # no log dir left: the broker is stepping out and hosts nothing any more
         self.replicas.on_metadata(delta, image)
 
     def _maybe_publish(self, image: MetadataImage) -> None:
