@@ -149,7 +149,14 @@ class LogManager:
             with contextlib.suppress(ValueError, OSError):
                 stored = read_partition_metadata(existing.directory)
             if stored is None:
-                write_partition_metadata(existing.directory, topic_id)
+                root = self._dir_of[tp]
+                refused = self.failures.refuse(root)
+                if refused is not None:
+                    raise refused
+                try:
+                    write_partition_metadata(existing.directory, topic_id)
+                except OSError as exc:
+                    raise self.failures.fail(root, exc, f"writing partition.metadata of {topic}-{partition}") from exc
             elif stored != topic_id:
                 # A log of an older topic of the same name: it is not this topic's data.
                 log.info("%s-%d: replacing the log of topic id %s", topic, partition, stored)

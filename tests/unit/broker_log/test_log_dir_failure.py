@@ -194,3 +194,19 @@ def test_checkpoint_failure_takes_its_dir_offline(tmp_path: Path) -> None:
     assert "writing the offset checkpoints failed: EISDIR" in failures.offline[a]
     with pytest.raises(KafkaStorageError):
         logs.get_or_create("t", 1, uuid.uuid4(), {})
+
+
+def test_partition_metadata_failure_takes_its_dir_offline(tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    failures = LogDirFailures()
+    logs = LogManager([a], {}, failures)
+    logs.load()
+    topic_id = uuid.uuid4()
+    plog = logs.get_or_create("t", 0, topic_id, {})
+    (plog.directory / "partition.metadata").unlink()
+    (plog.directory / "partition.metadata").mkdir()  # unreadable, and the rename over it fails
+    with pytest.raises(KafkaStorageError):
+        logs.get_or_create("t", 0, topic_id, {})
+    assert "writing partition.metadata of t-0 failed: EISDIR" in failures.offline[a]
+    with pytest.raises(KafkaStorageError, match="is offline"):
+        logs.get_or_create("t", 0, topic_id, {})
