@@ -1,1 +1,1 @@
-"""What people touch: the ``pykraft`` command line and (planned) the REST admin API."""
+"""What people touch: the ``pykraft`` command line and the REST admin API (``api.rest``)."""

@@ -1,1 +1,1 @@
-"""The broker node (planned): metadata observer, partition replicas and logs, Kafka client APIs."""
+"""The broker node: metadata observer, partition replicas and their logs, Kafka client APIs."""

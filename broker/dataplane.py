@@ -9,12 +9,19 @@
 - periodic tasks checkpoint high watermarks (`replica.high.watermark.checkpoint.interval.ms`),
   recovery points (`log.flush.offset.checkpoint.interval.ms`) and log start offsets
   (`log.flush.start.offset.checkpoint.interval.ms`), apply retention
-  (`log.retention.check.interval.ms`) and the flush policy. They only take snapshots and
-  queue the disk work: the writes, fsyncs and unlinks run on each log dir's `DiskQueue`
-  thread, so a slow disk never stalls heartbeats.
+  (`log.retention.check.interval.ms`) and the flush policy, and compare the descriptors
+  the hosted segments need with RLIMIT_NOFILE (`broker.fd_limit`; a warning, at start and
+  when the need grows past the limit). They only take snapshots and queue the disk work:
+  the writes, fsyncs and unlinks run on each log dir's `DiskQueue` thread, so a slow disk
+  never stalls heartbeats.
 
 `stop()` closes the listener, stops fetching, flushes and checkpoints every log (a clean
 shutdown: the next start needs no recovery).
+
+A storage error takes its log dir offline (`broker.log.dir_failure`): the replicas in it
+stop at once (no fetching; acks=all writes waiting on them fail with KAFKA_STORAGE_ERROR,
+and every later produce or fetch is answered so), and `on_log_dir_failure` tells the
+process, which takes the broker out of every leadership and ISR (see `broker/node.py`).
 """
 
 from __future__ import annotations
@@ -22,25 +29,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 from collections.abc import Callable
 from pathlib import Path
 
+from broker.fd_limit import DescriptorBudget
 from broker.isr import IsrSender
 from broker.kafka.server import KafkaListeners, start_kafka_listener, stop_kafka_listener
 from broker.log import LogManager
+from broker.log.dir_failure import LogDirFailures
 from broker.replica.fetcher import FetcherManager
 from broker.replica.manager import HostedPartition, ReplicaManager, now_ms
 from broker.serving import LocalBrokerServices
 from quorum.controller.topic_configs import effective_config
+from quorum.kafka_errors import ErrorCode
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import EMPTY as EMPTY_IMAGE
-from quorum.metadata.image import MetadataImage
+from quorum.metadata.image import ConfigResource, MetadataImage
 from quorum.node.config import NodeConfig
 from quorum.node.controller_client import ControllerClient
 from quorum.node.node_context import broker_defaults_of
 
 log = logging.getLogger(__name__)
 
+DESCRIPTOR_CHECK_INTERVAL_MS = 10_000  # how often the hosted segments are counted against RLIMIT_NOFILE
 
 
 class DataPlane:
@@ -58,8 +70,14 @@ class DataPlane:
         self.client = client
         self.broker_epoch: Callable[[], int] = lambda: -1
         self.broker_defaults = broker_defaults_of(config)
-        self.logs = LogManager([Path(d) for d in config.log_dirs], self.broker_defaults)
+        self.dir_failures = LogDirFailures(config.node_id)
+        self.dir_failures.add_listener(self._on_log_dir_failure)
+        # Called once per failed dir, after its replicas stopped (set by the process).
+        self.on_log_dir_failure: Callable[[Path, str], None] = lambda _dir, _why: None
+        self.logs = LogManager([Path(d) for d in config.log_dirs], self.broker_defaults, self.dir_failures)
         self.logs.load()
+        self.fd_budget = DescriptorBudget(config.node_id, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        self._check_descriptors()
         self._min_isr: dict[str, int] = {}
         self.replicas = ReplicaManager(
             config,
@@ -91,7 +109,22 @@ class DataPlane:
         return None
 
     def _follow(self, hosted: HostedPartition) -> None:
+        if self.dir_failures.is_offline(hosted.log.log_dir):
+            return  # an offline replica fetches nothing: every append would fail
         self.fetchers.follow(hosted)
+
+    def _on_log_dir_failure(self, log_dir: Path, why: str) -> None:
+        stopped = 0
+        for hosted in list(self.replicas.partitions.values()):
+            if hosted.log.log_dir != log_dir:
+                continue
+            stopped += 1
+            self.fetchers.unfollow(hosted)
+            # Nothing waiting here may be acknowledged by this replica any more.
+            hosted.acks.fail_all(ErrorCode.KAFKA_STORAGE_ERROR)
+            hosted.progress.notify()
+        log.error("broker %d: stopped the %d replicas in offline log dir %s", self.config.node_id, stopped, log_dir)
+        self.on_log_dir_failure(log_dir, why)
 
     def _unfollow(self, hosted: HostedPartition) -> None:
         self.fetchers.unfollow(hosted)
@@ -103,7 +136,16 @@ class DataPlane:
     def min_insync_replicas(self, topic: str) -> int:
         value = self._min_isr.get(topic)
         if value is None:
-            raw = effective_config("min.insync.replicas", self.image().topic_config(topic), self.broker_defaults)
+            image = self.image()
+            # Kafka's order: the topic's own value, this broker's dynamic config, the cluster-wide
+            # dynamic broker default, then the static server config.
+            raw = effective_config(
+                "min.insync.replicas",
+                image.topic_config(topic),
+                self.broker_defaults,
+                dynamic_default_broker=image.config(ConfigResource.broker("")),
+                dynamic_broker=image.config(ConfigResource.broker(self.config.node_id)),
+            )
             value = int(raw) if isinstance(raw, int) else 1
             self._min_isr[topic] = value
         return value
@@ -114,6 +156,8 @@ class DataPlane:
         if not self._published:
             self._maybe_publish(image)
             return
+        if self.dir_failures.offline and not self.logs.online_dirs():
+            return  # no log dir left: the broker is stepping out and hosts nothing any more
         self.replicas.on_metadata(delta, image)
 
     def _maybe_publish(self, image: MetadataImage) -> None:
@@ -150,6 +194,7 @@ class DataPlane:
             ),
             asyncio.create_task(self._every(c.log_retention_check_interval_ms, self._retention)),
             asyncio.create_task(self._every(1000, self._flush_and_roll)),
+            asyncio.create_task(self._every(DESCRIPTOR_CHECK_INTERVAL_MS, self._check_descriptors)),
             asyncio.create_task(self._publish_when_caught_up()),
         ]
 
@@ -190,6 +235,11 @@ class DataPlane:
         deleted = self.logs.retention_pass(now_ms(), lambda t, p: hws.get((t, p), 0))
         if deleted:
             log.info("broker %d: retention deleted %d segments", self.config.node_id, deleted)
+
+    def _check_descriptors(self) -> None:
+        warning = self.fd_budget.check(sum(len(plog.segments) for plog in self.logs.logs.values()))
+        if warning is not None:
+            log.warning("%s", warning)
 
     def _flush_and_roll(self) -> None:
         now = now_ms()

@@ -21,12 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from broker.replica.manager import ReplicaManager, now_ms
+from broker.replica.manager import HostedPartition, ReplicaManager, now_ms
 from quorum.controller.requests import AlterPartitionItem, AlterPartitionRequest, AlterPartitionResponse, IsrMember
 from quorum.kafka_errors import ErrorCode
-from quorum.metadata.image import MetadataImage
+from quorum.metadata.image import BrokerRegistration, MetadataImage
 from quorum.node.controller_client import ControllerClient, ControllerUnavailableError
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class IsrSender:
         items = []
         for hosted, isr in self.manager.isr_changes_wanted(now_ms()):
             reg = hosted.registration
-            members = tuple(IsrMember(b, brokers[b].epoch if b in brokers else -1) for b in isr)
+            members = tuple(IsrMember(b, self._member_epoch(hosted, b, brokers)) for b in isr)
             items.append(
                 AlterPartitionItem(
                     hosted.topic_id, hosted.partition, reg.leader_epoch, members, RECOVERED, reg.partition_epoch
@@ -96,6 +96,17 @@ class IsrSender:
                     )
                 )
         return items
+
+    def _member_epoch(self, hosted: HostedPartition, broker_id: int, brokers: Mapping[int, BrokerRegistration]) -> int:
+        """The broker epoch to name an ISR member with (KIP-903): for a follower, the epoch of the
+        incarnation whose fetches put it in sync (`FollowerView.broker_epoch`), so that the
+        controller refuses the change if that broker has registered again since (and may have
+        lost what it had fetched); for this broker and an unknown follower, the registered one."""
+        view = hosted.state.follower(broker_id)
+        if view is not None and view.broker_epoch >= 0:
+            return view.broker_epoch
+        reg = brokers.get(broker_id)
+        return reg.epoch if reg is not None else -1
 
     async def _run(self) -> None:
         interval_s = max(self.manager.config.replica_lag_time_max_ms / 2000, 0.05)

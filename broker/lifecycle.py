@@ -9,11 +9,20 @@ SHUTTING    on SIGTERM heartbeats ask to shut down (controlled shutdown): the
 DOWN        controller moves every leadership away and then says shouldShutDown.
 A STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED answer (e.g. after being
 fenced across a controller failover) sends the broker back to STARTING.
+
+A failed log dir (`report_log_dir_failure`) sends a heartbeat at once that asks to be
+fenced (and every later one does): the controller moves every leadership of this broker
+away and takes it out of every ISR before it answers, as for a silent broker, and
+`fenced_for_log_dir_failure` is set once an answer says fenced. (Kafka's KIP-858 broker
+reports the dir in the heartbeat's OfflineLogDirs and the controller moves only the
+replicas assigned to that dir; pykraft's metadata does not record which dir holds a
+replica, so the whole broker steps out, as a KRaft broker without JBOD support did.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable
@@ -64,6 +73,9 @@ class BrokerLifecycle:
         self.broker_epoch = -1
         self.fenced = True
         self._want_shut_down = False
+        self.offline_log_dirs: list[str] = []
+        self.fenced_for_log_dir_failure = asyncio.Event()
+        self._wake = asyncio.Event()  # cuts the wait before the next heartbeat short
         self.shutdown_granted = asyncio.Event()
         self.unfenced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -99,6 +111,12 @@ class BrokerLifecycle:
         self.state = BrokerState.SHUTTING_DOWN
         self._emit("controlled shutdown granted")
         return True
+
+    def report_log_dir_failure(self, log_dir: str) -> None:
+        """A log dir went offline: be fenced now (the next heartbeat goes at once)."""
+        if log_dir not in self.offline_log_dirs:
+            self.offline_log_dirs.append(log_dir)
+        self._wake.set()
 
     def _listeners(self) -> tuple[BrokerEndpoint, ...]:
         listeners = self.config.effective_advertised_listeners
@@ -145,9 +163,10 @@ class BrokerLifecycle:
                 broker_id=self.config.node_id,
                 broker_epoch=self.broker_epoch,
                 current_metadata_offset=offset,
-                want_fence=offset < self.broker_epoch and not self._want_shut_down,
+                want_fence=(offset < self.broker_epoch and not self._want_shut_down) or bool(self.offline_log_dirs),
                 want_shut_down=self._want_shut_down,
             )
+            self._wake.clear()
             try:
                 resp = await self.client.call(req, timeout_s=max(1.0, interval_s))
             except ControllerUnavailableError:
@@ -155,8 +174,12 @@ class BrokerLifecycle:
                 continue
             assert isinstance(resp, BrokerHeartbeatResponse)
             self._on_heartbeat(resp)
-            fast = self.fenced or self._want_shut_down
-            await asyncio.sleep(STARTUP_HEARTBEAT_S if fast else interval_s)
+            if self.offline_log_dirs and resp.error_code == 0 and resp.is_fenced:
+                self.fenced_for_log_dir_failure.set()
+            fast = (self.fenced or self._want_shut_down) and not self.fenced_for_log_dir_failure.is_set()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STARTUP_HEARTBEAT_S if fast else interval_s):
+                    await self._wake.wait()
 
     def _on_heartbeat(self, resp: BrokerHeartbeatResponse) -> None:
         if resp.error_code in (int(ErrorCode.STALE_BROKER_EPOCH), int(ErrorCode.BROKER_ID_NOT_REGISTERED)):

@@ -8,6 +8,13 @@ serves Kafka clients on its broker listener and the REST API. On SIGTERM it runs
 controlled shutdown (its leaderships move away), then flushes and checkpoints every
 partition log (a clean shutdown needs no recovery at the next start) and exits.
 
+When a log dir goes offline (a storage error: `broker.log.dir_failure`) the broker asks
+the controller to fence it at once (every leadership moves away, it leaves every ISR),
+waits for that up to `LOG_DIR_FAILURE_TIMEOUT_S`, then stops and exits with status 1
+without a clean close of the failed dir (its next start recovers it). An operator fixes
+the disk and starts the broker again; it catches up from the other replicas and rejoins
+the ISRs.
+
 Combined mode (`process.roles=broker,controller`, Kafka's quick-start set-up for small and
 development clusters): the same process is also a voter of the quorum on its controller
 listener and, while it leads, the active controller. Both roles share one metadata state
@@ -26,6 +33,7 @@ import sys
 from pathlib import Path
 
 from broker.dataplane import DataPlane
+from broker.fd_limit import raise_soft_limit
 from broker.lifecycle import BrokerLifecycle
 from quorum.controller.active import QuorumController
 from quorum.metadata.delta import MetadataDelta
@@ -44,6 +52,11 @@ from quorum.raft.types import Epoch
 
 log = logging.getLogger("pykraft.broker")
 
+# Kafka's log.dir.failure.timeout.ms default: how long a broker with an offline log dir
+# waits for the controller to take it out of leaderships and ISRs before it stops anyway
+# (then its session expires and the controller fences it).
+LOG_DIR_FAILURE_TIMEOUT_S = 30.0
+
 
 async def serve_broker(config_path: str, *, events_file: Path | None = None) -> int:
     config = load_config(config_path)
@@ -51,6 +64,12 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
         raise ConfigError(f"process.roles={','.join(sorted(config.process_roles))} has no broker role")
     combined = config.is_controller
     meta = check_storage(config)
+    nofile = raise_soft_limit()
+    log.info(
+        "broker %d: open file descriptor limit (RLIMIT_NOFILE) %s %d (hard limit %d)",
+        config.node_id, f"raised from {nofile.before} to" if nofile.soft != nofile.before else "is", nofile.soft,
+        nofile.hard,
+    )  # fmt: skip
     events = EventLog(events_file, config.node_id)
     sm = MetadataStateMachine()
     controller: QuorumController | None = None
@@ -100,6 +119,14 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
             events.emit("registration", fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown)
 
     sm.add_listener(on_metadata)
+    dir_failed = asyncio.Event()
+
+    def on_log_dir_failure(log_dir: Path, why: str) -> None:
+        events.emit("log_dir_failure", log_dir=str(log_dir), error=why)
+        lifecycle.report_log_dir_failure(str(log_dir))
+        dir_failed.set()
+
+    dataplane.on_log_dir_failure = on_log_dir_failure
     lifecycle.start()
     await dataplane.start(broker_epoch=lambda: lifecycle.broker_epoch)
     ctx = LocalNodeContext(
@@ -120,10 +147,14 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
         loop.add_signal_handler(sig, stop.set)
     failed = asyncio.create_task(node.failed.wait())
     stopping = asyncio.create_task(stop.wait())
-    await asyncio.wait({failed, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    dir_failing = asyncio.create_task(dir_failed.wait())
+    await asyncio.wait({failed, stopping, dir_failing}, return_when=asyncio.FIRST_COMPLETED)
     failed.cancel()
     stopping.cancel()
-    if node.fatal_error is None:
+    dir_failing.cancel()
+    if dir_failed.is_set():
+        await _step_out_for_log_dir_failure(config.node_id, lifecycle, dataplane)
+    elif node.fatal_error is None:
         log.info("broker %d: controlled shutdown", config.node_id)
         await lifecycle.controlled_shutdown(timeout_s=config.broker_session_timeout_ms / 1000 * 2)
     await dataplane.stop()
@@ -138,7 +169,27 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
     await node.stop(graceful=combined and node.fatal_error is None)
     events.emit("stopped")
     events.close()
-    return 1 if node.fatal_error is not None else 0
+    return 1 if node.fatal_error is not None or dir_failed.is_set() else 0
+
+
+async def _step_out_for_log_dir_failure(node_id: int, lifecycle: BrokerLifecycle, dataplane: DataPlane) -> None:
+    """Wait until the controller fenced this broker (its leaderships moved, it left every ISR),
+    at most LOG_DIR_FAILURE_TIMEOUT_S; the caller then stops the broker."""
+    offline = ", ".join(f"{d} ({why})" for d, why in dataplane.dir_failures.offline.items())
+    try:
+        async with asyncio.timeout(LOG_DIR_FAILURE_TIMEOUT_S):
+            await lifecycle.fenced_for_log_dir_failure.wait()
+        log.error(
+            "broker %d: fenced by the controller after the failure of log dir %s: it leads no partition and is in no "
+            "ISR. Shutting down; fix the disk and restart the broker (it recovers its logs and catches up)",
+            node_id, offline,
+        )  # fmt: skip
+    except TimeoutError:
+        log.error(
+            "broker %d: log dir %s failed and the controller did not fence this broker within %.0f s; shutting down "
+            "(the controller fences it when its session expires)",
+            node_id, offline, LOG_DIR_FAILURE_TIMEOUT_S,
+        )  # fmt: skip
 
 
 def run_broker(config_path: str, *, events_file: str | None = None) -> int:

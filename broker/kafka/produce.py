@@ -31,16 +31,11 @@ from broker.kafka.services import (
 from broker.kafka.wire import Reader, response_writer
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.image import MetadataImage
+from quorum.storage.batch_layout import BATCH_HEADER_SIZE, BATCH_LENGTH_AT, LOG_OVERHEAD, MAGIC, MAGIC_AT
 from quorum.wire.transport import CloseConnection
 
 __all__ = ["ProduceRequest", "decode_produce", "encode_produce_response", "handle_produce", "validate_single_batch"]
 
-# Record batch v2 header: baseOffset i64 @0, batchLength i32 @8, partitionLeaderEpoch i32 @12,
-# magic i8 @16; batchLength counts the bytes after the length field (so total = 12 + length).
-_BATCH_LENGTH_AT: Final = 8
-_MAGIC_AT: Final = 16
-_BATCH_HEADER_BYTES: Final = 61
-_LOG_OVERHEAD: Final = 12
 _I32: Final = struct.Struct(">i")
 
 
@@ -85,13 +80,13 @@ def validate_single_batch(records: memoryview | None) -> str | None:
     """Why these records are not exactly one magic-v2 batch, or None when they are."""
     if records is None or len(records) == 0:
         return "produce requests must have exactly one record batch per partition; got none"
-    if len(records) < _BATCH_HEADER_BYTES:
-        return f"record batch truncated: {len(records)} bytes, the header alone is {_BATCH_HEADER_BYTES}"
-    magic = records[_MAGIC_AT]
-    if magic != 2:
+    if len(records) < BATCH_HEADER_SIZE:
+        return f"record batch truncated: {len(records)} bytes, the header alone is {BATCH_HEADER_SIZE}"
+    magic = records[MAGIC_AT]
+    if magic != MAGIC:
         return f"produce requests must use record batch magic 2, got magic {magic}"
-    total = _LOG_OVERHEAD + _I32.unpack_from(records, _BATCH_LENGTH_AT)[0]
-    if total < _BATCH_HEADER_BYTES or total > len(records):
+    total = LOG_OVERHEAD + _I32.unpack_from(records, BATCH_LENGTH_AT)[0]
+    if total < BATCH_HEADER_SIZE or total > len(records):
         return f"record batch length {total} does not match the {len(records)} bytes sent"
     if total != len(records):
         return "produce requests must have exactly one record batch per partition"

@@ -30,6 +30,12 @@ class LogConfig:
     def compacted(self) -> bool:
         return "compact" in self.cleanup_policy
 
+    @property
+    def deletes(self) -> bool:
+        """Whether retention.ms and retention.bytes apply (cleanup.policy holds "delete", as
+        "delete" and "compact,delete" do; a compact-only topic keeps its segments)."""
+        return "delete" in self.cleanup_policy
+
     @classmethod
     def from_topic_config(
         cls,

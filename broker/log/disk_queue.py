@@ -15,8 +15,10 @@ runs after that flush). Jobs of different log dirs are unordered.
 `INLINE` runs each job at once, in the caller's thread: for logs opened outside a broker
 (tools, tests, the dump command), where there is no loop to protect.
 
-A job that fails is logged (with the dir) and does not stop the queue; its submitter chose
-what a failure means (the recovery point only moves when a flush succeeded). The thread is
+A job that fails is logged (with the dir) and does not stop the queue; a storage error
+(OSError) also goes to `on_error` (the log manager takes the dir offline: Kafka's
+LogDirFailureChannel). Its submitter chose what a failure means for its data (the
+recovery point only moves when a flush succeeded). The thread is
 a daemon: at a crash, what is still queued is lost exactly as the page cache of a killed
 process would be; `close()` (a clean stop) runs everything queued first.
 """
@@ -34,8 +36,9 @@ Job = Callable[[], object]
 
 
 class DiskQueue:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, on_error: Callable[[str, OSError], None] | None = None) -> None:
         self.name = name
+        self._on_error = on_error
         self._jobs: queue.SimpleQueue[tuple[str, Job] | None] = queue.SimpleQueue()
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name=f"disk {name}", daemon=True)
@@ -57,6 +60,11 @@ class DiskQueue:
             what, job = item
             try:
                 job()
+            except OSError as exc:
+                if self._on_error is None:
+                    log.exception("log dir %s: background %s failed", self.name, what)
+                else:
+                    self._on_error(what, exc)
             except Exception:
                 log.exception("log dir %s: background %s failed", self.name, what)
 

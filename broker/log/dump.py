@@ -15,50 +15,37 @@
   mismatches (`Mismatches in :<file>` / `  Index offset: I, log offset: L`), or for a time
   index the entries whose timestamp or offset the segment contradicts.
 
-Records of compressed batches are decompressed (gzip, snappy (raw or xerial-framed), lz4
-frames, zstd) only here, in the tool: the broker never decompresses.
+Records of compressed batches are decompressed with `broker.log.compression.decompress`
+(gzip, snappy (raw or xerial-framed), lz4 frames, zstd).
 """
 
 from __future__ import annotations
 
-import gzip
 import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 from crc32c import crc32c
 
-from broker.log.records import iter_records
-from quorum.storage.record_batch import BATCH_HEADER_SIZE, LOG_OVERHEAD
+from broker.log.records import batch_records
+from quorum.storage.batch_layout import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    BATCH_HEADER_SIZE,
+    CRC_START,
+    HEADER,
+    LAST_OFFSET_DELTA_AT,
+    LOG_HEADER,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAX_TIMESTAMP_AT,
+    codec_name,
+)
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-_XERIAL = b"\x82SNAPPY\x00"
-
-
-def _decompress(codec: int, data: bytes) -> bytes:
-    if codec == 1:
-        return gzip.decompress(data)
-    if codec == 2:
-        import snappy
-
-        if data.startswith(_XERIAL):
-            out, pos = bytearray(), 16
-            while pos + 4 <= len(data):
-                (n,) = struct.unpack_from(">i", data, pos)
-                out += snappy.decompress(data[pos + 4 : pos + 4 + n])
-                pos += 4 + n
-            return bytes(out)
-        return bytes(snappy.decompress(data))
-    if codec == 3:
-        import lz4.frame
-
-        return bytes(lz4.frame.decompress(data))
-    if codec == 4:
-        import zstandard
-
-        return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(data))
-    return data
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
 
 
 def _text(raw: bytes) -> str:
@@ -73,38 +60,33 @@ def dump_segment(path: Path, *, deep_iteration: bool = False, print_data_log: bo
     deep = deep_iteration or print_data_log
     pos = 0
     while len(data) - pos >= LOG_OVERHEAD:
-        (base, length) = struct.unpack_from(">qi", data, pos)
+        (base, length) = LOG_HEADER.unpack_from(data, pos)
         end = pos + LOG_OVERHEAD + length
         if length < BATCH_HEADER_SIZE - LOG_OVERHEAD or end > len(data):
             break
-        (_b, _l, epoch, magic, crc, attrs, last_delta, base_ts, max_ts, pid, pepoch, base_seq, count) = (
-            _HEADER.unpack_from(data, pos)
+        (_b, _l, epoch, magic, crc, attrs, last_delta, _base_ts, max_ts, pid, pepoch, base_seq, count) = (
+            HEADER.unpack_from(data, pos)
         )
-        valid = magic == 2 and crc32c(memoryview(data)[pos + 21 : end]) == crc
-        codec = attrs & 0x07
-        ts_type = "LogAppendTime" if attrs & 0x08 else "CreateTime"
+        valid = magic == MAGIC and crc32c(memoryview(data)[pos + CRC_START : end]) == crc
+        codec = attrs & ATTR_COMPRESSION_MASK
+        ts_type = "LogAppendTime" if attrs & ATTR_TIMESTAMP_TYPE else "CreateTime"
         last_seq = -1 if base_seq == -1 else base_seq + last_delta
-        control = bool(attrs & 0x20)
+        control = bool(attrs & ATTR_CONTROL)
         yield (
             f"baseOffset: {base} lastOffset: {base + last_delta} count: {count} baseSequence: {base_seq} "
             f"lastSequence: {last_seq} producerId: {pid} producerEpoch: {pepoch} partitionLeaderEpoch: {epoch} "
-            f"isTransactional: {str(bool(attrs & 0x10)).lower()} isControl: {str(control).lower()} "
+            f"isTransactional: {str(bool(attrs & ATTR_TRANSACTIONAL)).lower()} isControl: {str(control).lower()} "
             f"deleteHorizonMs: OptionalLong.empty position: {pos} {ts_type}: {max_ts} size: {end - pos} "
-            f"magic: {magic} compresscodec: {_CODECS[codec] if codec < len(_CODECS) else codec} crc: {crc} "
+            f"magic: {magic} compresscodec: {codec_name(codec)} crc: {crc} "
             f"isvalid: {str(valid).lower()}"
         )
         if deep and valid:
             try:
-                body = _decompress(codec, data[pos + BATCH_HEADER_SIZE : end])
-                for record in iter_records(body, count):
-                    off_delta, ts_delta, key, value = (
-                        record.offset_delta, record.timestamp_delta, record.key, record.value
-                    )  # fmt: skip
-                    hkeys = list(record.header_keys)
-                    ts = max_ts if attrs & 0x08 else base_ts + ts_delta
-                    seq = -1 if base_seq == -1 else base_seq + off_delta
+                for offset, ts, record in batch_records(memoryview(data)[pos:end], payloads=True):
+                    key, value, hkeys = record.key, record.value, list(record.header_keys)
+                    seq = -1 if base_seq == -1 else base_seq + record.offset_delta
                     line = (
-                        f"| offset: {base + off_delta} {ts_type}: {ts} keySize: {-1 if key is None else len(key)} "
+                        f"| offset: {offset} {ts_type}: {ts} keySize: {-1 if key is None else len(key)} "
                         f"valueSize: {-1 if value is None else len(value)} sequence: {seq} "
                         f"headerKeys: [{','.join(hkeys)}]"
                     )
@@ -132,11 +114,11 @@ def _batches(segment: Path) -> dict[int, tuple[int, int, int]]:
     out: dict[int, tuple[int, int, int]] = {}
     pos = 0
     while len(data) - pos >= BATCH_HEADER_SIZE:
-        base, length = struct.unpack_from(">qi", data, pos)
+        base, length = LOG_HEADER.unpack_from(data, pos)
         if length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
             break
-        last_delta = struct.unpack_from(">i", data, pos + 23)[0]
-        max_ts = struct.unpack_from(">q", data, pos + 35)[0]
+        last_delta = _I32.unpack_from(data, pos + LAST_OFFSET_DELTA_AT)[0]
+        max_ts = _I64.unpack_from(data, pos + MAX_TIMESTAMP_AT)[0]
         out[pos] = (base, base + last_delta, max_ts)
         pos += LOG_OVERHEAD + length
     return out

@@ -6,7 +6,10 @@ At start it opens each `<topic>-<partition>` directory found (skipping the metad
 removed at start and written at a clean close, as Kafka does). Directories named
 `*-delete` (a deletion interrupted by a crash) are removed.
 
-New partitions go to the log dir holding the fewest partitions. A deleted partition's
+New partitions go to the online log dir holding the fewest partitions. A storage error in
+any log operation or checkpoint of a dir takes that dir offline (`broker.log.dir_failure`):
+its logs refuse every operation, and checkpoints, flushes and the clean-shutdown marker
+skip it from then on. A deleted partition's
 directory is renamed `<topic>-<partition>.<uuid hex>-delete` at once (so a re-created
 topic of the same name starts empty) and removed after `file.delete.delay.ms`.
 
@@ -27,6 +30,8 @@ recovery points every `log.flush.offset.checkpoint.interval.ms`, log start offse
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -46,6 +51,7 @@ from broker.log.checkpoints import (
     write_offsets,
 )
 from broker.log.config import LogConfig
+from broker.log.dir_failure import KafkaStorageError, LogDirFailures
 from broker.log.disk_queue import INLINE, DiskQueue
 from broker.log.partition_log import PartitionLog
 from quorum.controller.topic_configs import default_configs
@@ -59,11 +65,26 @@ _DELETE_SUFFIX = "-delete"
 
 class LogManager:
     def __init__(
-        self, log_dirs: Sequence[Path], broker_defaults: Mapping[str, str], *, background: bool = True
+        self,
+        log_dirs: Sequence[Path],
+        broker_defaults: Mapping[str, str],
+        failures: LogDirFailures | None = None,
+        *,
+        background: bool = True,
     ) -> None:
         """`background`: disk work on one thread per log dir (a broker); else inline."""
         self.log_dirs = [Path(d) for d in log_dirs]
-        self._disk: dict[Path, DiskQueue] = {d: DiskQueue(str(d)) if background else INLINE for d in self.log_dirs}
+        self.failures = failures if failures is not None else LogDirFailures()
+        # The loop the broker runs on (None outside one): a storage error on a disk thread
+        # takes its dir offline on the loop, where the failure's listeners act.
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        self._disk: dict[Path, DiskQueue] = {
+            d: DiskQueue(str(d), on_error=functools.partial(self._background_failure, d)) if background else INLINE
+            for d in self.log_dirs
+        }
         self.broker_defaults = dict(broker_defaults)
         # The broker's value of every topic config, parsed once (they come from its static config).
         self.config_defaults = default_configs(self.broker_defaults)
@@ -80,6 +101,7 @@ class LogManager:
         return LogConfig.from_topic_config(topic_config, self.broker_defaults, defaults=self.config_defaults)
 
     def _add(self, tp: TopicPartition, plog: PartitionLog, root: Path) -> None:
+        plog.dir_failures = self.failures
         self.logs[tp] = plog
         self._by_topic.setdefault(tp[0], set()).add(tp[1])
         self._dir_of[tp] = root
@@ -176,6 +198,9 @@ class LogManager:
         config = self.config_for(topic_config)
         existing = self.logs.get(tp)
         if existing is not None:
+            refused = self.failures.refuse(self._dir_of[tp])  # its logs refuse every operation
+            if refused is not None:
+                raise refused
             existing.update_config(config)
             stored = existing.topic_id  # what partition.metadata holds (kept in memory: no read here)
             if stored is None:
@@ -187,10 +212,19 @@ class LogManager:
                 self.delete(topic, partition)
                 return self.get_or_create(topic, partition, topic_id, topic_config)
             return existing
-        root = min(self.log_dirs, key=lambda d: self._hosted[d])
-        plog = PartitionLog.open(root / f"{topic}-{partition}", config, topic_id=topic_id, disk=self._disk[root])
+        online = self.online_dirs()
+        if not online:
+            raise KafkaStorageError(f"no log dir is online to create {topic}-{partition}")
+        root = min(online, key=lambda d: self._hosted[d])
+        try:
+            plog = PartitionLog.open(root / f"{topic}-{partition}", config, topic_id=topic_id, disk=self._disk[root])
+        except OSError as exc:
+            raise self.failures.fail(root, exc, f"creating the log of {topic}-{partition}") from exc
         self._add(tp, plog, root)
         return plog
+
+    def online_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if not self.failures.is_offline(d)]
 
     def update_config(self, topic: str, topic_config: Mapping[str, str]) -> None:
         """Apply a topic's changed configs to each of its partition logs here (one parse)."""
@@ -245,15 +279,17 @@ class LogManager:
         self.checkpoint_log_start_offsets()
 
     def _by_dir(self) -> dict[Path, list[TopicPartition]]:
-        out: dict[Path, list[TopicPartition]] = {root: [] for root in self.log_dirs}
+        """The partitions of each online dir (an offline dir's files are not written)."""
+        out: dict[Path, list[TopicPartition]] = {root: [] for root in self.online_dirs()}
         for tp, root in self._dir_of.items():
-            out[root].append(tp)
+            if root in out:
+                out[root].append(tp)
         return out
 
     def _queue_write(self, root: Path, name: str, offsets: dict[TopicPartition, int]) -> None:
         """The snapshot `offsets` is taken by the caller (on the loop); the atomic write
         (two fsyncs) runs on the dir's queue, after every job queued before it."""
-        self._disk[root].submit(f"{name} checkpoint", lambda: write_offsets(root / name, offsets))
+        self._disk[root].submit("writing the offset checkpoints", lambda: write_offsets(root / name, offsets))
 
     def checkpoint_high_watermarks(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
         for root, mine in self._by_dir().items():
@@ -272,39 +308,58 @@ class LogManager:
     def retention_pass(self, now_ms: int, high_watermark_of: Callable[[str, int], int]) -> int:
         deleted = 0
         for (topic, partition), plog in list(self.logs.items()):
-            deleted += plog.delete_retained_segments(now_ms, high_watermark_of(topic, partition))
+            with contextlib.suppress(KafkaStorageError):  # its dir is offline now (logged once)
+                deleted += plog.delete_retained_segments(now_ms, high_watermark_of(topic, partition))
         self.purge_deleted()
         return deleted
 
     def roll_pass(self, now_ms: int) -> None:
         """segment.ms: roll active segments that are old enough, even without new appends."""
         for plog in self.logs.values():
-            plog.maybe_roll(now_ms)
+            with contextlib.suppress(KafkaStorageError):  # its dir is offline now (logged once)
+                plog.maybe_roll(now_ms)
 
     def flush_pass(self, now_ms: int) -> None:
         """flush.ms (log.flush.interval.ms): fsync (in the background) logs whose oldest
         unflushed write is that old."""
         for plog in self.logs.values():
             if plog.unflushed_messages and now_ms - plog.last_flush_ms >= plog.config.flush_ms:
-                plog.flush_in_background(plog.log_end_offset)
+                with contextlib.suppress(KafkaStorageError):  # its dir is offline now (logged once)
+                    plog.flush_in_background(plog.log_end_offset)
 
     def drain(self) -> None:
         """Wait for every queued disk job (tests, close)."""
         for queue in self._disk.values():
             queue.drain()
 
+    def _background_failure(self, root: Path, what: str, exc: OSError) -> None:
+        """On a disk thread: a queued job of `root` failed; the dir goes offline (on the loop)."""
+        if self._loop is None or self._loop.is_closed():
+            self.failures.fail(root, exc, what)
+        else:
+            self._loop.call_soon_threadsafe(self.failures.fail, root, exc, what)
+
     def close(self, high_watermarks: Mapping[TopicPartition, int] | None = None) -> None:
         """A clean close: wait for the queued disk work, flush every log, write the
-        checkpoints and the clean-shutdown marker (in the caller's thread, in this order)."""
+        checkpoints and the clean-shutdown marker (in the caller's thread, in this order).
+        An offline dir gets none of them (its logs are only closed): the next start recovers it."""
         self.drain()
         for plog in self.logs.values():
-            plog.flush()
+            with contextlib.suppress(KafkaStorageError):
+                plog.flush()
         self.checkpoint(high_watermarks if high_watermarks is not None else self._hw)
-        for plog in self.logs.values():
-            plog.close()
+        for tp, plog in self.logs.items():
+            if self.failures.is_offline(self._dir_of[tp]):
+                with contextlib.suppress(OSError):
+                    plog.close()
+            else:
+                plog.close()
         self.purge_deleted(force=True)
         for queue in self._disk.values():
             queue.close()
-        for root in self.log_dirs:
-            atomic_write(root / CLEAN_SHUTDOWN_FILE, b"")
+        for root in self.online_dirs():
+            try:
+                atomic_write(root / CLEAN_SHUTDOWN_FILE, b"")
+            except OSError as exc:
+                self.failures.fail(root, exc, "writing the clean-shutdown marker")
         self.logs.clear()

@@ -45,16 +45,19 @@ from broker.log.checkpoints import (
     write_epochs,
     write_partition_metadata,
 )
+from broker.log.compression import DecompressionError
 from broker.log.config import LogConfig
+from broker.log.dir_failure import LogDirFailures, storage_op
 from broker.log.disk_queue import INLINE, DiskQueue
+from broker.log.epoch_cache import end_offset_for
 from broker.log.errors import LogError
-from broker.log.records import RecordsError, iter_records
+from broker.log.records import RecordsError, batch_records
 from broker.log.segment import LogSegment
 from broker.log.validation import assign
-from broker.replica.epoch_cache import end_offset_for
 from quorum.kafka_errors import ErrorCode
+from quorum.storage.batch_layout import BATCH_HEADER_SIZE, LOG_OVERHEAD
 from quorum.storage.durable import fsync_dir
-from quorum.storage.record_batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, BatchFrame, scan_frames
+from quorum.storage.record_batch import BatchFrame, scan_frames
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +132,8 @@ class PartitionLog:
         self._flush_failed = False
         self._closed = False
         self.recovery: RecoveryReport | None = None
+        # Set by the LogManager: an OSError in a guarded operation takes the dir offline.
+        self.dir_failures: LogDirFailures | None = None
         # The topic id in partition.metadata (None: unknown, no file yet).
         self.topic_id: UUID | None = None
 
@@ -257,7 +262,7 @@ class PartitionLog:
             if not self._closed:
                 write_unless_deleted(directory, lambda: write_partition_metadata(directory, topic_id))
 
-        self.disk.submit(f"partition.metadata of {directory.name}", write)
+        self.disk.submit(f"writing partition.metadata of {directory.name}", write)
 
     @staticmethod
     def _delete_files(directory: Path, base: int) -> None:
@@ -265,6 +270,10 @@ class PartitionLog:
             (directory / f"{base:020d}{suffix}").unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ views
+
+    @property
+    def log_dir(self) -> Path:
+        return self.directory.parent
 
     @property
     def log_end_offset(self) -> int:
@@ -303,6 +312,7 @@ class PartitionLog:
         if persist:
             self._persist_epochs()
 
+    @storage_op("leader epoch checkpoint")
     def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
         """A new leader's epoch starts at its LEO (Kafka's leader-epoch `assign`)."""
         self._assign(epoch, start_offset)
@@ -321,7 +331,7 @@ class PartitionLog:
             if not self._closed:  # a deleted log's directory is renamed or gone
                 write_unless_deleted(self.directory, lambda: write_epochs(path, snapshot))
 
-        self.disk.submit(f"leader-epoch checkpoint of {self.directory.name}", write)
+        self.disk.submit(f"writing the leader-epoch checkpoint of {self.directory.name}", write)
 
     def _trim_epochs_to(self, end: int) -> None:
         before = len(self._epochs)
@@ -343,12 +353,14 @@ class PartitionLog:
             or last_offset - seg.base_offset > _I32_MAX
         )
 
+    @storage_op("roll")
     def maybe_roll(self, now_ms: int, incoming: int = 0, last_offset: int = -1) -> bool:
         if not self._should_roll(incoming, now_ms, max(last_offset, self.log_end_offset)):
             return False
         self.roll()
         return True
 
+    @storage_op("roll")
     def roll(self) -> None:
         old = self.active
         old.seal()
@@ -378,6 +390,7 @@ class PartitionLog:
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
 
+    @storage_op("append")
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int) -> AppendInfo:
         a = assign(records, self.config, next_offset=self.log_end_offset, leader_epoch=leader_epoch, now_ms=now_ms)
         self._write(a.data, a.frames, now_ms)
@@ -386,6 +399,7 @@ class PartitionLog:
             self.log_start_offset, a.record_count, len(a.data),
         )  # fmt: skip
 
+    @storage_op("append")
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Batches from the leader, offsets and epochs assigned: CRC-checked and appended as
         they are. Batches entirely below the LEO (a duplicate answer) are skipped; a gap or
@@ -430,6 +444,7 @@ class PartitionLog:
     def _segment_for(self, offset: int) -> int:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
+    @storage_op("read")
     def read(self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool) -> bytes | memoryview:
         """Whole batches from the one holding `offset`, below `max_offset`, within `max_bytes`
         (the first batch even above it when `min_one_batch`); from one segment."""
@@ -474,10 +489,11 @@ class PartitionLog:
             return b""
         return memoryview(buf)[:take] if take < len(buf) else buf
 
+    @storage_op("read")
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader epoch): EARLIEST/LATEST/MAX_TIMESTAMP, or the first
-        record with a timestamp >= `timestamp` (record-exact in uncompressed batches,
-        the batch's first offset and largest timestamp in compressed ones)."""
+        record at or above the log start with a timestamp >= `timestamp` (record-exact, in
+        compressed batches too: the batch found is decompressed, as Kafka does)."""
         if timestamp == EARLIEST_TIMESTAMP:
             return self.log_start_offset, -1, self.epoch_of(self.log_start_offset)
         if timestamp == LATEST_TIMESTAMP:
@@ -503,20 +519,23 @@ class PartitionLog:
                 position = frames[-1].position + frames[-1].size
         return None
 
-    def _record_at_or_after(self, seg: LogSegment, f: object, timestamp: int) -> tuple[int, int, int]:
-        from quorum.storage.record_batch import BatchFrame
-
-        assert isinstance(f, BatchFrame)
-        if f.compression or f.attributes & 0x08:
-            return f.base_offset, f.max_timestamp, f.leader_epoch
-        data = seg.read(f.position, f.size)
-        for offset, ts in _record_times(data, f.base_offset, f.base_timestamp, f.record_count):
-            if ts >= timestamp and offset >= self.log_start_offset:
-                return offset, ts, f.leader_epoch
-        return f.base_offset, f.max_timestamp, f.leader_epoch
+    def _record_at_or_after(self, seg: LogSegment, f: BatchFrame, timestamp: int) -> tuple[int, int, int]:
+        """In batch `f`, whose maxTimestamp is >= `timestamp` and which ends at or above the log
+        start: the first record at or above the log start whose timestamp is >= `timestamp`."""
+        try:
+            for offset, ts, _record in batch_records(seg.read(f.position, f.size)):
+                if ts >= timestamp and offset >= self.log_start_offset:
+                    return offset, ts, f.leader_epoch
+        except (RecordsError, DecompressionError) as exc:
+            # The batch passed its CRC when it was appended: this is damage on disk. The
+            # batch's own first offset is an answer that skips none of its records.
+            log.warning("%s-%d: the records of the batch at offset %d do not parse (%s)",
+                        self.topic, self.partition, f.base_offset, exc)  # fmt: skip
+        return max(f.base_offset, self.log_start_offset), f.max_timestamp, f.leader_epoch
 
     # ------------------------------------------------------------------ truncation and deletion
 
+    @storage_op("truncate")
     def truncate_to(self, offset: int) -> None:
         """Drop every offset >= `offset` (whole batches: the LEO may end below `offset`)."""
         if offset >= self.log_end_offset:
@@ -540,6 +559,7 @@ class PartitionLog:
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
 
+    @storage_op("truncate")
     def truncate_fully_and_start_at(self, offset: int) -> None:
         for seg in self.segments:
             seg.delete()
@@ -556,6 +576,7 @@ class PartitionLog:
         self.log_start_offset = offset
         self.recovery_point = offset
 
+    @storage_op("delete records")
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: the log start moves to `offset` (<= LEO); whole segments below it go."""
         if offset > self.log_end_offset:
@@ -576,23 +597,40 @@ class PartitionLog:
             dropped += 1
         return dropped
 
+    @storage_op("retention")
     def delete_retained_segments(self, now_ms: int, high_watermark: int) -> int:
-        """Retention: whole non-active segments, wholly below the HW, older than
-        `retention.ms` (by their largest timestamp) or beyond `retention.bytes`."""
-        deletable = 0
+        """Retention, Kafka's rules: delete the oldest segments, one after the other while each
+        - lies wholly below the high watermark (its next segment's base offset, or the LEO
+          for the active segment, is <= `high_watermark`), and
+        - lies wholly below the log start offset (after DeleteRecords: always applies), or,
+          only when cleanup.policy holds "delete", is older than retention.ms by its largest
+          timestamp (`LogSegment.largest_timestamp_ms`, ms), or the log would still hold at
+          least retention.bytes without it.
+        The active segment goes too once it qualifies and is not empty: the log rolls first,
+        so the new empty active segment keeps the log end offset, which becomes the log
+        start. Returns the number of segments deleted."""
         cfg = self.config
-        size = self.size_bytes()
-        for seg in self.segments[:-1]:
-            if seg.next_offset > high_watermark:
+        by_time = cfg.deletes and cfg.retention_ms >= 0
+        by_size = cfg.deletes and cfg.retention_bytes >= 0
+        excess = self.size_bytes() - cfg.retention_bytes  # bytes over retention.bytes (by_size only)
+        deletable = 0
+        for i, seg in enumerate(self.segments):
+            last = i + 1 == len(self.segments)
+            upper = self.log_end_offset if last else self.segments[i + 1].base_offset
+            if (last and seg.size == 0) or upper > high_watermark:
                 break
-            too_old = cfg.retention_ms >= 0 and seg.max_timestamp >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms
-            too_big = cfg.retention_bytes >= 0 and size - seg.size >= cfg.retention_bytes
-            if not (too_old or too_big or seg.next_offset <= self.log_start_offset):
+            below_start = not last and upper <= self.log_start_offset
+            too_old = by_time and now_ms - seg.largest_timestamp_ms() > cfg.retention_ms
+            too_big = by_size and excess - seg.size >= 0
+            if not (below_start or too_old or too_big):
                 break
-            size -= seg.size
+            excess -= seg.size
             deletable += 1
         if not deletable:
             return 0
+        if deletable == len(self.segments):
+            # Never delete the last segment: roll, and the new one starts at the LEO.
+            self.roll()
         new_start = self.segments[deletable].base_offset
         self.log_start_offset = max(self.log_start_offset, new_start)
         return self._drop_segments_below(new_start)
@@ -616,6 +654,7 @@ class PartitionLog:
     def recovery_point(self, value: int) -> None:
         self._recovery_point = value
 
+    @storage_op("flush")
     def flush(self) -> None:
         """fsync everything now, in the caller's thread (close, `flush.messages`)."""
         for seg in self._dirty:
@@ -628,6 +667,7 @@ class PartitionLog:
         self.unflushed_messages = 0
         self.last_flush_ms = _now_ms()
 
+    @storage_op("flush")
     def flush_in_background(self, upto: int) -> None:
         """Queue an fsync of every segment holding offsets below `upto` that is not known to
         be on disk (and of the directory: new segment files, renames); the recovery point
@@ -687,14 +727,3 @@ def _fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _record_times(data: bytes, base_offset: int, base_ts: int, count: int) -> list[tuple[int, int]]:
-    """(offset, timestamp) of each record of an uncompressed batch (ListOffsets only)."""
-    out = []
-    try:
-        for r in iter_records(data, count, start=BATCH_HEADER_SIZE, payloads=False):
-            out.append((base_offset + r.offset_delta, base_ts + r.timestamp_delta))
-    except RecordsError:
-        pass  # what parsed is what there is
-    return out

@@ -1,8 +1,9 @@
 """Walking the records inside one (uncompressed or decompressed) magic-v2 batch body.
 
 The broker never does this on the produce or fetch path; three slower paths need it: the
-keyless-record check of compacted topics, ListOffsets by timestamp (record-exact), and
-`pykraft log dump --print-data-log`. One walker serves all three.
+keyless-record check of compacted topics, ListOffsets by timestamp (record-exact, in
+compressed batches too), and `pykraft log dump --print-data-log`. One walker serves all
+three; `batch_records` adds the batch's decompression and each record's offset and time.
 
 A record is `length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
 keyLength varint | key | valueLength varint | value | headerCount varint | headers`, with
@@ -13,6 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+from broker.log.compression import decompress
+from quorum.storage.batch_layout import ATTR_COMPRESSION_MASK, ATTR_TIMESTAMP_TYPE, BATCH_HEADER_SIZE, HEADER
 
 
 class RecordsError(ValueError):
@@ -82,3 +86,19 @@ def iter_records(
         else:
             yield RecordView(off_delta, ts_delta, None if key_length < 0 else b"", None, ())
         pos = record_end
+
+
+def batch_records(batch: bytes | memoryview, *, payloads: bool = False) -> Iterator[tuple[int, int, RecordView]]:
+    """(offset, timestamp in ms, record) of each record of one whole batch (header included).
+
+    A compressed batch is decompressed first (`DecompressionError` when it does not).
+    Kafka's timestamp rule: with LogAppendTime every record's timestamp is the batch's
+    maxTimestamp; with CreateTime it is baseTimestamp + the record's timestampDelta.
+    """
+    base, _len, _epoch, _magic, _crc, attrs, _delta, base_ts, max_ts, _pid, _pepoch, _seq, count = HEADER.unpack_from(
+        batch, 0
+    )
+    body = decompress(attrs & ATTR_COMPRESSION_MASK, batch[BATCH_HEADER_SIZE:])
+    log_append_time = bool(attrs & ATTR_TIMESTAMP_TYPE)
+    for record in iter_records(body, count, payloads=payloads):
+        yield base + record.offset_delta, max_ts if log_append_time else base_ts + record.timestamp_delta, record

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from broker.log.disk_queue import INLINE, DiskQueue
 from broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
-from quorum.storage.record_batch import LOG_OVERHEAD, BatchFrame, scan_frames
+from quorum.storage.batch_layout import BATCH_LENGTH_AT, LOG_OVERHEAD
+from quorum.storage.record_batch import BatchFrame, scan_frames
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +189,13 @@ class LogSegment:
         self._since_index += f.size
         self.next_offset = f.last_offset + 1
 
+    def largest_timestamp_ms(self) -> int:
+        """The segment's age for retention.ms (Kafka's `largestTimestamp`): its largest record
+        timestamp (ms), or the file's last-modified time when no batch carries a timestamp."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.fstat(self.fd).st_mtime * 1000)
+
     @property
     def index_full(self) -> bool:
         return self.offset_index.full or self.time_index.full
@@ -248,7 +256,7 @@ class LogSegment:
         head = os.pread(self.fd, LOG_OVERHEAD, position)
         if len(head) < LOG_OVERHEAD:
             return None
-        length = int.from_bytes(head[8:12], "big", signed=True)
+        length = int.from_bytes(head[BATCH_LENGTH_AT:LOG_OVERHEAD], "big", signed=True)
         if length <= 0:
             return None
         data = os.pread(self.fd, LOG_OVERHEAD + length, position)
@@ -341,10 +349,16 @@ class LogSegment:
                 index.flush()
 
     def seal(self) -> None:
-        """The segment rolled: trim its indexes to their entries."""
-        for index in (self._offset_index, self._time_index):
-            if index is not None:
-                index.trim()
+        """The segment rolled: its time index ends with the segment's largest timestamp (so
+        that entry alone dates the segment for retention, after a restart too), and both
+        indexes are trimmed to their entries. A segment opened from disk whose indexes were
+        never mapped was sealed when it rolled: nothing to do (and nothing read)."""
+        if self._offset_index is None or self._time_index is None:
+            return
+        if self.max_timestamp >= 0:
+            self._time_index.add(self.max_timestamp, self.offset_of_max_timestamp)
+        self._offset_index.trim()
+        self._time_index.trim()
 
     def close(self) -> None:
         for index in (self._offset_index, self._time_index):

@@ -28,20 +28,26 @@ from broker.log.config import LogConfig
 from broker.log.errors import LogError
 from broker.log.records import RecordsError, iter_records
 from quorum.kafka_errors import ErrorCode
-from quorum.storage.record_batch import BATCH_HEADER_SIZE, BatchFrame, scan_frames
+from quorum.storage.batch_layout import (
+    ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    ATTRIBUTES_AT,
+    BASE_OFFSET_AT,
+    BATCH_HEADER_SIZE,
+    COMPRESSION_ZSTD,
+    CRC_AT,
+    CRC_START,
+    MAX_TIMESTAMP_AT,
+    PARTITION_LEADER_EPOCH_AT,
+)
+from quorum.storage.record_batch import BatchFrame, scan_frames
 
-_ATTR_TIMESTAMP_TYPE = 0x08
-_ATTR_TRANSACTIONAL = 0x10
-_ATTR_CONTROL = 0x20
-_MAX_CODEC = 4  # zstd
+_MAX_CODEC = COMPRESSION_ZSTD
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
-_CRC_AT = 17
-_CRC_FROM = 21
-_ATTRS_AT = 21
-_MAX_TS_AT = 35
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +101,9 @@ def validate(records: bytes | bytearray | memoryview, config: LogConfig) -> list
                 ErrorCode.INVALID_RECORD,
                 f"Record count {f.record_count} does not match the last offset delta {f.last_offset_delta}.",
             )
-        if f.attributes & _ATTR_CONTROL:
+        if f.attributes & ATTR_CONTROL:
             raise LogError(ErrorCode.INVALID_RECORD, "Clients may not write control records.")
-        if f.attributes & _ATTR_TRANSACTIONAL:
+        if f.attributes & ATTR_TRANSACTIONAL:
             raise LogError(ErrorCode.INVALID_RECORD, "Transactional records are not supported by this broker yet.")
         if f.compression > _MAX_CODEC:
             raise LogError(ErrorCode.CORRUPT_MESSAGE, f"Unknown compression codec {f.compression}.")
@@ -119,17 +125,17 @@ def assign(
     count = 0
     for f in frames:
         base = offset
-        _I64.pack_into(data, f.position, base)
-        _I32.pack_into(data, f.position + 12, leader_epoch)
+        _I64.pack_into(data, f.position + BASE_OFFSET_AT, base)
+        _I32.pack_into(data, f.position + PARTITION_LEADER_EPOCH_AT, leader_epoch)
         batch_max_ts = f.max_timestamp
         attrs = f.attributes
         if log_append:
-            attrs |= _ATTR_TIMESTAMP_TYPE
+            attrs |= ATTR_TIMESTAMP_TYPE
             batch_max_ts = now_ms
-            _I16.pack_into(data, f.position + _ATTRS_AT, attrs)
-            _I64.pack_into(data, f.position + _MAX_TS_AT, now_ms)
-            crc = crc32c(memoryview(data)[f.position + _CRC_FROM : f.position + f.size])
-            _U32.pack_into(data, f.position + _CRC_AT, crc)
+            _I16.pack_into(data, f.position + ATTRIBUTES_AT, attrs)
+            _I64.pack_into(data, f.position + MAX_TIMESTAMP_AT, now_ms)
+            crc = crc32c(memoryview(data)[f.position + CRC_START : f.position + f.size])
+            _U32.pack_into(data, f.position + CRC_AT, crc)
         last = base + f.last_offset_delta
         if batch_max_ts > max_ts:
             max_ts, max_ts_offset = batch_max_ts, last

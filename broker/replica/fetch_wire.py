@@ -39,7 +39,6 @@ def _nested(cls: type[Any], name: str) -> Any:
 
 _FetchTopic = _nested(_REQUEST, "FetchTopic")
 _FetchPartition = _nested(_REQUEST, "FetchPartition")
-_Header: Any = _REQUEST.__header_schema__
 
 
 class FetchWireError(ValueError):
@@ -106,16 +105,19 @@ def encode_fetch_request(
         forgotten_topics_data=(),
         rack_id="",
     )
-    header = _Header(
-        request_api_key=FETCH_API_KEY,
-        request_api_version=FETCH_VERSION,
-        correlation_id=correlation_id,
-        client_id=client_id,
+    return _frame(_REQUEST, FETCH_API_KEY, FETCH_VERSION, correlation_id, client_id, body)
+
+
+def _frame(schema: Any, api_key: int, version: int, correlation_id: int, client_id: str, body: Any) -> bytes:
+    """The request frame: length prefix, header, body."""
+    header_schema = schema.__header_schema__
+    header = header_schema(
+        request_api_key=api_key, request_api_version=version, correlation_id=correlation_id, client_id=client_id
     )
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
-    entity_writer(_Header)(buf, header)
-    entity_writer(_REQUEST)(buf, body)
+    entity_writer(header_schema)(buf, header)
+    entity_writer(schema)(buf, body)
     view = buf.getbuffer()
     struct.pack_into(">i", view, 0, len(view) - 4)
     del view
@@ -157,3 +159,59 @@ def decode_fetch_response(frame: bytes) -> tuple[ErrorCode, list[FetchPartitionR
                 )
             )
     return _error(body.error_code), out
+
+
+# ---------------------------------------------------------------- ListOffsets (a follower's OFFSET_OUT_OF_RANGE)
+
+LIST_OFFSETS_API_KEY: Final = 2
+LIST_OFFSETS_VERSION: Final = 4
+"""v4: the first version with ``current_leader_epoch`` (KIP-320), non-flexible."""
+EARLIEST_TIMESTAMP: Final = -2
+LATEST_TIMESTAMP: Final = -1
+
+_LO_REQUEST: Any = load_request_schema(LIST_OFFSETS_API_KEY, LIST_OFFSETS_VERSION)
+_LO_RESPONSE: Any = load_response_schema(LIST_OFFSETS_API_KEY, LIST_OFFSETS_VERSION)
+_LOTopic = _nested(_LO_REQUEST, "ListOffsetsTopic")
+_LOPartition = _nested(_LO_REQUEST, "ListOffsetsPartition")
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsAnswer:
+    topic: str
+    partition: int
+    error: ErrorCode
+    offset: int
+
+
+def encode_list_offsets_request(
+    *, correlation_id: int, client_id: str, replica_id: int, timestamp: int, partitions: list[tuple[str, int, int]]
+) -> bytes:
+    """A complete frame asking, as replica ``replica_id``, the offset at ``timestamp``
+    (EARLIEST_TIMESTAMP: the log start; LATEST_TIMESTAMP: the log end, for a replica) of each
+    ``(topic, partition, current_leader_epoch)``."""
+    by_topic: dict[str, list[Any]] = {}
+    for topic, partition, epoch in partitions:
+        by_topic.setdefault(topic, []).append(
+            _LOPartition(partition_index=partition, current_leader_epoch=epoch, timestamp=timestamp)
+        )
+    body = _LO_REQUEST(
+        replica_id=replica_id,
+        isolation_level=0,
+        topics=tuple(_LOTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+    )
+    return _frame(_LO_REQUEST, LIST_OFFSETS_API_KEY, LIST_OFFSETS_VERSION, correlation_id, client_id, body)
+
+
+def decode_list_offsets_response(frame: bytes) -> list[ListOffsetsAnswer]:
+    try:
+        _, pos = entity_reader(_LO_RESPONSE.__header_schema__)(frame, 0)
+        body, end = entity_reader(_LO_RESPONSE)(frame, pos)
+    except MalformedError as exc:
+        raise FetchWireError(f"malformed list offsets response: {exc}") from exc
+    if end != len(frame):
+        raise FetchWireError(f"{len(frame) - end} trailing bytes after the list offsets response")
+    return [
+        ListOffsetsAnswer(str(t.name), int(p.partition_index), _error(p.error_code), int(p.offset))
+        for t in body.topics
+        for p in t.partitions
+    ]

@@ -2,18 +2,14 @@
 
 As Kafka's ReplicaFetcherThread, a fetcher sends one Fetch (v12, `replica_id` = this
 broker) for all the partitions this broker follows from one leader, long-polled by
-`replica.fetch.wait.max.ms`, and applies the answer partition by partition:
-
-- records: appended as they are (`PartitionLog.append_as_follower`); the follower's high
-  watermark becomes min(leader's HW, own log end);
-- a diverging epoch: the log is truncated to where it agrees with the leader (KIP-320),
-  then fetching resumes from there;
-- OFFSET_OUT_OF_RANGE: the follower is below the leader's log start (start over at the
-  leader's log start offset) or above its end (truncate to the leader's high watermark,
-  which every ISR member has);
-- NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH: this broker's metadata is behind or ahead
-  of the leader's; the partition waits out `replica.fetch.backoff.ms` and the next
-  metadata delta moves it to the right fetcher.
+`replica.fetch.wait.max.ms`, and applies the answer partition by partition. What an answer
+means is decided by `PartitionState.on_fetch_answer` and carried out by
+`broker.replica.follower` (the replication simulation runs the same two): append; truncate
+on a diverging epoch (KIP-320), always, even to the log end; restart an empty log at the
+leader's first batch; on OFFSET_OUT_OF_RANGE ask the leader's log start and end
+(ListOffsets as a replica) and truncate or restart; otherwise (NOT_LEADER_OR_FOLLOWER,
+FENCED_LEADER_EPOCH, a log error) wait `replica.fetch.backoff.ms`: the next metadata delta
+moves the partition to the right fetcher.
 
 A fetcher never blocks the loop on disk beyond page-cache writes; a failed request backs
 off `replica.fetch.backoff.ms` and retries with the same positions (appends are
@@ -30,16 +26,25 @@ from collections.abc import Callable
 
 from broker.log import LogError
 from broker.replica.fetch_wire import (
+    EARLIEST_TIMESTAMP,
     FETCH_API_KEY,
     FETCH_VERSION,
+    LATEST_TIMESTAMP,
+    LIST_OFFSETS_API_KEY,
+    LIST_OFFSETS_VERSION,
     FetchPartitionRequest,
     FetchWireError,
+    ListOffsetsAnswer,
     decode_fetch_response,
+    decode_list_offsets_response,
     encode_fetch_request,
+    encode_list_offsets_request,
 )
 from broker.replica.manager import HostedPartition, ReplicaManager, TopicPartition
+from broker.replica.state import FollowerPlan, FollowerStep, LeaderAnswer
 from quorum.kafka_errors import ErrorCode
 from quorum.node.config import NodeConfig
+from quorum.storage.record_batch import peek_batch_header
 from quorum.wire.transport import PeerClient, PeerUnavailable
 
 log = logging.getLogger(__name__)
@@ -165,6 +170,7 @@ class ReplicaFetcher:
         top, parts = decode_fetch_response(raw)
         if top != ErrorCode.NONE:
             raise FetchWireError(f"fetch answered {top.name}")
+        out_of_range: list[tuple[HostedPartition, int]] = []
         for p in parts:
             entry = sent.get((p.topic, p.partition))
             if entry is None:
@@ -172,75 +178,95 @@ class ReplicaFetcher:
             hosted, epoch, offset = entry
             if self.partitions.get(hosted.tp) is not hosted or hosted.state.leader_epoch != epoch:
                 continue  # moved on while the request was out
-            self._apply(hosted, p.error, p.records, p.high_watermark, p.log_start_offset, p.diverging_epoch, offset)
+            first = peek_batch_header(p.records, 0) if p.records else None
+            answer = LeaderAnswer(
+                p.error,
+                p.high_watermark,
+                p.log_start_offset,
+                p.diverging_epoch,
+                None if first is None else (first[0], first[0] + first[3]),
+            )
+            step = self._apply(hosted, offset, answer, p.records)
+            if step is FollowerStep.ASK_LEADER_OFFSETS:
+                out_of_range.append((hosted, epoch))
+        if out_of_range:
+            await self._handle_out_of_range(peer, out_of_range)
 
     def _delay(self, hosted: HostedPartition) -> None:
         self._delayed_until[hosted.tp] = time.monotonic() + self.config.replica_fetch_backoff_ms / 1000
 
-    def _apply(
-        self,
-        hosted: HostedPartition,
-        error: ErrorCode,
-        records: bytes,
-        leader_hw: int,
-        leader_log_start: int,
-        diverging: tuple[int, int] | None,
-        fetch_offset: int,
-    ) -> None:
-        plog = hosted.log
-        state = hosted.state
-        if error == ErrorCode.NONE and diverging is not None:
-            cut = state.truncation(diverging, plog)
-            if cut.offset < plog.log_end_offset:
-                self._truncate(hosted, cut.offset, f"leader {self.leader_id} diverges at epoch {diverging[0]}")
-                if cut.below_high_watermark:
-                    log.warning(
-                        "broker %d: %s-%d lost %d offsets below its high watermark (unclean leader election)",
-                        self.config.node_id, hosted.topic, hosted.partition, cut.below_high_watermark,
-                    )  # fmt: skip
-            state.on_truncated(plog)
-            return
-        if error == ErrorCode.NONE:
-            if fetch_offset != plog.log_end_offset:
-                return  # the log moved (truncated) while the request was out: refetch
+    def _apply(self, hosted: HostedPartition, fetch_offset: int, answer: LeaderAnswer, records: bytes) -> FollowerStep:
+        try:
+            plan = self.manager.apply_fetch_answer(hosted, fetch_offset, answer, records)
+        except LogError as exc:
+            log.warning(
+                "broker %d: cannot append to %s-%d from leader %d: %s",
+                self.config.node_id, hosted.topic, hosted.partition, self.leader_id, exc,
+            )  # fmt: skip
+            self._delay(hosted)
+            return FollowerStep.BACKOFF
+        self._report(hosted, plan, f"leader {self.leader_id} diverges at epoch {(answer.diverging_epoch or (-1,))[0]}")
+        if plan.step is FollowerStep.BACKOFF:
+            log.info(
+                "broker %d: fetching %s-%d from broker %d: %s; retrying in %d ms",
+                self.config.node_id, hosted.topic, hosted.partition, self.leader_id, answer.error.name,
+                self.config.replica_fetch_backoff_ms,
+            )  # fmt: skip
+            self._delay(hosted)
+        return plan.step
+
+    def _report(self, hosted: HostedPartition, plan: FollowerPlan, why: str) -> None:
+        if plan.step is FollowerStep.TRUNCATE:
+            log.info(
+                "broker %d: truncated %s-%d to %d (%s)",
+                self.config.node_id, hosted.topic, hosted.partition, plan.offset, why,
+            )  # fmt: skip
+            if plan.below_high_watermark:
+                log.warning(
+                    "broker %d: %s-%d lost %d offsets below its high watermark (unclean leader election)",
+                    self.config.node_id, hosted.topic, hosted.partition, plan.below_high_watermark,
+                )  # fmt: skip
+        elif plan.step is FollowerStep.RESTART or (plan.step is FollowerStep.APPEND and plan.offset >= 0):
+            log.info(
+                "broker %d: %s-%d restarts its log at offset %d (%s)",
+                self.config.node_id, hosted.topic, hosted.partition, plan.offset, why,
+            )  # fmt: skip
+
+    async def _handle_out_of_range(self, peer: PeerClient, parts: list[tuple[HostedPartition, int]]) -> None:
+        """OFFSET_OUT_OF_RANGE: ask the leader's log start and log end (ListOffsets as a replica,
+        as Kafka's fetcher does) and truncate or restart (`out_of_range_plan`)."""
+        asked = [(h.topic, h.partition, epoch) for h, epoch in parts]
+        offsets: dict[int, dict[TopicPartition, ListOffsetsAnswer]] = {}
+        for timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
+            self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+            frame = encode_list_offsets_request(
+                correlation_id=self._correlation,
+                client_id=f"replica-fetcher-{self.config.node_id}",
+                replica_id=self.config.node_id,
+                timestamp=timestamp,
+                partitions=asked,
+            )
+            raw = await peer.send(frame, self._correlation, LIST_OFFSETS_API_KEY, LIST_OFFSETS_VERSION)
+            offsets[timestamp] = {(a.topic, a.partition): a for a in decode_list_offsets_response(raw)}
+        for hosted, epoch in parts:
+            start = offsets[EARLIEST_TIMESTAMP].get(hosted.tp)
+            end = offsets[LATEST_TIMESTAMP].get(hosted.tp)
+            if self.partitions.get(hosted.tp) is not hosted or hosted.state.leader_epoch != epoch:
+                continue
+            if start is None or end is None or start.error != ErrorCode.NONE or end.error != ErrorCode.NONE:
+                self._delay(hosted)
+                continue
             try:
-                self.manager.follower_append(hosted, records, leader_hw, leader_log_start)
+                plan = self.manager.apply_leader_offsets(hosted, start.offset, end.offset)
             except LogError as exc:
                 log.warning(
-                    "broker %d: cannot append to %s-%d from leader %d: %s",
-                    self.config.node_id, hosted.topic, hosted.partition, self.leader_id, exc,
+                    "broker %d: %s-%d out of range: %s", self.config.node_id, hosted.topic, hosted.partition, exc
                 )  # fmt: skip
                 self._delay(hosted)
-            return
-        if error == ErrorCode.OFFSET_OUT_OF_RANGE and leader_log_start >= 0 and leader_hw >= 0:
-            # The leader's HW stands in for its log end (HW <= LEO): truncating to it drops at
-            # most records the leader would send again.
-            action, offset = state.out_of_range_target(leader_log_start, leader_hw, plog)
-            if action == "truncate":
-                self._truncate(hosted, offset, "out of range: above the leader's high watermark")
-            elif action == "restart":
-                log.info(
-                    "broker %d: %s-%d restarts at the leader's log start %d",
-                    self.config.node_id, hosted.topic, hosted.partition, offset,
-                )  # fmt: skip
-                plog.truncate_fully_and_start_at(offset)
-            else:
+                continue
+            self._report(hosted, plan, f"out of range: leader's log is [{start.offset}, {end.offset})")
+            if plan.step is FollowerStep.BACKOFF:
                 self._delay(hosted)
-            state.on_truncated(plog)
-            return
-        log.info(
-            "broker %d: fetching %s-%d from broker %d: %s; retrying in %d ms",
-            self.config.node_id, hosted.topic, hosted.partition, self.leader_id, error.name,
-            self.config.replica_fetch_backoff_ms,
-        )  # fmt: skip
-        self._delay(hosted)
-
-    def _truncate(self, hosted: HostedPartition, offset: int, why: str) -> None:
-        log.info(
-            "broker %d: truncating %s-%d from %d to %d (%s)",
-            self.config.node_id, hosted.topic, hosted.partition, hosted.log.log_end_offset, offset, why,
-        )  # fmt: skip
-        hosted.log.truncate_to(offset)
 
 
 class FetcherManager:

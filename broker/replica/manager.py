@@ -22,7 +22,6 @@ blocking disk work (fsync, deleting segments) runs in the default executor.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from uuid import UUID
 
-from broker.kafka.services import (
+from broker.log import LogError, LogManager, PartitionLog
+from broker.replica.follower import apply_fetch_answer, apply_leader_offsets
+from broker.replica.purgatory import AckWaiters, ProgressSignal, future_callback, wait_any
+from broker.replica.requests import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
     EARLIEST_TIMESTAMP,
@@ -54,9 +56,7 @@ from broker.kafka.services import (
     ProducePartitionResult,
     ReplicaView,
 )
-from broker.log import LogError, LogManager, PartitionLog
-from broker.replica.purgatory import OffsetWaiters, ProgressSignal, wait_any
-from broker.replica.state import PartitionState
+from broker.replica.state import FollowerPlan, LeaderAnswer, PartitionState
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
@@ -82,7 +82,9 @@ class HostedPartition:
     log: PartitionLog
     state: PartitionState
     registration: PartitionRegistration
-    acks: OffsetWaiters = field(default_factory=OffsetWaiters)
+    acks: AckWaiters = field(default_factory=AckWaiters)
+    deletes: list[tuple[int, asyncio.Future[int]]] = field(default_factory=list)
+    """DeleteRecords waiting for every live replica's log start: (required offset, future of the low watermark)."""
     progress: ProgressSignal = field(default_factory=ProgressSignal)
 
     @property
@@ -129,11 +131,27 @@ class ReplicaManager:
             self._become(tip, reg, image, leader=True)
         for tip, reg in changes.followers.items():
             self._become(tip, reg, image, leader=False)
+        brokers_changed = False
         for resource in delta.changed_configs:
             if resource.type == ConfigResourceType.TOPIC:  # LogConfig takes the broker's static config only
                 self.logs.update_config(resource.name, self._topic_config(image, resource.name))
+            elif resource.type == ConfigResourceType.BROKER:
+                brokers_changed = True
+        if delta.changed_configs:
+            topics = {r.name for r in delta.changed_configs if r.type == ConfigResourceType.TOPIC}
+            self._refresh_min_isr(None if brokers_changed else topics)
         if changes.leaders or changes.followers:
             self._on_isr_change_wanted()
+
+    def _refresh_min_isr(self, topics: set[str] | None) -> None:
+        """``min.insync.replicas`` changed (a topic's, or a broker default when ``topics`` is
+        None): every led partition applies the new value at once (the HW may move or freeze;
+        the next acks=-1 produce is checked against it)."""
+        now = now_ms()
+        for hosted in self.partitions.values():
+            if topics is None or hosted.topic in topics:
+                if hosted.state.set_min_insync_replicas(self.min_insync_replicas(hosted.topic), now, hosted.log):
+                    self._advance(hosted)
 
     def _topic_config(self, image: MetadataImage, topic: str) -> Mapping[str, str]:
         return image.topic_config(topic)
@@ -147,6 +165,7 @@ class ReplicaManager:
             del self.partitions[tp]
             self._on_unfollow(hosted)
             hosted.acks.fail_all(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            self._fail_deletes(hosted, ErrorCode.NOT_LEADER_OR_FOLLOWER)
             hosted.progress.notify()
         try:
             self.logs.delete(tp[0], tp[1])
@@ -177,7 +196,6 @@ class ReplicaManager:
         now = now_ms()
         if leader:
             self._on_unfollow(hosted)
-            old_epoch = hosted.state.leader_epoch if hosted.state.is_leader else -1
             hosted.state.become_leader(
                 leader_epoch=reg.leader_epoch,
                 partition_epoch=reg.partition_epoch,
@@ -187,9 +205,6 @@ class ReplicaManager:
                 log=hosted.log,
                 leader_recovery_state=reg.leader_recovery_state,
             )
-            if old_epoch != reg.leader_epoch:
-                # acks=all writes of an earlier leadership: the client must retry (Kafka's rule).
-                hosted.acks.fail_all(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             self._advance(hosted)
         else:
             hosted.state.become_follower(
@@ -199,7 +214,8 @@ class ReplicaManager:
                 replicas=reg.replicas,
                 isr=reg.isr,
             )
-            hosted.acks.fail_all(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            self._advance(hosted)  # acks=-1 writes of the leadership that ended: NOT_LEADER_OR_FOLLOWER
+            self._fail_deletes(hosted, ErrorCode.NOT_LEADER_OR_FOLLOWER)
             self._on_unfollow(hosted)
             if reg.leader >= 0:
                 self._on_follow(hosted)
@@ -209,9 +225,7 @@ class ReplicaManager:
 
     def _advance(self, hosted: HostedPartition) -> None:
         """After anything that may move the HW: release acks=all waiters and long polls."""
-        state = hosted.state
-        if state.is_leader:
-            hosted.acks.advance(state.high_watermark, isr_ok=len(state.maximal_isr) >= state.effective_min_isr())
+        hosted.acks.complete(hosted.state)
         hosted.progress.notify()
 
     def _leader_partition(
@@ -224,15 +238,7 @@ class ReplicaManager:
             if t is None or partition not in t.partitions:
                 return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if current_leader_epoch >= 0:
-            epoch = hosted.state.leader_epoch
-            if current_leader_epoch < epoch:
-                return hosted, ErrorCode.FENCED_LEADER_EPOCH
-            if current_leader_epoch > epoch:
-                return hosted, ErrorCode.UNKNOWN_LEADER_EPOCH
-        if not hosted.state.is_leader:
-            return hosted, ErrorCode.NOT_LEADER_OR_FOLLOWER
-        return hosted, ErrorCode.NONE
+        return hosted, hosted.state.check_leader_epoch(current_leader_epoch)
 
     def _hint(self, topic: str, partition: int) -> LeaderHint:
         t = self.image().topics.by_name.get(topic)
@@ -278,7 +284,7 @@ class ReplicaManager:
         if error != ErrorCode.NONE or hosted is None:
             hint = self._hint(part.topic, part.partition) if error == ErrorCode.NOT_LEADER_OR_FOLLOWER else None
             return ProducePartitionResult(error=error, current_leader=hint), None
-        check = hosted.state.check_produce(acks)
+        check = hosted.state.check_produce(acks, self.min_insync_replicas(part.topic))
         if check.error != ErrorCode.NONE:
             return ProducePartitionResult(error=check.error, error_message=check.message or None), None
         try:
@@ -298,7 +304,8 @@ class ReplicaManager:
         )
         if acks != -1:
             return result, None
-        fut = hosted.acks.wait(info.last_offset + 1)
+        fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        hosted.acks.add(info.last_offset + 1, hosted.state.leader_epoch, future_callback(fut))
         self._advance(hosted)
         return result, (hosted, fut)
 
@@ -353,13 +360,10 @@ class ReplicaManager:
             )
         state = hosted.state
         plog = hosted.log
-        if fp.current_leader_epoch >= 0:
-            if fp.current_leader_epoch < state.leader_epoch:
-                return FetchPartitionResult(ErrorCode.FENCED_LEADER_EPOCH, current_leader=hosted.leader_hint())
-            if fp.current_leader_epoch > state.leader_epoch:
-                return FetchPartitionResult(ErrorCode.UNKNOWN_LEADER_EPOCH)
-        if not state.is_leader and (follower or params.fetch_only_leader):
-            return FetchPartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, current_leader=hosted.leader_hint())
+        error = state.check_leader_epoch(fp.current_leader_epoch, require_leader=follower or params.fetch_only_leader)
+        if error != ErrorCode.NONE:
+            hint = None if error == ErrorCode.UNKNOWN_LEADER_EPOCH else hosted.leader_hint()
+            return FetchPartitionResult(error, current_leader=hint)
         if follower:
             outcome = state.on_follower_fetch(
                 replica_id=params.replica_id,
@@ -368,11 +372,13 @@ class ReplicaManager:
                 log_start_offset=fp.log_start_offset,
                 now_ms=now,
                 log=plog,
-                broker_epoch=params.replica_epoch,
+                broker_epoch=self._fetch_broker_epoch(params),
                 isr_eligible=self._isr_eligible(params.replica_id),
             )
             if outcome.isr_expand_wanted:
                 self._on_isr_change_wanted()
+            if hosted.deletes:
+                self._complete_deletes(hosted)
             if outcome.high_watermark_changed:
                 # Only a moved HW releases acks=all waiters and long polls. Waking them on every
                 # follower fetch made two idle followers' long polls wake each other forever.
@@ -407,6 +413,18 @@ class ReplicaManager:
             log_start_offset=plog.log_start_offset,
             records=records,
         )
+
+    def _fetch_broker_epoch(self, params: FetchParams) -> int:
+        """The broker epoch of the incarnation that sent a follower fetch (KIP-903). Fetch v15
+        carries it; the replica fetchers here speak v12 (topics by name), which does not, so
+        the leader takes the follower's registered epoch as it stands when the fetch is read: a
+        restarted follower's first fetch read after its new registration resets what the
+        leader knew of it, and an ISR change names the epoch its fetches were counted under,
+        which the controller checks against the registration."""
+        if params.replica_epoch >= 0:
+            return params.replica_epoch
+        b = self.image().cluster.brokers.get(params.replica_id)
+        return -1 if b is None else b.epoch
 
     def _isr_eligible(self, broker_id: int) -> bool:
         """KIP-841: only a registered, unfenced broker not shutting down may join an ISR."""
@@ -449,13 +467,20 @@ class ReplicaManager:
                 continue
             plog = hosted.log
             hw = hosted.state.high_watermark
+            client = replica_id == CONSUMER_REPLICA_ID
+            # Kafka: a new leader whose HW is still below the start of its epoch does not know
+            # yet what is committed: a client asking for the latest offset (or a time beyond
+            # the HW) gets OFFSET_NOT_AVAILABLE and retries, rather than a stale offset.
+            hw_lagging = client and hosted.state.epoch_start_offset > hw
             if p.timestamp == LATEST_TIMESTAMP:
-                if replica_id >= 0 or replica_id == DEBUGGING_REPLICA_ID:
-                    offset = plog.log_end_offset
-                else:
-                    # The LSO equals the HW without transactions, so both isolation levels get it.
-                    offset = hw
-                out.append(ListOffsetsResult(ErrorCode.NONE, -1, offset, plog.latest_epoch() or -1))
+                if hw_lagging:
+                    out.append(ListOffsetsResult(ErrorCode.OFFSET_NOT_AVAILABLE))
+                    continue
+                # A replica (or a debugging tool) gets the log end; a client the HW (the LSO equals
+                # the HW without transactions, so both isolation levels get it).
+                offset = hw if client else plog.log_end_offset
+                latest = plog.latest_epoch()
+                out.append(ListOffsetsResult(ErrorCode.NONE, -1, offset, -1 if latest is None else latest))
                 continue
             if p.timestamp == EARLIEST_TIMESTAMP:
                 found = plog.offset_for_timestamp(EARLIEST_TIMESTAMP)
@@ -463,8 +488,9 @@ class ReplicaManager:
                 out.append(ListOffsetsResult(ErrorCode.NONE, -1, start, found[2] if found else -1))
                 continue
             found = plog.offset_for_timestamp(p.timestamp)
-            if found is None or (replica_id == CONSUMER_REPLICA_ID and found[0] >= hw):
-                out.append(ListOffsetsResult(ErrorCode.NONE, -1, -1, -1))
+            if found is None or (client and found[0] >= hw):
+                code = ErrorCode.OFFSET_NOT_AVAILABLE if hw_lagging else ErrorCode.NONE
+                out.append(ListOffsetsResult(code, -1, -1, -1))
                 continue
             if p.timestamp == MAX_TIMESTAMP and found[0] >= hw and replica_id == CONSUMER_REPLICA_ID:
                 out.append(ListOffsetsResult(ErrorCode.NONE, -1, -1, -1))
@@ -487,7 +513,11 @@ class ReplicaManager:
     async def delete_records(
         self, timeout_ms: int, partitions: Sequence[DeleteRecordsPartition]
     ) -> list[DeleteRecordsResult]:
-        out = []
+        """DeleteRecords on the leader: move the log start, then answer once every live replica's
+        log start has followed (Kafka's DelayedDeleteRecords: the low watermark), or with
+        REQUEST_TIMED_OUT after ``timeout_ms``."""
+        out: list[DeleteRecordsResult] = []
+        waits: list[tuple[int, HostedPartition, asyncio.Future[int]]] = []
         for p in partitions:
             hosted, error = self._leader_partition(p.topic, p.partition)
             if error != ErrorCode.NONE or hosted is None:
@@ -504,8 +534,47 @@ class ReplicaManager:
                 out.append(DeleteRecordsResult(exc.code))
                 continue
             out.append(DeleteRecordsResult(ErrorCode.NONE, low))
-        del timeout_ms  # followers move their log start offset from the fetch responses
+            fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            hosted.deletes.append((offset, fut))
+            waits.append((len(out) - 1, hosted, fut))
+            self._complete_deletes(hosted)
+            hosted.progress.notify()  # followers long-polling learn the new log start now
+        if waits:
+            await asyncio.wait([w[2] for w in waits], timeout=max(timeout_ms, 0) / 1000)
+            for i, hosted, fut in waits:
+                if not fut.done():
+                    fut.cancel()
+                    hosted.deletes = [d for d in hosted.deletes if d[1] is not fut]
+                    out[i] = DeleteRecordsResult(ErrorCode.REQUEST_TIMED_OUT, self._low_watermark(hosted))
+                elif fut.result() < 0:
+                    out[i] = DeleteRecordsResult(ErrorCode(-fut.result()))
+                else:
+                    out[i] = DeleteRecordsResult(ErrorCode.NONE, fut.result())
         return out
+
+    def _low_watermark(self, hosted: HostedPartition) -> int:
+        alive = self.image().cluster.brokers
+        return hosted.state.low_watermark(
+            hosted.log, lambda b: b in alive and not alive[b].fenced
+        )
+
+    def _complete_deletes(self, hosted: HostedPartition) -> None:
+        low = self._low_watermark(hosted)
+        keep = []
+        for required, fut in hosted.deletes:
+            if fut.done():
+                continue
+            if low >= required:
+                fut.set_result(low)
+            else:
+                keep.append((required, fut))
+        hosted.deletes = keep
+
+    def _fail_deletes(self, hosted: HostedPartition, error: ErrorCode) -> None:
+        deletes, hosted.deletes = hosted.deletes, []
+        for _, fut in deletes:
+            if not fut.done():
+                fut.set_result(-int(error))  # an error code, negated: a low watermark is never negative
 
     def describe_log_dirs(self, topics: Mapping[str, Sequence[int]] | None) -> list[LogDirDescription]:
         import shutil
@@ -524,23 +593,25 @@ class ReplicaManager:
                 total, free = usage.total, usage.free
             except OSError:
                 total, free = -1, -1
-            out.append(LogDirDescription(str(d), ErrorCode.NONE, tuple(parts), total, free))
+            error = ErrorCode.KAFKA_STORAGE_ERROR if self.logs.failures.is_offline(d) else ErrorCode.NONE
+            out.append(LogDirDescription(str(d), error, tuple(parts), total, free))
         return out
 
     # ------------------------------------------------------------------ follower side
 
-    def follower_append(self, hosted: HostedPartition, records: bytes, leader_hw: int, leader_log_start: int) -> int:
-        """Append what the leader sent; returns the bytes appended."""
-        appended = 0
-        if records:
-            hosted.log.append_as_follower(records)
-            appended = len(records)
-        if leader_log_start > hosted.log.log_start_offset:
-            with contextlib.suppress(LogError):
-                hosted.log.delete_records_before(min(leader_log_start, hosted.log.log_end_offset))
-        hosted.state.on_follower_progress(leader_hw, hosted.log)
+    def apply_fetch_answer(
+        self, hosted: HostedPartition, fetch_offset: int, answer: LeaderAnswer, records: bytes
+    ) -> FollowerPlan:
+        """One partition of the leader's Fetch answer (`broker.replica.follower`); wakes the
+        long polls of consumers reading this follower."""
+        plan = apply_fetch_answer(hosted.state, hosted.log, fetch_offset, answer, records)
         hosted.progress.notify()
-        return appended
+        return plan
+
+    def apply_leader_offsets(self, hosted: HostedPartition, leader_start: int, leader_end: int) -> FollowerPlan:
+        plan = apply_leader_offsets(hosted.state, hosted.log, leader_start, leader_end)
+        hosted.progress.notify()
+        return plan
 
     # ------------------------------------------------------------------ periodic work
 
@@ -562,4 +633,5 @@ class ReplicaManager:
     def close(self) -> None:
         for hosted in self.partitions.values():
             hosted.acks.fail_all(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            self._fail_deletes(hosted, ErrorCode.NOT_LEADER_OR_FOLLOWER)
             hosted.progress.notify()

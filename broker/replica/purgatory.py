@@ -1,9 +1,10 @@
 """Waiting rooms for requests that cannot be answered yet (Kafka's delayed operations).
 
-`OffsetWaiters`: one per leader partition. An `acks=all` produce waits until the high
-watermark reaches the offset after its last record; when the high watermark moves, every
-waiter at or below it completes at once. Waiters are kept in a heap by required offset, so
-advancing costs O(completed · log n), not O(waiting).
+`AckWaiters`: one per leader partition. An `acks=all` produce waits until
+`PartitionState.is_acked` answers for it (the high watermark passed its last record, or the
+leadership ended); when the high watermark moves, every waiter it covers completes at once.
+Waiters are kept in a heap by required offset, so completing costs O(completed · log n), not
+O(waiting).
 
 `ProgressSignal`: one per partition. A long-polling fetch (a consumer waiting for
 `min_bytes`, a follower waiting for new records) waits for the next "something changed"
@@ -16,42 +17,58 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections.abc import Callable
 
+from broker.replica.state import PartitionState
 from quorum.kafka_errors import ErrorCode
 
 
-class OffsetWaiters:
+class AckWaiters:
+    """The acks=-1 writes of one leader partition waiting for replication (Kafka's
+    DelayedProduce). When they complete is `PartitionState.is_acked`'s rule alone: `complete`
+    asks it for the waiters in order of their required offset and stops at the first still
+    waiting (every later one needs a higher HW). Callback based and loop free, so the
+    replication simulation drives this very class."""
+
     def __init__(self) -> None:
-        self._heap: list[tuple[int, int, asyncio.Future[ErrorCode]]] = []
-        self._seq = itertools.count()  # tie-breaker: futures do not compare
+        self._heap: list[tuple[int, int, int, Callable[[ErrorCode], None]]] = []
+        self._seq = itertools.count()  # tie-breaker: callbacks do not compare
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    def wait(self, required_offset: int) -> asyncio.Future[ErrorCode]:
-        """A future completed with NONE once `advance(hw)` sees hw >= required_offset,
-        or with an error code by `fail_all`. The caller bounds the wait (timeout_ms)."""
-        fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._heap, (required_offset, next(self._seq), fut))
-        return fut
+    def add(self, required_offset: int, append_leader_epoch: int, done: Callable[[ErrorCode], None]) -> None:
+        """Wait for an acks=-1 write appended as leader in ``append_leader_epoch`` whose last
+        offset is ``required_offset - 1``; ``done(code)`` is called once (see `complete`)."""
+        heapq.heappush(self._heap, (required_offset, next(self._seq), append_leader_epoch, done))
 
-    def advance(self, high_watermark: int, *, isr_ok: bool = True) -> None:
-        """Complete the waiters whose records the high watermark now covers. When the ISR
-        is smaller than min.insync.replicas (`isr_ok` False) they complete with
-        NOT_ENOUGH_REPLICAS_AFTER_APPEND, as in Kafka."""
-        result = ErrorCode.NONE if isr_ok else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    def complete(self, state: PartitionState) -> None:
+        """Complete every waiter `state.is_acked` has an answer for (NONE, NOT_ENOUGH_REPLICAS_
+        AFTER_APPEND, or NOT_LEADER_OR_FOLLOWER once the leadership that appended it ended)."""
         heap = self._heap
-        while heap and heap[0][0] <= high_watermark:
-            _, _, fut = heapq.heappop(heap)
-            if not fut.done():
-                fut.set_result(result)
+        while heap:
+            required, _, epoch, done = heap[0]
+            code = state.is_acked(required, epoch)
+            if code is None:
+                return
+            heapq.heappop(heap)
+            done(code)
 
     def fail_all(self, error: ErrorCode) -> None:
-        """Leadership was lost (or the partition removed): nobody waits for this leader any more."""
+        """The partition is gone or its leadership ended: nobody waits for this leader any more."""
         heap, self._heap = self._heap, []
-        for _, _, fut in heap:
-            if not fut.done():
-                fut.set_result(error)
+        for _, _, _, done in heap:
+            done(error)
+
+
+def future_callback(fut: asyncio.Future[ErrorCode]) -> Callable[[ErrorCode], None]:
+    """A `AckWaiters` callback completing ``fut`` (unless it was cancelled: a timed-out produce)."""
+
+    def done(code: ErrorCode) -> None:
+        if not fut.done():
+            fut.set_result(code)
+
+    return done
 
 
 class ProgressSignal:

@@ -38,12 +38,12 @@ leader's epoch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from broker.replica.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from broker.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from quorum.kafka_errors import ErrorCode
 
 UNKNOWN_OFFSET = -1
@@ -66,7 +66,7 @@ class LogView(Protocol):
     def latest_epoch(self) -> int | None: ...
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """Kafka's ``LeaderEpochFileCache.endOffsetFor`` (see `broker.replica.epoch_cache`)."""
+        """Kafka's ``LeaderEpochFileCache.endOffsetFor`` (see `broker.log.epoch_cache`)."""
         ...
 
 
@@ -122,6 +122,49 @@ class Truncation:
     below_high_watermark: int
     """How many offsets below the follower's HW this drops (> 0 only after an unclean election:
     log it as data loss)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAnswer:
+    """One partition of a leader's Fetch answer, as a follower's rules read it."""
+
+    error: ErrorCode
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    diverging_epoch: tuple[int, int] | None = None
+    """(epoch, end_offset) of a DivergingEpoch answer (error NONE)."""
+    first_batch: tuple[int, int] | None = None
+    """(base offset, last offset) of the first batch of the records; None when there are none."""
+
+
+class FollowerStep(Enum):
+    APPEND = "append"
+    """Append the records (restarting an empty log at `FollowerPlan.offset` first, if >= 0),
+    then adopt the leader's log start (`log_start_to_adopt`) and HW (`on_follower_progress`)."""
+    TRUNCATE = "truncate"
+    """``truncate_to(offset)`` even when offset >= the LEO (it trims the epoch cache), then
+    `on_truncated`; fetch again at once."""
+    RESTART = "restart"
+    """Empty the log and start it at `offset` (``truncate_fully_and_start_at``), then `on_truncated`."""
+    ASK_LEADER_OFFSETS = "ask_leader_offsets"
+    """OFFSET_OUT_OF_RANGE: ask the leader's log start and end, then follow `out_of_range_plan`."""
+    STALE = "stale"
+    """The log moved while the request was out: nothing to do, fetch again."""
+    BACKOFF = "backoff"
+    """Wait ``replica.fetch.backoff.ms``, then fetch again from the log end."""
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerPlan:
+    """What a follower does with one partition of a fetch answer (see `FollowerStep`)."""
+
+    step: FollowerStep
+    offset: int = -1
+    below_high_watermark: int = 0
+    """TRUNCATE: offsets below the follower's HW it drops (> 0 only after an unclean election:
+    log it as data loss)."""
+    completed: bool = True
+    """TRUNCATE: False when another round of divergence is expected."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,6 +431,10 @@ class PartitionState:
         if f is None:
             # Not a replica of this partition (Kafka: NOT_LEADER_OR_FOLLOWER for an unknown replica).
             return FollowerFetchResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if broker_epoch >= 0 and f.broker_epoch >= 0 and broker_epoch != f.broker_epoch:
+            # A new incarnation of the follower (it registered again, KIP-903): what its previous
+            # one had fetched may be lost (unflushed at a crash); forget it.
+            f = self._followers[replica_id] = _Follower()
         if last_fetched_epoch >= 0:
             epoch, end = log.end_offset_for_epoch(last_fetched_epoch)
             if epoch == UNDEFINED_EPOCH or end == UNDEFINED_EPOCH_OFFSET:
@@ -557,6 +604,23 @@ class PartitionState:
             )
         return ProduceCheck(ErrorCode.NONE)
 
+    def set_min_insync_replicas(self, value: int, now_ms: int, log: LogView) -> bool:
+        """The effective ``min.insync.replicas`` changed (topic or broker default): it applies at
+        once, to the next produce and to the HW (which freezes below it). True if the HW advanced."""
+        self.min_insync_replicas = value
+        return self._maybe_increment_high_watermark(now_ms, log)
+
+    def low_watermark(self, log: LogView, alive: Callable[[int], bool]) -> int:
+        """The smallest log start offset among this leader and its followers on live brokers
+        (Kafka's ``lowWatermarkIfLeader``; a live follower that has not fetched in this
+        leadership counts as -1, unknown): DeleteRecords completes once this reaches the
+        requested offset."""
+        low = log.log_start_offset
+        for replica_id, f in self._followers.items():
+            if alive(replica_id):
+                low = min(low, f.log_start_offset)
+        return low
+
     def is_acked(self, required_offset: int, append_leader_epoch: int) -> ErrorCode | None:
         """Kafka's ``checkEnoughReplicasReachOffset`` for an acks=-1 write appended as leader in
         ``append_leader_epoch`` whose last offset is ``required_offset - 1``: None while waiting;
@@ -599,22 +663,57 @@ class PartitionState:
         offset = max(offset, 0)
         return Truncation(offset, done, max(0, self.high_watermark - offset))
 
-    def truncation_offset(self, diverging_epoch: tuple[int, int], log: LogView) -> int:
-        return self.truncation(diverging_epoch, log).offset
-
-    def out_of_range_target(
-        self, leader_log_start_offset: int, leader_log_end_offset: int, log: LogView
-    ) -> tuple[str, int]:
-        """After OFFSET_OUT_OF_RANGE, with the leader's log start and end (ListOffsets earliest
-        and latest as a replica): ``("truncate", o)`` when the leader's log ends below ours
-        (only after an unclean election), ``("restart", o)`` to empty the log and start at the
-        leader's log start, or ``("retry", LEO)``."""
+    def out_of_range_plan(self, leader_log_start_offset: int, leader_log_end_offset: int, log: LogView) -> FollowerPlan:
+        """After OFFSET_OUT_OF_RANGE, with the leader's log start and log end offsets (ListOffsets
+        earliest and latest as a replica; Kafka's ``fetchOffsetAndTruncate``): TRUNCATE to the
+        leader's log end when it ends below ours (only after an unclean election), RESTART
+        the log at the leader's log start when ours ends below it, else BACKOFF and fetch
+        again from our log end (the leader moved meanwhile)."""
         end = log.log_end_offset
         if leader_log_end_offset < end:
-            return "truncate", max(leader_log_end_offset, 0)
+            offset = max(leader_log_end_offset, 0)
+            return FollowerPlan(FollowerStep.TRUNCATE, offset, max(0, self.high_watermark - offset))
         if leader_log_start_offset > end:
-            return "restart", leader_log_start_offset
-        return "retry", end
+            return FollowerPlan(FollowerStep.RESTART, leader_log_start_offset)
+        return FollowerPlan(FollowerStep.BACKOFF)
+
+    def on_fetch_answer(self, fetch_offset: int, answer: LeaderAnswer, log: LogView) -> FollowerPlan:
+        """What one partition of the leader's Fetch answer means for this follower (Kafka's
+        ``AbstractFetcherThread.processFetchRequest``), for a request sent at ``fetch_offset``:
+
+        - the log moved while the request was out (``fetch_offset`` is not the log end): STALE,
+          whatever the answer says; fetch again;
+        - a diverging epoch: TRUNCATE where the logs agree, always, even when that is the log
+          end (the truncation also drops epoch-cache entries at or past it, e.g. the
+          ``(epoch, LEO)`` a former leader assigned to an epoch in which nothing was written;
+          skipping it answers the same divergence forever);
+        - records (or none) at the log end: APPEND, then adopt the leader's HW and log start;
+          when the log is empty and the leader's first batch starts below its end (a log start
+          inside a batch after DeleteRecords), RESTART the log at that batch's base offset
+          first (`FollowerPlan.offset`), as Kafka does on ``UnexpectedAppendOffsetException``;
+        - OFFSET_OUT_OF_RANGE: ASK_LEADER_OFFSETS, then `out_of_range_plan`;
+        - any other error: BACKOFF.
+        """
+        end = log.log_end_offset
+        if fetch_offset != end:
+            return FollowerPlan(FollowerStep.STALE)
+        if answer.error == ErrorCode.NONE and answer.diverging_epoch is not None:
+            cut = self.truncation(answer.diverging_epoch, log)
+            return FollowerPlan(FollowerStep.TRUNCATE, cut.offset, cut.below_high_watermark, cut.completed)
+        if answer.error == ErrorCode.NONE:
+            first = answer.first_batch
+            if first is not None and first[0] < end <= first[1] and log.log_start_offset == end:
+                return FollowerPlan(FollowerStep.APPEND, first[0])
+            return FollowerPlan(FollowerStep.APPEND)
+        if answer.error == ErrorCode.OFFSET_OUT_OF_RANGE:
+            return FollowerPlan(FollowerStep.ASK_LEADER_OFFSETS)
+        return FollowerPlan(FollowerStep.BACKOFF)
+
+    def log_start_to_adopt(self, leader_log_start_offset: int, log: LogView) -> int | None:
+        """After an append: the leader's log start offset moved past ours (DeleteRecords or
+        retention on the leader): the offset to move ours to (never past our log end), or None."""
+        target = min(leader_log_start_offset, log.log_end_offset)
+        return target if target > log.log_start_offset else None
 
     def on_truncated(self, log: LogView) -> None:
         """The log was truncated (or restarted): the HW never exceeds the LEO."""

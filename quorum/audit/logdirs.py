@@ -51,6 +51,7 @@ from quorum.metadata.records import (
     record_type_name,
 )
 from quorum.raft.types import Batch, ControlType
+from quorum.storage.batch_layout import BASE_TIMESTAMP_AT
 from quorum.storage.record_batch import (
     CorruptRecordError,
     decode_leader_change,
@@ -459,8 +460,8 @@ def _invalid_row(source: SourceFile, pos: int, data: bytes | None, kind: str, er
         if peek is not None:
             base, _size, epoch, last_delta = peek
             last = base + last_delta
-            if len(data) - pos >= 35:
-                (ts,) = _I64.unpack_from(data, pos + 27)
+            if len(data) - pos >= BASE_TIMESTAMP_AT + _I64.size:
+                (ts,) = _I64.unpack_from(data, pos + BASE_TIMESTAMP_AT)
         elif len(data) - pos >= 8:
             (base,) = _I64.unpack_from(data, pos)
     snap_end = source.end_offset if source.kind == "snapshot" else None

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -39,6 +38,14 @@ from typing import Any
 from quorum.metadata.errors import RecordDecodeError
 from quorum.metadata.records import decode_record_with_version, record_to_json, record_type_name
 from quorum.raft.types import Batch, ControlType
+from quorum.storage.batch_layout import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    HEADER,
+    LOG_OVERHEAD,
+    codec_name,
+)
 from quorum.storage.record_batch import (
     CorruptRecordError,
     decode_leader_change,
@@ -49,13 +56,6 @@ from quorum.storage.record_batch import (
 
 __all__ = ["dump_bytes", "dump_file", "dump_quorum_state", "dump_segment", "dump_snapshot", "main"]
 
-# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
-# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_LOG_OVERHEAD = 12
-_ATTR_TRANSACTIONAL = 0x10
-_ATTR_LOG_APPEND_TIME = 0x08
-_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 _CONTROL_KEY_SIZE = 4
 
@@ -112,17 +112,17 @@ def _batch_lines(data: bytes, batch: Batch, position: int) -> Iterator[str]:
         producer_epoch,
         base_sequence,
         count,
-    ) = _HEADER.unpack_from(data, position)
-    ts_type = "LogAppendTime" if attributes & _ATTR_LOG_APPEND_TIME else "CreateTime"
+    ) = HEADER.unpack_from(data, position)
+    ts_type = "LogAppendTime" if attributes & ATTR_TIMESTAMP_TYPE else "CreateTime"
     last_sequence = -1 if base_sequence == -1 else (base_sequence + last_delta) & 0x7FFFFFFF
     control = batch.control_type is not None
     yield (
         f"baseOffset: {base} lastOffset: {base + last_delta} count: {count} baseSequence: {base_sequence} "
         f"lastSequence: {last_sequence} producerId: {producer_id} producerEpoch: {producer_epoch} "
-        f"partitionLeaderEpoch: {leader_epoch} isTransactional: {str(bool(attributes & _ATTR_TRANSACTIONAL)).lower()} "
+        f"partitionLeaderEpoch: {leader_epoch} isTransactional: {str(bool(attributes & ATTR_TRANSACTIONAL)).lower()} "
         f"isControl: {str(control).lower()} deleteHorizonMs: OptionalLong.empty "
         f"position: {position} {ts_type}: {max_ts} "
-        f"size: {length + _LOG_OVERHEAD} magic: {magic} compresscodec: {_CODECS[attributes & 0x07]} "
+        f"size: {length + LOG_OVERHEAD} magic: {magic} compresscodec: {codec_name(attributes & ATTR_COMPRESSION_MASK)} "
         f"crc: {crc} isvalid: true"
     )
     for i, value in enumerate(batch.records):

@@ -1,6 +1,7 @@
 """Kafka magic-v2 record batches: the on-disk and on-wire form of `Batch`.
 
-Layout of one batch (all integers big-endian, sizes in bytes):
+Layout of one batch (all integers big-endian, sizes in bytes; the field positions, attribute
+bits and codec numbers are named in `quorum.storage.batch_layout`):
 
     baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 (=2)
     | crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64
@@ -41,9 +42,23 @@ from dataclasses import dataclass
 from crc32c import crc32c
 
 from quorum.raft.types import Batch, ControlType
+from quorum.storage.batch_layout import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
+    BATCH_HEADER_SIZE,
+    CRC_AT,
+    CRC_START,
+    HEADER,
+    LOG_HEADER,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_AT,
+)
 
 __all__ = [
     "BATCH_HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "MAGIC",
     "BatchFrame",
     "FrameScan",
     "MAX_BATCH_SIZE",
@@ -81,35 +96,24 @@ class CorruptRecordError(ValueError):
 
 # --------------------------------------------------------------------------- layout
 
-MAGIC = 2
-# Bytes before batchLength's coverage starts: baseOffset (8) + batchLength (4).
-LOG_OVERHEAD = 12
-# Full fixed header of a v2 batch, in bytes (61).
-BATCH_HEADER_SIZE = 61
 # Smallest legal batchLength (a header with no records): 61 - 12.
 _MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD
 # Largest batch (total bytes) we accept; a larger length field is treated as corruption.
 # Kafka's Raft client caps metadata batches at 8 MiB; this leaves ample headroom.
 MAX_BATCH_SIZE = 64 * 1024 * 1024
-# Byte offset of the CRC-covered region (attributes) from the batch start.
-_CRC_START = 21
 # Smallest encoded record: length, attributes, timestampDelta, offsetDelta,
 # keyLength, valueLength, headersCount: one byte each.
 _MIN_RECORD_SIZE = 7
 # Smallest record body (what the record's length field counts): all of the above but the length.
 _MIN_RECORD_BODY = 6
 
-_ATTR_COMPRESSION_MASK = 0x07
-_ATTR_CONTROL = 0x20
-
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc
 _HDR_A = struct.Struct(">qiibI")
 # attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch,
 # baseSequence, recordCount
 _HDR_B = struct.Struct(">hiqqqhii")
-_HDR_FULL = struct.Struct(">qiibIhiqqqhii")
+_HDR_FULL = HEADER
 _PEEK = struct.Struct(">qiibIhi")
-_LOG_HEADER = struct.Struct(">qi")  # baseOffset, batchLength
 _CONTROL_KEY = struct.Struct(">hh")
 _CRC = struct.Struct(">I")
 _I16 = struct.Struct(">h")
@@ -200,7 +204,7 @@ def _encode_batch(batch: Batch) -> bytes:
     else:
         key = _CONTROL_KEY.pack(0, int(control_type))
         key_part = _zz(len(key)) + key
-        attributes = _ATTR_CONTROL
+        attributes = ATTR_CONTROL
     # Per record: length, attrs+tsDelta, offsetDelta, key, valueLength, value, headers.
     # Constant bytes per record besides offsetDelta/valueLength/value: 2 + key + 1.
     fixed = len(_TS_ATTR) + len(key_part) + len(_NO_HEADERS)
@@ -389,18 +393,18 @@ def _frame_end(data: bytes | bytearray | memoryview, pos: int, size: int, verify
     tail: fewer bytes than its header says); (-1, why) when it is corrupt (a length out of
     range, another magic, a CRC mismatch). Needs `size - pos >= LOG_OVERHEAD`.
     """
-    _base, length = _LOG_HEADER.unpack_from(data, pos)
+    _base, length = LOG_HEADER.unpack_from(data, pos)
     if length < _MIN_BATCH_LENGTH or length + LOG_OVERHEAD > MAX_BATCH_SIZE:
         return -1, f"bad batch length {length}"
     end = pos + LOG_OVERHEAD + length
     if end > size:
         return -1, None
-    magic = data[pos + 16]
+    magic = data[pos + MAGIC_AT]
     if magic != MAGIC:
         return -1, f"unsupported magic {magic}"
     if verify_crc:
-        (crc,) = _CRC.unpack_from(data, pos + 17)
-        if crc32c(memoryview(data)[pos + _CRC_START : end]) != crc:
+        (crc,) = _CRC.unpack_from(data, pos + CRC_AT)
+        if crc32c(memoryview(data)[pos + CRC_START : end]) != crc:
             return -1, "CRC mismatch"
     return end, None
 
@@ -426,7 +430,7 @@ class BatchFrame:
 
     @property
     def compression(self) -> int:
-        return self.attributes & _ATTR_COMPRESSION_MASK
+        return self.attributes & ATTR_COMPRESSION_MASK
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,7 +499,7 @@ def scan_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True
             _seq,
             count,
         ) = unpack_header(data, pos)
-        if attributes & _ATTR_COMPRESSION_MASK:
+        if attributes & ATTR_COMPRESSION_MASK:
             return ScanResult(batches, positions, pos, _corrupt_at("compressed batches are not supported", pos))
         if base < 0:
             return ScanResult(batches, positions, pos, _corrupt_at(f"negative base offset {base}", pos))
@@ -504,7 +508,7 @@ def scan_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True
             return ScanResult(
                 batches, positions, pos, _corrupt_at(f"bad record count {count} / last offset delta {last_delta}", pos)
             )
-        control = bool(attributes & _ATTR_CONTROL)
+        control = bool(attributes & ATTR_CONTROL)
         try:
             values, control_raw = _decode_records(data, body, end, count, control)
         except CorruptRecordError as exc:

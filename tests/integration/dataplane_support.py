@@ -99,6 +99,21 @@ def kcat_metadata(brokers: str) -> dict[str, Any]:
     return data
 
 
+def records_in(brokers: str, topic: str, partitions: Iterable[int]) -> int:
+    """How many records the partitions hold up to their high watermarks (nothing deleted)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": brokers, "group.id": "unused-no-commits", "enable.auto.commit": False})
+    try:
+        total = 0
+        for p in partitions:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            total += high - low
+        return total
+    finally:
+        c.close()
+
+
 def confluent_consume_all(
     brokers: str, topic: str, partitions: Iterable[int], *, expected: int, timeout: float = 60.0, **conf: Any
 ) -> list[Any]:

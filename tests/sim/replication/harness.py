@@ -43,7 +43,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from broker.replica.state import PartitionState
+from broker.replica.follower import apply_fetch_answer, apply_leader_offsets
+from broker.replica.purgatory import AckWaiters
+from broker.replica.state import FollowerPlan, FollowerStep, LeaderAnswer, PartitionState
 from quorum.controller import partition_change as pc
 from quorum.controller.requests import IsrMember
 from quorum.kafka_errors import ErrorCode
@@ -72,10 +74,8 @@ class FetchReq:
 class FetchResp:
     req_epoch: int
     req_offset: int
-    error: ErrorCode
-    diverging: tuple[int, int] | None
+    answer: LeaderAnswer
     records: tuple[Record, ...]
-    hw: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +100,8 @@ class AlterReq:
     leader_epoch: int
     partition_epoch: int
     isr: tuple[IsrMember, ...]
+    sent_at: int
+    """Identifies the request: its answer carries it back (the broker's requests have correlation ids)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +110,7 @@ class AlterResp:
     leader_epoch: int
     partition_epoch: int
     isr: tuple[int, ...]
+    req_sent_at: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,13 +170,17 @@ class Broker:
     meta_index: int = -1
     hw_checkpoint: int = 0
     fetch_sent_at: int | None = None
+    alter_sent_at: int | None = None
+    """When the AlterPartition in flight was sent (its answer times out, as the broker's IsrSender's does)."""
     fetch_offset_sent: int = -1
     caught_up: bool = False
     offsets_pending: bool = False
     last_hb: int = -(10**9)
     next_isr_check: int = 0
-    pending_acks: list[tuple[int, int, int, int]] = field(default_factory=list)
-    """acks=-1 writes: (required offset, leader epoch of the append, record id, deadline)."""
+    acks: AckWaiters = field(default_factory=AckWaiters)
+    """acks=-1 writes waiting (the broker's own purgatory class); each has a deadline in `ack_deadlines`."""
+    ack_deadlines: dict[int, int] = field(default_factory=dict)
+    """record id -> produce timeout (simulated ms) of a waiting acks=-1 write."""
     last_leader_hw: tuple[int, int] | None = None
     """(leadership start epoch, HW) for property 3."""
 
@@ -191,6 +198,8 @@ class World:
         self.next_record = 0
         ids = tuple(range(1, config.brokers + 1))
         self.brokers = {b: Broker(b) for b in ids}
+        for broker in self.brokers.values():
+            broker.log.on_drop = self._drop_checker(broker)
         # Controller state: the partition, registrations, and the metadata history it published.
         self.part = pc.PartitionState(replicas=ids, isr=ids, leader=ids[0], leader_epoch=0, partition_epoch=0)
         self.regs = {b: pc.BrokerRegistrationState(epoch=1) for b in ids}
@@ -199,6 +208,7 @@ class World:
         self.acked: dict[int, int] = {}
         self.consumed: dict[int, int] = {}
         self.unclean_happened = False
+        self.settle_started = 0
         self.unclean_snapshots: list[tuple[int, dict[int, int]]] = []
         """(leader epoch, offset -> record id of the new leader's log) of every unclean election."""
         for b in self.brokers.values():
@@ -214,7 +224,8 @@ class World:
         b.state.set_initial_high_watermark(b.hw_checkpoint, b.log)
         b.fetch_sent_at = None
         b.offsets_pending = False
-        b.pending_acks = []
+        b.acks = AckWaiters()
+        b.ack_deadlines = {}
         b.last_leader_hw = None
         b.last_hb = -(10**9)
         # As a KRaft broker: no partition is applied until the broker has registered and caught
@@ -331,10 +342,12 @@ class World:
         if code == ErrorCode.NONE:
             self._publish(pc.alter_partition_change(self.part, item, self.acceptable), "alter")
             self.stats["alter_ok"] += 1
-            resp = AlterResp(ErrorCode.NONE, self.part.leader_epoch, self.part.partition_epoch, self.part.isr)
+            resp = AlterResp(
+                ErrorCode.NONE, self.part.leader_epoch, self.part.partition_epoch, self.part.isr, req.sent_at
+            )
         else:
             self.stats[f"alter_{code.name}"] += 1
-            resp = AlterResp(code, -1, -1, ())
+            resp = AlterResp(code, -1, -1, (), req.sent_at)
         self.send(CONTROLLER, src, resp)
 
     # ------------------------------------------------------------ brokers: metadata
@@ -380,7 +393,7 @@ class World:
             isr=p.isr,
             leader_recovery_state=p.leader_recovery_state,
         ):
-            b.pending_acks = []
+            self._after_hw_change(b)  # the leadership ended: its waiting writes fail
             b.last_leader_hw = None
             b.fetch_sent_at = None
             b.offsets_pending = False
@@ -390,25 +403,30 @@ class World:
     def _after_hw_change(self, b: Broker) -> None:
         s = b.state
         assert s is not None
-        keep = []
-        for required, epoch, rid, deadline in b.pending_acks:
-            code = s.is_acked(required, epoch)
-            if code is None and self.now <= deadline:
-                keep.append((required, epoch, rid, deadline))
-            elif code == ErrorCode.NONE:
-                offset = required - 1
-                if self.lost_to_unclean(offset, Record(epoch, rid)):
-                    self.stats["acked_but_lost_to_unclean"] += 1
-                    continue
-                if self.acked.get(offset, rid) != rid:
-                    raise Violation(f"offset {offset} acked for records {self.acked[offset]} and {rid}")
-                if b.log.at(offset) != Record(epoch, rid):
-                    raise Violation(f"acked {rid} at {offset} but the leader holds {b.log.at(offset)}")
-                self.acked[offset] = rid
-                self.stats["acked"] += 1
-            else:
-                self.stats[f"produce_{'REQUEST_TIMED_OUT' if code is None else code.name}"] += 1
-        b.pending_acks = keep
+        b.acks.complete(s)
+        for rid, deadline in list(b.ack_deadlines.items()):
+            if self.now > deadline:  # the produce request timed out (its waiter stays, answered to nobody)
+                del b.ack_deadlines[rid]
+                self.stats["produce_REQUEST_TIMED_OUT"] += 1
+
+    def _ack_done(self, b: Broker, offset: int, rec: Record) -> Callable[[ErrorCode], None]:
+        def done(code: ErrorCode) -> None:
+            if b.ack_deadlines.pop(rec.record_id, None) is None:
+                return  # timed out: the client was told REQUEST_TIMED_OUT
+            if code != ErrorCode.NONE:
+                self.stats[f"produce_{code.name}"] += 1
+                return
+            if self.lost_to_unclean(offset, rec):
+                self.stats["acked_but_lost_to_unclean"] += 1
+                return
+            if self.acked.get(offset, rec.record_id) != rec.record_id:
+                raise Violation(f"offset {offset} acked for records {self.acked[offset]} and {rec.record_id}")
+            if b.log.at(offset) != rec:
+                raise Violation(f"acked {rec.record_id} at {offset} but the leader holds {b.log.at(offset)}")
+            self.acked[offset] = rec.record_id
+            self.stats["acked"] += 1
+
+        return done
 
     def _on_fetch(self, b: Broker, src: int, req: FetchReq) -> None:
         s = b.state
@@ -432,9 +450,9 @@ class World:
             records = tuple(b.log.read(req.offset, b.log.log_end_offset, n))
         if r.diverging_epoch is not None:
             self.stats["diverging_answers"] += 1
-        self.send(
-            b.id, src, FetchResp(req.leader_epoch, req.offset, r.error, r.diverging_epoch, records, s.high_watermark)
-        )
+        first = (req.offset, req.offset + len(records) - 1) if records else None
+        answer = LeaderAnswer(r.error, s.high_watermark, b.log.log_start_offset, r.diverging_epoch, first)
+        self.send(b.id, src, FetchResp(req.leader_epoch, req.offset, answer, records))
         if r.high_watermark_changed:
             self._after_hw_change(b)
         if r.isr_expand_wanted:
@@ -451,12 +469,15 @@ class World:
         epochs = {f.replica_id: f.broker_epoch for f in s.followers()}
         members = tuple(IsrMember(r, b.broker_epoch if r == b.id else epochs.get(r, -1)) for r in isr)
         s.on_isr_sent(isr)
+        b.alter_sent_at = self.now
         self.stats["alter_sent"] += 1
-        self.send(b.id, CONTROLLER, AlterReq(b.broker_epoch, s.leader_epoch, s.partition_epoch, members))
+        self.send(b.id, CONTROLLER, AlterReq(b.broker_epoch, s.leader_epoch, s.partition_epoch, members, self.now))
 
     def _on_alter_resp(self, b: Broker, resp: AlterResp) -> None:
         s = b.state
         assert s is not None
+        if resp.req_sent_at == b.alter_sent_at:  # the answer to the request in flight
+            b.alter_sent_at = None
         if resp.error == ErrorCode.NONE:
             if s.on_isr_committed(
                 isr=resp.isr,
@@ -471,11 +492,11 @@ class World:
 
     # ------------------------------------------------------------ brokers: follower side
 
-    def _truncate(self, b: Broker, offset: int, reported_loss: int) -> None:
-        s = b.state
-        assert s is not None
-        hw_before = s.high_watermark
-        dropped = b.log.truncate_to(offset)
+    def _drop_checker(self, b: Broker) -> Callable[[int, list[Record]], None]:
+        return lambda offset, dropped: self._check_drop(b, offset, dropped)
+
+    def _check_drop(self, b: Broker, offset: int, dropped: list[Record]) -> None:
+        """`MemLog.on_drop`: records a follower's truncation removed must be neither consumed nor acked."""
         if dropped:
             self.stats["truncations"] += 1
             self.stats["truncated_records"] += len(dropped)
@@ -485,12 +506,17 @@ class World:
                 raise Violation(f"broker {b.id} truncated consumed record {rec.record_id} at offset {o}")
             if self.acked.get(o) == rec.record_id:
                 raise Violation(f"broker {b.id} truncated acked record {rec.record_id} at offset {o}")
-        expected_loss = max(0, hw_before - offset)
-        if reported_loss != expected_loss:
-            raise Violation(f"broker {b.id}: truncation below HW {expected_loss} reported as {reported_loss}")
+
+    def _after_cut(self, b: Broker, hw_before: int, plan: FollowerPlan) -> None:
+        if plan.step is not FollowerStep.TRUNCATE:
+            return
+        expected_loss = max(0, hw_before - plan.offset)
+        if plan.below_high_watermark != expected_loss:
+            raise Violation(
+                f"broker {b.id}: truncation below HW {expected_loss} reported as {plan.below_high_watermark}"
+            )
         if expected_loss:
             self.stats["loss_logged"] += 1
-        s.on_truncated(b.log)
 
     def _on_fetch_resp(self, b: Broker, resp: FetchResp) -> None:
         s = b.state
@@ -499,22 +525,13 @@ class World:
             return
         if resp.req_offset == b.fetch_offset_sent:  # the answer to the request in flight
             b.fetch_sent_at = None
-        if resp.req_offset != b.log.log_end_offset:
-            return  # stale: the log moved since
-        if resp.error == ErrorCode.OFFSET_OUT_OF_RANGE:
-            if not b.offsets_pending:
-                b.offsets_pending = True
-                self.send(b.id, s.leader_id, OffsetsReq(s.leader_epoch))
-            return
-        if resp.error != ErrorCode.NONE:
-            return
-        if resp.diverging is not None:
-            t = s.truncation(resp.diverging, b.log)
-            self._truncate(b, t.offset, t.below_high_watermark)
-            return
-        for rec in resp.records:
-            b.log.append(rec)
-        s.on_follower_progress(resp.hw, b.log)
+        hw_before = s.high_watermark
+        plan = apply_fetch_answer(s, b.log, resp.req_offset, resp.answer, resp.records)
+        self.stats[f"follower_{plan.step.value}"] += 1
+        if plan.step is FollowerStep.ASK_LEADER_OFFSETS and not b.offsets_pending:
+            b.offsets_pending = True
+            self.send(b.id, s.leader_id, OffsetsReq(s.leader_epoch))
+        self._after_cut(b, hw_before, plan)
 
     def _on_offsets(self, b: Broker, src: int, req: OffsetsReq) -> None:
         s = b.state
@@ -528,12 +545,10 @@ class World:
         b.offsets_pending = False
         if not s.is_follower or resp.req_epoch != s.leader_epoch or resp.error != ErrorCode.NONE:
             return
-        action, offset = s.out_of_range_target(resp.start, resp.end, b.log)
-        self.stats[f"out_of_range_{action}"] += 1
-        if action == "truncate":
-            self._truncate(b, offset, max(0, s.high_watermark - offset))
-        elif action == "restart":
-            raise Violation("no retention in this simulation: a restart at the leader's log start is impossible")
+        hw_before = s.high_watermark
+        plan = apply_leader_offsets(s, b.log, resp.start, resp.end)
+        self.stats[f"out_of_range_{plan.step.value}"] += 1
+        self._after_cut(b, hw_before, plan)
 
     # ------------------------------------------------------------ events
 
@@ -579,9 +594,13 @@ class World:
             if self.now >= b.next_isr_check:
                 b.next_isr_check = self.now + self.config.lag_ms // 2
                 self._maybe_alter(b)
+            if b.alter_sent_at is not None and self.now - b.alter_sent_at > self.config.fetch_timeout_ms:
+                b.alter_sent_at = None
+                s.on_isr_failed(None)  # no answer: the outcome is unknown (IsrSender's request timeout)
+                self.stats["alter_timeout"] += 1
             if s.pending_isr is not None:
                 self._maybe_alter(b)  # re-sends a change whose answer was lost
-            if b.pending_acks:
+            if b.ack_deadlines:
                 self._after_hw_change(b)
         if self.rng.random() < 0.05:
             b.hw_checkpoint = s.high_watermark
@@ -621,10 +640,12 @@ class World:
             return False
         rid = self.next_record
         self.next_record += 1
-        offset = b.log.append(Record(s.leader_epoch, rid))
+        rec = Record(s.leader_epoch, rid)
+        offset = b.log.append(rec)
         self.stats["produced"] += 1
         if acks == -1:
-            b.pending_acks.append((offset + 1, s.leader_epoch, rid, self.now + self.config.produce_timeout_ms))
+            b.ack_deadlines[rid] = self.now + self.config.produce_timeout_ms
+            b.acks.add(offset + 1, s.leader_epoch, self._ack_done(b, offset, rec))
         if s.on_local_append(self.now, b.log):
             self._after_hw_change(b)
         self.check()
@@ -730,13 +751,15 @@ class World:
 
     # ------------------------------------------------------------ end of a run
 
-    def settle(self, max_ms: int = 120_000) -> None:
-        """Heal everything, restart every broker, stop losing messages, and run until the replicas
-        have converged (or ``max_ms`` of simulated time passed: then `check_converged` fails)."""
+    def settle(self, max_ms: int = 20_000) -> None:
+        """Heal everything, restart the crashed brokers, stop losing messages, and run until the
+        replicas have converged (or ``max_ms`` of simulated time passed: then
+        `check_converged` fails the liveness property)."""
         self.heal()
         self.loss = 0.0
         for bid in self.brokers:
             self.restart(bid)
+        self.settle_started = self.now
         end = self.now + max_ms
         while self.now < end:
             self.run(500)
@@ -748,9 +771,13 @@ class World:
         if leader is None or leader.state is None or not leader.state.is_leader:
             return False
         hw = leader.state.high_watermark
-        return hw == leader.log.log_end_offset and all(
-            b.log.records == leader.log.records and b.state is not None and b.state.high_watermark == hw
-            for b in self.brokers.values()
+        return (
+            hw == leader.log.log_end_offset
+            and set(self.part.isr) == set(self.brokers)
+            and all(
+                b.log.records == leader.log.records and b.state is not None and b.state.high_watermark == hw
+                for b in self.brokers.values()
+            )
         )
 
     def check_converged(self) -> None:
@@ -767,3 +794,12 @@ class World:
         for b in self.brokers.values():
             if b.log.records[: ls.high_watermark] != ll.records[: ls.high_watermark]:
                 raise Violation(f"broker {b.id} did not converge below HW {ls.high_watermark}")
+        # Liveness: with the network healed and no crash, every live replica is back in the ISR
+        # within the settling time (a follower that keeps failing to catch up, e.g. by getting the
+        # same diverging answer forever, never is).
+        missing = set(self.brokers) - set(self.part.isr)
+        if missing:
+            raise Violation(
+                f"liveness: replicas {sorted(missing)} not back in the ISR {self.part.isr} "
+                f"{self.now - self.settle_started} ms after healing"
+            )

@@ -9,9 +9,10 @@ removes an empty epoch a former leader assigned). Records are ``(epoch, record_i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker.replica.epoch_cache import end_offset_for
+from broker.log.epoch_cache import end_offset_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,9 @@ class MemLog:
     records: list[Record] = field(default_factory=list)
     epochs: list[tuple[int, int]] = field(default_factory=list)
     start_offset: int = 0
+    on_drop: Callable[[int, list[Record]], None] | None = field(default=None, compare=False, repr=False)
+    """Called with (first offset, records) whenever a truncation drops records (the simulation
+    checks that none was consumed or acknowledged)."""
 
     @property
     def log_start_offset(self) -> int:
@@ -62,7 +66,32 @@ class MemLog:
             return []
         dropped = self.records[offset - self.start_offset :]
         del self.records[offset - self.start_offset :]
+        if self.on_drop is not None:
+            self.on_drop(offset, dropped)
         return dropped
+
+    def append_as_follower(self, records: tuple[Record, ...]) -> None:
+        """The leader's records, appended at the log end (the rules only append an answer sent
+        for the log end, or restart an empty log where the answer's records begin)."""
+        for rec in records:
+            self.append(rec)
+
+    def truncate_fully_and_start_at(self, offset: int) -> list[Record]:
+        dropped, first = self.records, self.start_offset
+        self.records = []
+        self.epochs = []
+        self.start_offset = offset
+        if self.on_drop is not None and dropped:
+            self.on_drop(first, dropped)
+        return dropped
+
+    def delete_records_before(self, offset: int) -> int:
+        if offset > self.log_end_offset:
+            raise ValueError(f"offset {offset} above the log end {self.log_end_offset}")
+        if offset > self.start_offset:
+            del self.records[: offset - self.start_offset]
+            self.start_offset = offset
+        return self.start_offset
 
     def read(self, offset: int, max_offset: int, max_records: int = 1 << 30) -> list[Record]:
         lo = offset - self.start_offset

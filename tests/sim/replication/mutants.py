@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.replica.state import PartitionState, _Follower
+from broker.replica.state import FollowerPlan, FollowerStep, LeaderAnswer, LogView, PartitionState, _Follower
 
 
 class NoDivergenceCheck(PartitionState):
@@ -17,3 +17,15 @@ class HwFromCommittedIsr(PartitionState):
 
     def _holds_high_watermark(self, replica_id: int, f: _Follower, leader_end: int, now_ms: int) -> bool:
         return replica_id in self.isr
+
+
+class NoEpochTrimAtLogEnd(PartitionState):
+    """Bug 1 of issue 19 (the fetcher's old guard): a diverging answer whose truncation point is
+    the log end is skipped, so an empty epoch this broker led stays in its epoch cache and the
+    leader answers the same divergence forever."""
+
+    def on_fetch_answer(self, fetch_offset: int, answer: LeaderAnswer, log: LogView) -> FollowerPlan:
+        plan = super().on_fetch_answer(fetch_offset, answer, log)
+        if plan.step is FollowerStep.TRUNCATE and plan.offset >= log.log_end_offset:
+            return FollowerPlan(FollowerStep.BACKOFF)
+        return plan

@@ -179,6 +179,7 @@ def _factory(cls: type[PartitionState]) -> StateFactory:
     [
         (mutants.NoDivergenceCheck, 2),
         (mutants.HwFromCommittedIsr, 2),
+        (mutants.NoEpochTrimAtLogEnd, 2),
     ],
 )
 def test_the_simulation_catches_a_broken_rule(mutant: type[PartitionState], min_isr: int) -> None:

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from broker.replica.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, end_offset_for
-from broker.replica.state import RECOVERING, FollowerFetchResult, PartitionState, Role
+from broker.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, end_offset_for
+from broker.replica.follower import apply_fetch_answer
+from broker.replica.state import (
+    RECOVERING,
+    FollowerFetchResult,
+    FollowerPlan,
+    FollowerStep,
+    LeaderAnswer,
+    PartitionState,
+    Role,
+)
 from quorum.kafka_errors import ErrorCode
 from tests.sim.replication.memlog import MemLog, Record
 
@@ -380,9 +389,74 @@ def test_truncation_below_hw_is_reported_as_loss() -> None:
     assert s.high_watermark == 0
 
 
-def test_out_of_range_targets() -> None:
+def test_out_of_range_plans() -> None:
     log = log_of(1, 1, 1)
     s = follower(log)
-    assert s.out_of_range_target(0, 2, log) == ("truncate", 2)
-    assert s.out_of_range_target(7, 9, log) == ("restart", 7)
-    assert s.out_of_range_target(0, 5, log) == ("retry", 3)
+    assert s.out_of_range_plan(0, 2, log) == FollowerPlan(FollowerStep.TRUNCATE, 2)
+    assert s.out_of_range_plan(7, 9, log) == FollowerPlan(FollowerStep.RESTART, 7)
+    assert s.out_of_range_plan(0, 5, log) == FollowerPlan(FollowerStep.BACKOFF)
+
+
+def test_fetch_answer_plans() -> None:
+    log = log_of(1, 1, 1)
+    s = follower(log)
+    ok = LeaderAnswer(ErrorCode.NONE, 3, 0)
+    assert s.on_fetch_answer(3, ok, log) == FollowerPlan(FollowerStep.APPEND)
+    assert s.on_fetch_answer(2, ok, log).step is FollowerStep.STALE
+    oor = LeaderAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, 3, 0)
+    assert s.on_fetch_answer(3, oor, log).step is FollowerStep.ASK_LEADER_OFFSETS
+    fenced = LeaderAnswer(ErrorCode.FENCED_LEADER_EPOCH)
+    assert s.on_fetch_answer(3, fenced, log).step is FollowerStep.BACKOFF
+    # A diverging answer at exactly the log end is still a truncation (it trims the epoch cache).
+    diverging = LeaderAnswer(ErrorCode.NONE, 3, 0, (1, 3))
+    assert s.on_fetch_answer(3, diverging, log) == FollowerPlan(FollowerStep.TRUNCATE, 3)
+
+
+def test_empty_log_restarts_at_the_batch_holding_the_leaders_log_start() -> None:
+    # DeleteRecords moved the leader's log start to 5, inside the batch [3, 7]; a new follower
+    # restarted at 5 receives that whole batch: it restarts its empty log at 3, appends, and
+    # adopts the leader's log start 5.
+    log = MemLog(start_offset=5)
+    s = follower(log)
+    answer = LeaderAnswer(ErrorCode.NONE, 8, 5, first_batch=(3, 7))
+    assert s.on_fetch_answer(5, answer, log) == FollowerPlan(FollowerStep.APPEND, 3)
+    records = tuple(Record(1, i) for i in range(3, 8))
+    plan = apply_fetch_answer(s, log, 5, answer, records)
+    assert plan.offset == 3
+    assert (log.log_start_offset, log.log_end_offset, s.high_watermark) == (5, 8, 8)
+    # A non-empty log is never restarted by an answer.
+    log2 = log_of(1, 1)
+    assert s.on_fetch_answer(2, LeaderAnswer(ErrorCode.NONE, 3, 0, first_batch=(1, 3)), log2).offset == -1
+
+
+def test_apply_truncates_an_empty_epoch_at_the_log_end() -> None:
+    # Bug 1 of issue 19: this broker led epoch 4 and wrote nothing ((4, 2) in its cache), then
+    # follows the leader of epoch 5. The leader answers "epoch 3 ends at 2" = our log end: the
+    # truncation drops nothing but must drop the epoch-4 entry, or every fetch diverges again.
+    flog = log_of(3, 3)
+    flog.assign_epoch_start_offset(4, 2)
+    llog = log_of(3, 3)
+    s_leader = leader(llog, epoch=5)
+    s = follower(flog)
+    offset, last = s.fetch_position(flog)
+    r = fetch(s_leader, llog, 2, offset, last)
+    assert r.diverging_epoch == (3, 2)
+    plan = apply_fetch_answer(s, flog, offset, LeaderAnswer(ErrorCode.NONE, 2, 0, r.diverging_epoch), ())
+    assert plan == FollowerPlan(FollowerStep.TRUNCATE, 2)
+    assert s.fetch_position(flog) == (2, 3)
+    assert fetch(s_leader, llog, 2, 2, 3).diverging_epoch is None
+
+
+def test_a_new_incarnation_of_a_follower_starts_from_nothing() -> None:
+    # KIP-903: broker 2's fetches of epoch 12 put it at offset 3; it restarts (epoch 13) and
+    # what it had may be gone: the leader forgets its position, and names the epoch its
+    # position was counted under.
+    log = log_of(1, 1, 1)
+    s = leader(log, isr=(1, 3))
+    s.on_follower_fetch(replica_id=2, fetch_offset=3, last_fetched_epoch=1, now_ms=1_000_000, log=log, broker_epoch=12)
+    view = s.follower(2)
+    assert view is not None and (view.log_end_offset, view.broker_epoch) == (3, 12)
+    s.on_follower_fetch(replica_id=2, fetch_offset=1, last_fetched_epoch=1, now_ms=1_000_100, log=log, broker_epoch=13)
+    view = s.follower(2)
+    assert view is not None and (view.log_end_offset, view.broker_epoch) == (1, 13)
+    assert view.last_caught_up_ms == -1  # caught up as epoch 12, never as 13

@@ -1,0 +1,247 @@
+"""What the replica manager serves, and its answers: produce, fetch, list offsets, offsets for
+leader epochs, delete records and log dirs, as plain frozen values.
+
+The Kafka client listener (`broker.kafka`) builds these from decoded requests and encodes
+the results (`broker.kafka.services` re-exports them as the listener's boundary); the
+replica manager (`broker.replica.manager`) takes and returns them. Offsets are Kafka offsets
+(int64), timestamps epoch milliseconds, timeouts milliseconds; errors are per item.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from quorum.kafka_errors import ErrorCode
+
+CONSUMER_REPLICA_ID: Final = -1  # Fetch/ListOffsets replica id of an ordinary client
+DEBUGGING_REPLICA_ID: Final = -2  # a client that may read up to the log end offset
+
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest constants).
+LATEST_TIMESTAMP: Final = -1  # the offset of the next message (HW, or LSO for read_committed)
+EARLIEST_TIMESTAMP: Final = -2  # the log start offset
+MAX_TIMESTAMP: Final = -3  # the record with the largest timestamp (KIP-734, ListOffsets v7)
+
+# Isolation levels (Fetch v4+, ListOffsets v2+).
+READ_UNCOMMITTED: Final = 0
+READ_COMMITTED: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderHint:
+    """The partition's current leader as this broker knows it (KIP-951 / Fetch v12
+    CurrentLeader): set on NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH so the client
+    can go straight to the new leader. -1/-1 when unknown."""
+
+    leader_id: int = -1
+    leader_epoch: int = -1
+
+
+# --------------------------------------------------------------------------- Produce
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePartition:
+    topic: str
+    partition: int
+    records: bytes | memoryview  # >= 1 magic-v2 batches as sent; empty when the client sent null
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceParams:
+    """One Produce request. `acks`: 0 (no response is sent at all), 1 (leader append),
+    -1 (all: wait until the HW passes the append, up to `timeout_ms`, honouring
+    `min.insync.replicas`). Any other value was already answered INVALID_REQUIRED_ACKS.
+    `transactional_id` is always None here (transactional produce is rejected earlier)."""
+
+    acks: int
+    timeout_ms: int
+    partitions: tuple[ProducePartition, ...]
+    transactional_id: str | None = None
+    client_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordError:
+    """Produce v8+: which batch/record of a partition's records was rejected."""
+
+    batch_index: int
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePartitionResult:
+    error: ErrorCode
+    base_offset: int = -1  # first offset assigned to the appended records
+    log_append_time_ms: int = -1  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int = -1
+    error_message: str | None = None
+    record_errors: tuple[RecordError, ...] = ()
+    current_leader: LeaderHint | None = None  # on NOT_LEADER_OR_FOLLOWER (KIP-951)
+
+
+# --------------------------------------------------------------------------- Fetch
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    topic: str
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int = -1  # -1: not checked
+    last_fetched_epoch: int = -1  # followers (v12+): for the diverging-epoch check; -1 unknown
+    log_start_offset: int = -1  # followers: their log start offset; -1 for consumers
+
+
+@dataclass(frozen=True, slots=True)
+class FetchParams:
+    """One Fetch, already resolved against the fetch session (`partitions` is every
+    partition the response must consider, in request/session order).
+
+    Long polling is the implementation's: answer as soon as `min_bytes` of records are
+    available across the partitions (or any partition has an error, or a diverging
+    epoch), else when `max_wait_ms` expires, with whatever there is then.
+
+    Reading rules the implementation must keep (Kafka's):
+    - whole batches from the batch that contains `fetch_offset` (the client skips the
+      records before its offset), never splitting one;
+    - at least one batch for the first partition that has data, even above
+      `partition_max_bytes` / `max_bytes` (`min_one_batch`), then at most
+      `partition_max_bytes` per partition and `max_bytes` in total;
+    - consumers (`replica_id` < 0) read up to the high watermark (READ_UNCOMMITTED) or the
+      last stable offset (READ_COMMITTED; equal to the HW without transactions);
+      followers (`replica_id` >= 0) up to the log end offset, and their fetch records
+      their position (ISR / high watermark).
+    - `fetch_only_leader` False (a consumer with Fetch v11+, KIP-392) allows a consumer to
+      read from a follower replica (up to the follower's HW); True answers
+      NOT_LEADER_OR_FOLLOWER on a follower.
+    """
+
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    partitions: tuple[FetchPartition, ...]
+    fetch_only_leader: bool = True
+    replica_epoch: int = -1  # the follower's broker epoch when it sent one; -1 unknown
+    rack_id: str = ""
+    client_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartitionResult:
+    error: ErrorCode
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes | memoryview = b""
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset), followers only
+    current_leader: LeaderHint | None = None
+    preferred_read_replica: int = -1  # set by the listener (KIP-392), not the implementation
+
+
+# --------------------------------------------------------------------------- KIP-392 replica selection
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    """One replica of a partition as its leader sees it (Kafka's ReplicaView)."""
+
+    broker_id: int
+    rack: str | None
+    log_start_offset: int
+    log_end_offset: int
+    last_caught_up_time_ms: int  # -1 if never
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """A partition this broker leads, for the replica selector: every replica (the leader
+    included) with its last known position."""
+
+    leader_id: int
+    replicas: tuple[ReplicaView, ...]
+
+
+# --------------------------------------------------------------------------- ListOffsets
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsPartition:
+    topic: str
+    partition: int
+    timestamp: int  # >= 0, or LATEST_TIMESTAMP / EARLIEST_TIMESTAMP / MAX_TIMESTAMP
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResult:
+    """`offset` -1 with error NONE means no record has a timestamp >= the one asked.
+    For LATEST: the HW (READ_UNCOMMITTED), the LSO (READ_COMMITTED) or the LEO (a replica
+    or debugging id). `leader_epoch` is the epoch of the batch holding `offset` (-1 for
+    LATEST/EARLIEST when unknown)."""
+
+    error: ErrorCode
+    timestamp: int = -1
+    offset: int = -1
+    leader_epoch: int = -1
+    current_leader: LeaderHint | None = None
+
+
+# --------------------------------------------------------------------------- OffsetForLeaderEpoch
+
+
+@dataclass(frozen=True, slots=True)
+class EpochQuery:
+    topic: str
+    partition: int
+    leader_epoch: int  # the epoch whose end offset is wanted
+    current_leader_epoch: int = -1  # fencing: -1 means not checked
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffset:
+    """Kafka's LeaderEpochFileCache.endOffsetFor answer; (-1, -1) when undefined."""
+
+    error: ErrorCode
+    leader_epoch: int = -1
+    end_offset: int = -1
+
+
+# --------------------------------------------------------------------------- DeleteRecords
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsPartition:
+    topic: str
+    partition: int
+    offset: int  # delete every record before it; -1 means up to the high watermark
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsResult:
+    error: ErrorCode
+    low_watermark: int = -1  # the new log start offset (min over replicas once they applied it)
+
+
+# --------------------------------------------------------------------------- DescribeLogDirs
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirPartition:
+    topic: str
+    partition: int
+    size_bytes: int
+    offset_lag: int  # LEO lag behind the HW (0 for the leader); Kafka's definition
+    is_future: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    path: str
+    error: ErrorCode
+    partitions: tuple[LogDirPartition, ...]
+    total_bytes: int = -1  # filesystem size (v4+), -1 unknown
+    usable_bytes: int = -1  # free bytes (v4+), -1 unknown

@@ -1,0 +1,130 @@
+"""10,000 partitions (RF 3) on 3 brokers under a 20,000-descriptor limit (issue 19, bug 9):
+every broker hosts every partition, every acks=all produce succeeds and no broker logs a
+storage error or a failed checkpoint.
+
+Kept cheap: the topics are created in two CreateTopics requests (5 topics of 1,000
+partitions each; the controller commits them in big batches), one record per partition is
+produced through one confluent-kafka producer (a few big Produce requests per broker), and
+the brokers' descriptor limit is set with prlimit right after they start, before they host
+anything.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dataplane_support import bootstrap, kcat_metadata, start_dataplane_cluster
+from metadata_cluster import MetadataCluster, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TOPICS = 10
+PARTITIONS_PER_TOPIC = 1_000
+NOFILE = 20_000
+BAD_LINES = ("Too many open files", "EMFILE", "is offline", "Traceback", "failed: ", "No space left")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluster]:
+    c = start_dataplane_cluster(
+        tmp_path_factory.mktemp("many"),
+        {"num.partitions": "1", "replica.high.watermark.checkpoint.interval.ms": "1000"},
+    )
+    try:
+        for b in c.broker_ids:
+            resource.prlimit(c.nodes[b].pid, resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
+        yield c
+    except BaseException:
+        print(c.diagnostics())
+        raise
+    finally:
+        c.close()
+
+
+def full_isr_count(brokers: str, topics: list[str]) -> int:
+    """Partitions of `topics` with a leader and 3 replicas in sync, as kcat's metadata says."""
+    wanted = set(topics)
+    return sum(
+        1
+        for t in kcat_metadata(brokers)["topics"]
+        if t["topic"] in wanted
+        for p in t["partitions"]
+        if p.get("leader", -1) >= 0 and len(p.get("isrs", [])) == 3
+    )
+
+
+def test_ten_thousand_partitions_under_a_twenty_thousand_descriptor_limit(cluster: MetadataCluster) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    brokers = bootstrap(cluster)
+    topics = [f"many-{i}" for i in range(TOPICS)]
+    total = TOPICS * PARTITIONS_PER_TOPIC
+    t0 = time.monotonic()
+    admin = AdminClient({"bootstrap.servers": brokers})
+    # Two CreateTopics requests at once: the controller refuses an operation of over 10,000
+    # records, as Kafka's does (a topic is 1 + its partitions).
+    half = len(topics) // 2
+    futures = [
+        f
+        for batch in (topics[:half], topics[half:])
+        for f in admin.create_topics(
+            [NewTopic(t, num_partitions=PARTITIONS_PER_TOPIC, replication_factor=3) for t in batch],
+            request_timeout=120,
+            operation_timeout=120,
+        ).values()
+    ]
+    for f in futures:
+        f.result(180)
+    created_s = time.monotonic() - t0
+    wait_until(
+        f"{total} partitions with a leader and 3 in sync", lambda: full_isr_count(brokers, topics) == total, 240, 2
+    )
+    hosted_s = time.monotonic() - t0
+
+    acked: list[int] = []
+    failed: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is None:
+            acked.append(1)
+        else:
+            failed.append(err.name())
+
+    producer = Producer(
+        {
+            "bootstrap.servers": brokers,
+            "acks": "all",
+            "enable.idempotence": False,
+            "linger.ms": 200,
+            "batch.num.messages": 100_000,
+            "message.max.bytes": 100_000_000,
+            "queue.buffering.max.messages": 2 * total,
+            "message.timeout.ms": 120_000,
+            "request.timeout.ms": 60_000,
+        }
+    )
+    for t in topics:
+        for p in range(PARTITIONS_PER_TOPIC):
+            producer.produce(t, value=b"x", partition=p, on_delivery=on_delivery)
+    left = producer.flush(180)
+    produced_s = time.monotonic() - t0 - hosted_s
+    print(
+        f"{total} partitions: created in {created_s:.1f} s, hosted with full ISRs after {hosted_s:.1f} s, "
+        f"one acks=all record each in {produced_s:.1f} s"
+    )
+    assert left == 0 and not failed and len(acked) == total, f"{len(acked)} acked, failures {failed[:5]}, {left} left"
+    time.sleep(2.5)  # two more checkpoint rounds of the 10,000 partitions
+    for b in cluster.broker_ids:
+        assert cluster.nodes[b].running, f"broker {b} exited"
+        lines = [line for line in cluster.node_log(b).splitlines() if any(bad in line for bad in BAD_LINES)]
+        assert not lines, f"broker {b}: {lines[:5]}"
+        hosted = sum(
+            1 for d in Path(cluster.nodes[b].plan.properties["log.dirs"]).iterdir() if d.name.startswith("many-")
+        )
+        assert hosted == total, f"broker {b} hosts {hosted} partitions"
