@@ -175,6 +175,9 @@ class PartitionLog:
         # the recovery point (its write was queued before the flush that moved the recovery
         # point past them), these give back the rest.
         epoch_starts: list[tuple[int, int]] = []
+        # The base of the first segment of the re-walked tail (every segment from it on was
+        # re-walked); None when the last segment was not (a clean start).
+        recovered_tail: int | None = None
 
         def note_epoch(f: BatchFrame) -> None:
             if f.leader_epoch >= 0 and (not epoch_starts or f.leader_epoch > epoch_starts[-1][0]):
@@ -191,6 +194,8 @@ class PartitionLog:
             if not seg.indexes_trusted:
                 needs_recovery = True  # a missing or damaged index is rebuilt from the segment
             if needs_recovery:
+                if recovered_tail is None:
+                    recovered_tail = base
                 cut, why = seg.rebuild(on_batch=note_epoch)
                 recovered += 1
                 if cut:
@@ -198,8 +203,10 @@ class PartitionLog:
                     reason = why
                     log.warning("%s: cut %d bytes at the end of segment %d: %s", directory.name, cut, base, why)
             elif i + 1 < len(bases):
+                recovered_tail = None
                 seg.open_sealed(bases[i + 1])  # O(1): nothing read until it is used
             else:
+                recovered_tail = None
                 seg.load_tail_state()
             if segments and seg.base_offset < segments[-1].next_offset:
                 log.warning("%s: segment %d overlaps its predecessor; dropping it and the rest", directory.name, base)
@@ -240,6 +247,11 @@ class PartitionLog:
             disk,
         )
         if recovered:
+            if recovered_tail is not None:
+                # In the re-walked tail the batches are the truth: the file may still hold
+                # entries a truncation removed just before the crash (its write was queued),
+                # e.g. a higher epoch at an offset now written in a lower one.
+                plog._epochs = [e for e in plog._epochs if e[1] < recovered_tail]
             for epoch, start in epoch_starts:
                 plog._assign(epoch, start, persist=False)
             plog._persist_epochs()

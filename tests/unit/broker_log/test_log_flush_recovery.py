@@ -326,3 +326,21 @@ def test_a_partition_deleted_with_disk_work_queued_logs_no_error(
     assert read_partition_metadata(root / "t-0") == again.topic_id
     assert not (root / "t-0" / LEADER_EPOCH_FILE).exists()  # the old topic's epochs stayed out
     logs.close()
+
+
+def test_recovery_takes_the_epochs_of_the_rewalked_tail_from_its_batches(tmp_path: Path) -> None:
+    plog = PartitionLog.open(tmp_path / "t-0", LogConfig(), topic_id=uuid.uuid4())
+    fill(plog, 4)  # 0..19 in epoch 1
+    plog.roll()  # flushed (inline here): the recovery point is 20
+    assert plog.recovery_point == 20
+    for _ in range(2):
+        plog.append_as_leader(batch(), 3, NOW)  # 20..29 in epoch 3
+    for seg in plog.segments:
+        os.close(seg.fd)  # kill -9
+    # What a queued write lost at the crash leaves: an epoch 5 at 20 that a truncation had
+    # removed before these batches of epoch 3 were written there.
+    (tmp_path / "t-0" / LEADER_EPOCH_FILE).write_text("0\n2\n1 0\n5 20\n")
+    again = PartitionLog.open(tmp_path / "t-0", LogConfig(), topic_id=None, recovery_point=20)
+    assert again.recovery is not None and again.recovery.segments_recovered == 1
+    assert again.epoch_entries() == [(1, 0), (3, 20)]
+    assert again.end_offset_for_epoch(1) == (1, 20)
