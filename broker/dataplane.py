@@ -243,6 +243,7 @@ class DataPlane:
 
     def _flush_and_roll(self) -> None:
         now = now_ms()
+        self.logs.write_dirty_epochs()
         self.logs.flush_pass(now)
         self.logs.roll_pass(now)
         self.logs.purge_deleted()

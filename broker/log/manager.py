@@ -96,12 +96,15 @@ class LogManager:
         self._hosted: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
         self._hw: dict[TopicPartition, int] = {}
         self._pending_deletes: list[tuple[float, Path]] = []
+        # Logs whose leader-epoch checkpoint waits for write_dirty_epochs (on the loop only).
+        self._epochs_dirty: set[PartitionLog] = set()
 
     def config_for(self, topic_config: Mapping[str, str]) -> LogConfig:
         return LogConfig.from_topic_config(topic_config, self.broker_defaults, defaults=self.config_defaults)
 
     def _add(self, tp: TopicPartition, plog: PartitionLog, root: Path) -> None:
         plog.dir_failures = self.failures
+        plog.on_epochs_dirty = self._epochs_dirty.add
         self.logs[tp] = plog
         self._by_topic.setdefault(tp[0], set()).add(tp[1])
         self._dir_of[tp] = root
@@ -319,6 +322,14 @@ class LogManager:
             with contextlib.suppress(KafkaStorageError):  # its dir is offline now (logged once)
                 plog.maybe_roll(now_ms)
 
+    def write_dirty_epochs(self) -> None:
+        """Queue the leader-epoch checkpoints that changed since the last call (each on its
+        dir's queue; one already written by a flush is skipped)."""
+        dirty, self._epochs_dirty = self._epochs_dirty, set()
+        for plog in dirty:
+            if not self.failures.is_offline(plog.log_dir):
+                plog.write_epochs_in_background()
+
     def flush_pass(self, now_ms: int) -> None:
         """flush.ms (log.flush.interval.ms): fsync (in the background) logs whose oldest
         unflushed write is that old."""
@@ -328,7 +339,9 @@ class LogManager:
                     plog.flush_in_background(plog.log_end_offset)
 
     def drain(self) -> None:
-        """Wait for every queued disk job (tests, close)."""
+        """Queue the dirty leader-epoch checkpoints, then wait for every queued disk job
+        (tests, close)."""
+        self.write_dirty_epochs()
         for queue in self._disk.values():
             queue.drain()
 

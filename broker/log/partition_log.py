@@ -32,6 +32,7 @@ import contextlib
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -131,6 +132,13 @@ class PartitionLog:
         # only moves with a synchronous flush().
         self._flush_failed = False
         self._closed = False
+        # The epoch cache changed since the leader-epoch checkpoint was last queued.
+        self._epochs_dirty = False
+        # Snapshots of the epoch cache are numbered; _epochs_written is the newest on disk.
+        self._epochs_version = self._epochs_written = 0
+        self._epochs_lock = threading.Lock()
+        # Set by the LogManager: told when the epoch cache needs writing (see _persist_epochs).
+        self.on_epochs_dirty: Callable[[PartitionLog], None] | None = None
         self.recovery: RecoveryReport | None = None
         # Set by the LogManager: an OSError in a guarded operation takes the dir offline.
         self.dir_failures: LogDirFailures | None = None
@@ -330,20 +338,45 @@ class PartitionLog:
         self._assign(epoch, start_offset)
 
     def _persist_epochs(self) -> None:
-        """Queued, not awaited (Kafka 3.7 writes it asynchronously too). Ordering: the
-        snapshot is taken now and writes land in submission order, before any flush
-        submitted later, so a recovery point checkpointed after a flush never covers a
+        """The leader-epoch checkpoint is written off the loop (Kafka 3.7 made it asynchronous
+        too). With `on_epochs_dirty` (set by the LogManager) the write is deferred: the
+        manager queues the dirty files of a dir together about once a second
+        (`write_epochs_in_background`), so a burst of 1,000 become-leaders wakes no disk
+        thread while the loop is busy with it. Ordering guarantee: a background flush writes
+        a dirty file before its fsyncs (same job), so the recovery point never moves past a
         batch whose epoch entry is not on disk. A crash may lose the last entries: the
-        segments past the recovery point give them back at recovery, and entries above
-        the log end are dropped at open."""
-        snapshot = list(self._epochs)
-        path = self.directory / LEADER_EPOCH_FILE
+        re-walked segments past the recovery point give them back, and entries above the log
+        end are dropped at open. Without a manager (tools, tests) the write is queued now."""
+        self._epochs_dirty = True
+        if self.on_epochs_dirty is not None:
+            self.on_epochs_dirty(self)
+        else:
+            self.write_epochs_in_background()
+
+    def _epochs_writer(self) -> Callable[[], None] | None:
+        """The write of a dirty leader-epoch checkpoint, its snapshot taken now (None: clean)."""
+        if not self._epochs_dirty:
+            return None
+        self._epochs_dirty = False
+        self._epochs_version += 1
+        version, snapshot = self._epochs_version, list(self._epochs)
+        path, directory = self.directory / LEADER_EPOCH_FILE, self.directory
 
         def write() -> None:
-            if not self._closed:  # a deleted log's directory is renamed or gone
-                write_unless_deleted(self.directory, lambda: write_epochs(path, snapshot))
+            # A newer snapshot may have been written already (a synchronous flush does not
+            # wait for the queue): the file never goes back to an older one.
+            with self._epochs_lock:
+                if self._closed or version <= self._epochs_written:  # closed: deleted, renamed or gone
+                    return
+                write_unless_deleted(directory, lambda: write_epochs(path, snapshot))
+                self._epochs_written = version
 
-        self.disk.submit(f"writing the leader-epoch checkpoint of {self.directory.name}", write)
+        return write
+
+    def write_epochs_in_background(self) -> None:
+        write = self._epochs_writer()
+        if write is not None:
+            self.disk.submit(f"writing the leader-epoch checkpoint of {self.directory.name}", write)
 
     def _trim_epochs_to(self, end: int) -> None:
         before = len(self._epochs)
@@ -669,6 +702,9 @@ class PartitionLog:
     @storage_op("flush")
     def flush(self) -> None:
         """fsync everything now, in the caller's thread (close, `flush.messages`)."""
+        write_epochs = self._epochs_writer()
+        if write_epochs is not None:
+            write_epochs()
         for seg in self._dirty:
             seg.flush()
         self._dirty.clear()
@@ -689,9 +725,12 @@ class PartitionLog:
         segments = tuple(self._dirty) + ((self.active,) if upto > self.active.base_offset else ())
         paths = [p for seg in segments for p in seg.file_paths()]
         directory, truncations = self.directory, self._truncations
+        write_epochs_first = self._epochs_writer()
 
         def flush() -> None:
             try:
+                if write_epochs_first is not None:
+                    write_epochs_first()
                 for path in paths:
                     _fsync_path(path)
                 write_unless_deleted(directory, lambda: fsync_dir(directory))

@@ -344,3 +344,34 @@ def test_recovery_takes_the_epochs_of_the_rewalked_tail_from_its_batches(tmp_pat
     assert again.recovery is not None and again.recovery.segments_recovered == 1
     assert again.epoch_entries() == [(1, 0), (3, 20)]
     assert again.end_offset_for_epoch(1) == (1, 20)
+
+
+def test_a_become_leader_queues_no_disk_work_the_epoch_file_goes_with_the_next_flush_or_tick(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    logs = LogManager([root], SMALL)
+    logs.load()
+    queue = logs.disk(root)
+    plog = logs.get_or_create("t", 0, uuid.uuid4(), SMALL)
+    queue.drain()
+    path = plog.directory / LEADER_EPOCH_FILE
+    plog.assign_epoch_start_offset(1, 0)  # what becoming leader does
+    queue.drain()
+    assert not path.exists()  # deferred to the manager's next pass
+    fill(plog, 10)  # rolls: each flush writes the dirty epoch file first, in the same job
+    queue.drain()
+    assert read_epochs(path) == [(1, 0)] and plog.recovery_point > 0
+    plog.assign_epoch_start_offset(3, plog.log_end_offset)
+    logs.write_dirty_epochs()  # the data plane's 1 s tick
+    queue.drain()
+    assert read_epochs(path) == [(1, 0), (3, 50)]
+    # A synchronous flush writes the newest snapshot; an older one still queued never
+    # overwrites it.
+    gate = Gate(queue)
+    plog.assign_epoch_start_offset(4, 50)
+    logs.write_dirty_epochs()  # queued behind the gate: [(1, 0), (4, 50)]
+    plog.assign_epoch_start_offset(5, 50)
+    plog.flush()  # in this thread: [(1, 0), (5, 50)]
+    gate.open()
+    queue.drain()
+    assert read_epochs(path) == [(1, 0), (5, 50)]
+    logs.close()
