@@ -33,9 +33,9 @@ from tests.sim.replication import mutants
 from tests.sim.replication.harness import SimConfig, StateFactory, Violation, World
 
 LONG = settings().max_examples >= 1000 or os.environ.get("HYPOTHESIS_PROFILE") == "long"
-STATEFUL_EXAMPLES = 1500 if LONG else 60
+STATEFUL_EXAMPLES = 1500 if LONG else 200
 STATEFUL_STEPS = 80 if LONG else 40
-WALK_SEEDS = range(400 if LONG else 12)
+WALK_SEEDS = range(400 if LONG else 20)
 WALK_ACTIONS = 120
 
 BROKERS = st.integers(min_value=1, max_value=3)
