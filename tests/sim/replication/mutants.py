@@ -135,6 +135,17 @@ class OutOfRangeRestartAtLeaderEnd(PartitionState):
         return plan
 
 
+class NoRestartAtBatchBase(PartitionState):
+    """Bug 4 of issue 19: an empty log restarted at the leader's log start (inside a batch)
+    appends the leader's first batch without restarting at its base offset first."""
+
+    def on_fetch_answer(self, fetch_offset: int, answer: LeaderAnswer, log: LogView) -> FollowerPlan:
+        plan = super().on_fetch_answer(fetch_offset, answer, log)
+        if plan.step is FollowerStep.APPEND and plan.offset >= 0:
+            return FollowerPlan(FollowerStep.APPEND)
+        return plan
+
+
 # ---------------------------------------------------------------- the controller's rules
 
 
@@ -184,5 +195,6 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "OutOfRangeRestartAtLeaderEnd", "out-of-range restart at the leader's log start", OutOfRangeRestartAtLeaderEnd
     ),
+    Mutant("NoRestartAtBatchBase", "restart at the leader's first batch (bug 4)", NoRestartAtBatchBase),
     Mutant("ControllerElectsOutOfIsr", "the controller's clean leader choice", patch=controller_elects_out_of_isr),
 )
