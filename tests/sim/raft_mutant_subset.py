@@ -24,6 +24,24 @@ def _figure8(seed: int) -> Cluster:
     return c
 
 
+def _figure8_small_fetch(seed: int) -> Cluster:
+    c = Cluster(seed, 3, 0, h.config(1))
+    h.figure8(c, x_batches=1, y_batches=0, comeback="restart", exit="crash")
+    return c
+
+
+def _stale(seed: int) -> Cluster:
+    c = Cluster(seed, 3, 0, h.config())
+    h.stale_messages(c)
+    return c
+
+
+def _stale_votes(seed: int) -> Cluster:
+    c = Cluster(seed, 3, 0, h.config())
+    h.stale_vote_replay(c)
+    return c
+
+
 def _lagging(seed: int) -> Cluster:
     c = Cluster(seed, 3, 0, h.config(1))
     h.lagging_follower(c, lag_ms=3_000)
@@ -42,7 +60,15 @@ def _snapshot(seed: int) -> Cluster:
     return c
 
 
-HISTORIES: dict[str, History] = {"figure8": _figure8, "lagging": _lagging, "storm": _storm, "snapshot": _snapshot}
+HISTORIES: dict[str, History] = {
+    "figure8": _figure8,
+    "figure8_small_fetch": _figure8_small_fetch,
+    "lagging": _lagging,
+    "storm": _storm,
+    "snapshot": _snapshot,
+    "stale": _stale,
+    "stale_votes": _stale_votes,
+}
 
 
 def caught(history: History, seeds: range) -> tuple[int, str] | None:
@@ -56,9 +82,11 @@ def caught(history: History, seeds: range) -> tuple[int, str] | None:
 
 
 # mutant -> (history that catches it, seeds needed): measured; the rest of `core_mutants`
-# (hw_over_old_epoch, truncate_one_batch_too_far, stale_vote_response_counted, future_epoch_keeps_role) need the
-# whole CI profile and run only in the slow mutation check.
+# (truncate_one_batch_too_far, stale_vote_response_counted) need the whole CI profile and
+# run only in the slow mutation check.
 SUBSET: dict[str, tuple[str, int]] = {
+    "hw_over_old_epoch": ("figure8_small_fetch", 1),
+    "future_epoch_keeps_role": ("stale", 1),
     "follower_hw_above_leo": ("lagging", 1),
     "no_divergence_check": ("figure8", 1),
     "hw_before_truncation": ("storm", 1),
