@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from dataplane_support import bootstrap, broker_port, create_topic, partition_state, start_dataplane_cluster
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from metadata_cluster import MetadataCluster
@@ -29,6 +30,27 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluste
         yield c
     finally:
         c.close()
+
+
+# asyncio's report of a failed task nobody awaited: bad input must end as the transport's
+# INFO line "closing connection from <peer>: ...", never as one of these.
+UNHANDLED_TASK_ERROR = "Task exception was never retrieved"
+
+
+def unhandled_task_errors(cluster: MetadataCluster) -> list[str]:
+    """The lines of every broker's log that report an unhandled asyncio task error."""
+    return [
+        f"broker {b}: {line}"
+        for b in cluster.broker_ids
+        for line in cluster.node_log(b).splitlines()
+        if UNHANDLED_TASK_ERROR in line
+    ]
+
+
+@pytest.fixture(autouse=True)
+def no_unhandled_task_errors(cluster: MetadataCluster) -> Iterator[None]:
+    yield
+    assert unhandled_task_errors(cluster) == []
 
 
 def leader_port(cluster: MetadataCluster, topic: str = "t") -> int:
@@ -72,10 +94,11 @@ def batch(n: int = 3) -> bytearray:
     return bytearray(b.build())
 
 
-def produce_raw(port: int, records: bytes, version: int = 9) -> int:
+def produce_frame(records: bytes, version: int = 9, acks: int = -1, correlation_id: int = 7) -> bytes:
+    """A framed Produce request of `records` to partition t-0."""
     req = ProduceRequest(
         transactional_id=None,
-        acks=-1,
+        acks=acks,
         timeout_ms=5000,
         topic_data=[
             ProduceRequest.TopicProduceData(
@@ -84,10 +107,14 @@ def produce_raw(port: int, records: bytes, version: int = 9) -> int:
             )
         ],
     )
-    req.with_header(correlation_id=7, client_id="bad-input")
+    req.with_header(correlation_id=correlation_id, client_id="bad-input")
     frame = bytes(req.encode(version=version, header=True))
+    return struct.pack(">i", len(frame)) + frame
+
+
+def produce_raw(port: int, records: bytes, version: int = 9) -> int:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(struct.pack(">i", len(frame)) + frame)
+        s.sendall(produce_frame(records, version))
         body = read_frame(s)
     assert body is not None
 
@@ -121,12 +148,30 @@ def test_bad_batches_get_kafka_error_codes(cluster: MetadataCluster, damage: str
     produce_ok(cluster, f"after-{damage}".encode())
 
 
+def test_failing_acks0_produces_pipelined_close_the_connection_quietly(cluster: MetadataCluster) -> None:
+    """acks=0 producers learn of a failure by the connection closing (Kafka's way). With
+    several such requests in flight on one connection, the first failure closes it and
+    the others must end quietly: `unhandled_task_errors` (checked after every test of this
+    module) finds asyncio's "Task exception was never retrieved" in the broker's log."""
+    port = leader_port(cluster)
+    bad = batch()
+    bad[-1] ^= 0xFF  # CRC mismatch: refused by the log after the request was read
+    burst = b"".join(produce_frame(bytes(bad), acks=0, correlation_id=corr) for corr in range(20))
+    for _ in range(10):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(burst)
+            assert read_frame(s) is None  # closed, never answered (acks=0)
+    produce_ok(cluster, b"after-acks0-burst")
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(frame=hostile_frames())
-def test_hostile_frames_leave_the_broker_serving(cluster: MetadataCluster, frame: bytes) -> None:
+@given(frames=st.lists(hostile_frames(), min_size=1, max_size=4))
+def test_hostile_frames_leave_the_broker_serving(cluster: MetadataCluster, frames: list[bytes]) -> None:
+    """A few hostile frames pipelined on one connection (a lying length prefix swallows
+    the frames after it)."""
     port = leader_port(cluster)
     with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-        s.sendall(frame)
+        s.sendall(b"".join(frames))
         s.shutdown(socket.SHUT_WR)
         try:
             body = read_frame(s)
