@@ -76,7 +76,7 @@ from quorum.controller.requests import (
 )
 from quorum.kafka_errors import default_message
 from quorum.raft.errors import ErrorCode
-from quorum.wire._reader import MalformedError, entity_reader
+from quorum.wire._reader import MalformedError, entity_reader, read_request_body
 from quorum.wire.admin_versions import ADMIN_API_VERSIONS, AdminApiKey
 from quorum.wire.codec import RequestHeaderInfo, WireError, _frame, _kio_error, _make, _nested, _peek_header, _schema
 
@@ -625,7 +625,8 @@ def _dec_describe_configs(body: Any, version: int) -> DescribeConfigsRequest:
         DescribeConfigsResource(
             resource_type=res.resource_type,
             resource_name=res.resource_name,
-            config_names=None if res.configuration_keys is None else tuple(res.configuration_keys),
+            # Kafka (ConfigHelper): null and empty configuration_keys both mean every config.
+            config_names=tuple(res.configuration_keys) if res.configuration_keys else None,
         )
         for res in body.resources
     )
@@ -1247,11 +1248,9 @@ def _decode_admin_request(frame: bytes) -> DecodedAdmin:
         raise WireError(ErrorCode.UNSUPPORTED_VERSION, "no schema", header=head)
     try:
         _, pos = entity_reader(cls.__header_schema__)(frame, 0)
-        body, end = entity_reader(cls)(frame, pos)
+        body = read_request_body(cls, frame, pos)  # bytes after the body are ignored (Kafka's rule)
     except MalformedError as exc:
         raise WireError(ErrorCode.INVALID_REQUEST, f"malformed {cls.__name__} v{version}: {exc}", header=head) from exc
-    if end != len(frame):
-        raise WireError(ErrorCode.INVALID_REQUEST, f"{len(frame) - end} trailing bytes after the request", header=head)
 
     def decoded(request: AdminCall) -> DecodedAdmin:
         return DecodedAdmin(api.key, version, head.correlation_id, head.client_id, head, request)
