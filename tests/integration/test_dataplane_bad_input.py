@@ -193,3 +193,47 @@ def test_everything_acknowledged_is_still_there(cluster: MetadataCluster) -> Non
     values = [m.value() for m in msgs]
     assert b"final" in values
     assert [m.offset() for m in msgs] == list(range(len(msgs)))
+
+
+def metadata_v12_frame(body: bytes, correlation_id: int) -> bytes:
+    """A framed Metadata v12 request (header v2, client id "md") with `body` as given."""
+    frame = struct.pack(">hhih", 3, 12, correlation_id, 2) + b"md" + b"\x00" + body
+    return struct.pack(">i", len(frame)) + frame
+
+
+@pytest.mark.parametrize(
+    ("body", "all_topics"),
+    [
+        pytest.param(b"\x00\x00\x00\x00", True, id="null-topics"),
+        pytest.param(b"\x01\x00\x00\x00", False, id="empty-topics"),
+        # librdkafka >= 2.x (Metadata v9+) asking for all topics: a 4-byte zero array-count
+        # placeholder, then allow_auto_topic_creation, include_topic_authorized_operations
+        # and the tagged fields; Kafka reads a null array and ignores the 3 bytes left.
+        pytest.param(b"\x00\x00\x00\x00\x01\x00\x00", True, id="librdkafka-all-topics"),
+    ],
+)
+def test_metadata_v12_with_null_or_empty_topics_is_answered(
+    cluster: MetadataCluster, body: bytes, all_topics: bool
+) -> None:
+    from kafka.protocol.metadata.metadata import MetadataResponse
+
+    with socket.create_connection(("127.0.0.1", leader_port(cluster)), timeout=10) as s:
+        for corr in (21, 22):  # twice on one connection: it stays open
+            s.sendall(metadata_v12_frame(body, corr))
+            reply = read_frame(s)
+            assert reply is not None, "connection closed"
+            decoded = MetadataResponse[12].decode(reply, header=True)  # type: ignore[index]
+            assert decoded.header.correlation_id == corr
+            names = {t[1] for t in decoded.topics}
+            assert ("t" in names) is all_topics and (bool(names) is all_topics)
+            assert {b[0] for b in decoded.brokers} == set(cluster.broker_ids)
+
+
+def test_confluent_kafka_list_topics(cluster: MetadataCluster) -> None:
+    """librdkafka's rd_kafka_metadata() (Metadata v12 with its array placeholder)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap(cluster)})
+    md = p.list_topics(timeout=10)
+    assert "t" in md.topics and sorted(md.brokers) == sorted(cluster.broker_ids)
+    assert list(p.list_topics("t", timeout=10).topics) == ["t"]
