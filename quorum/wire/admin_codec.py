@@ -126,7 +126,12 @@ _AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)  # Kafka's INT32_MIN sentinel
 class DescribeConfigsResource:
     resource_type: int  # a ConfigResourceType value; others are passed through for the controller to refuse
     resource_name: str
-    config_names: tuple[str, ...] | None = None  # None = every config
+    config_names: tuple[str, ...] | None = None  # None = every config; never empty (below)
+
+    def __post_init__(self) -> None:
+        # Kafka (ConfigHelper): empty configuration_keys mean every config, as null does.
+        if self.config_names is not None and not self.config_names:
+            object.__setattr__(self, "config_names", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -625,8 +630,7 @@ def _dec_describe_configs(body: Any, version: int) -> DescribeConfigsRequest:
         DescribeConfigsResource(
             resource_type=res.resource_type,
             resource_name=res.resource_name,
-            # Kafka (ConfigHelper): null and empty configuration_keys both mean every config.
-            config_names=tuple(res.configuration_keys) if res.configuration_keys else None,
+            config_names=None if res.configuration_keys is None else tuple(res.configuration_keys),
         )
         for res in body.resources
     )

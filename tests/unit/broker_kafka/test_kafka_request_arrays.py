@@ -44,8 +44,9 @@ from broker.kafka.context import RequestContext, decode_body
 from broker.kafka.fetch import decode_fetch
 from broker.kafka.produce import decode_produce
 from broker.kafka.server import KafkaRequestHandler
-from broker.kafka.wire import parse_request_header
+from broker.kafka.wire import MalformedRequest, parse_request_header
 from quorum.wire.admin_codec import AdminRequestError, decode_admin_request
+from quorum.wire.codec import WireError
 from tests.unit.broker_kafka.conftest import TOPICS
 
 Path = tuple[tuple[str, int | None], ...]  # (field name, item index or None for the field itself)
@@ -269,9 +270,11 @@ def _cases() -> Iterator[Any]:
             base = _sample(load_request_schema(key, version))
             for path, nullable in _arrays(base):
                 name = ".".join(f"{n}[{i}]" if i is not None else n for n, i in path)
-                for value in ((), None) if nullable else ((),):
-                    label = "null" if value is None else "empty"
-                    yield pytest.param(key, version, path, value, id=f"{ApiKey(key).name}-v{version}-{name}-{label}")
+                for value in ((), None):
+                    label = "empty" if value is not None else "null" if nullable else "null-refused"
+                    yield pytest.param(
+                        key, version, path, value, nullable, id=f"{ApiKey(key).name}-v{version}-{name}-{label}"
+                    )
 
 
 CASES = list(_cases())
@@ -281,15 +284,25 @@ def test_every_advertised_api_and_version_has_array_cases() -> None:
     keys_with_arrays = {c.values[0] for c in CASES}
     # ApiVersions and DescribeCluster have no arrays in their requests.
     assert keys_with_arrays == set(SUPPORTED) - {ApiKey.API_VERSIONS, ApiKey.DESCRIBE_CLUSTER}
-    assert any(c.values[3] is None for c in CASES)  # nullable arrays exist and are covered
+    assert any(c.values[3] is None and c.values[4] for c in CASES)  # nullable arrays exist and are covered
 
 
-@pytest.mark.parametrize(("key", "version", "path", "value"), CASES)
-def test_empty_and_null_arrays_decode_to_what_the_request_says(key: int, version: int, path: Path, value: Any) -> None:
+@pytest.mark.parametrize(("key", "version", "path", "value", "nullable"), CASES)
+def test_empty_and_null_arrays_decode_to_what_the_request_says(
+    key: int, version: int, path: Path, value: Any, nullable: bool
+) -> None:
     base = _sample(load_request_schema(key, version))
     got, want = decoded_and_expected(key, version, base)
     assert got == want  # the base request itself
-    got, want = decoded_and_expected(key, version, _replace(base, path, value))
+    variant = _replace(base, path, value)
+    if value is None and not nullable:
+        # Kafka's generated readers refuse it ("non-nullable field ... was serialized as
+        # null"): the request is malformed and its connection closed.
+        with pytest.raises((MalformedRequest, WireError)) as info:
+            decoded_and_expected(key, version, variant)
+        assert not isinstance(info.value, AdminRequestError)
+        return
+    got, want = decoded_and_expected(key, version, variant)
     assert got == want
 
 
@@ -301,21 +314,35 @@ def test_empty_and_null_arrays_decode_to_what_the_request_says(key: int, version
         [],  # empty topic_data
         [("a", [])],  # empty partition_data
         [("a", []), ("b", [(3, b"s"), (4, b"")])],
+        None,  # null topic_data: refused
+        [("a", None)],  # null partition_data: refused
     ],
 )
-def test_old_produce_versions_decode_empty_arrays(version: int, topics: list[Any]) -> None:
+def test_old_produce_versions_decode_empty_arrays(version: int, topics: list[Any] | None) -> None:
     data = ProduceRequest.TopicProduceData
     request = ProduceRequest(
         transactional_id=None,
         acks=1,
         timeout_ms=5,
-        topic_data=[
-            data(name=name, partition_data=[data.PartitionProduceData(index=i, records=r) for i, r in parts])
+        topic_data=None
+        if topics is None
+        else [
+            data(
+                name=name,
+                partition_data=None
+                if parts is None
+                else [data.PartitionProduceData(index=i, records=r) for i, r in parts],
+            )
             for name, parts in topics
         ],
     )
     request.with_header(correlation_id=9, client_id="arrays")
-    got = decode_produce(_context(ApiKey.PRODUCE, version, bytes(request.encode(version=version, header=True))))
+    ctx = _context(ApiKey.PRODUCE, version, bytes(request.encode(version=version, header=True)))
+    if topics is None or any(parts is None for _, parts in topics):
+        with pytest.raises(MalformedRequest):
+            decode_produce(ctx)
+        return
+    got = decode_produce(ctx)
     assert (got.acks, got.timeout_ms) == (1, 5)
     assert [(name, [(i, _records(r)) for i, r in parts]) for name, parts in got.topics] == topics
 
