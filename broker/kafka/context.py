@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_writer
 
 from broker.kafka.wire import MalformedRequest, RequestHeader, frame_response
-from quorum.wire._reader import MalformedError, entity_reader
+from quorum.wire._reader import MalformedError, read_request_body
 
 __all__ = ["RequestContext", "decode_body", "encode_body", "kio_error", "make", "nested", "response_type"]
 
@@ -72,18 +72,16 @@ def make(cls: type[Any], **values: Any) -> Any:
 
 
 def decode_body(ctx: RequestContext) -> Any:
-    """The kio request entity of `ctx`; MalformedRequest on bad bytes (trailing bytes too)."""
+    """The kio request entity of `ctx`; MalformedRequest on bad bytes (bytes after the body
+    are ignored, as Kafka does: `read_request_body`)."""
     cls = _request_type(ctx.api_key, ctx.version)
     data = (
         ctx.frame.obj if isinstance(ctx.frame.obj, bytes) and len(ctx.frame.obj) == len(ctx.frame) else bytes(ctx.frame)
     )
     try:
-        body, end = entity_reader(cls)(data, ctx.header.body_offset)
+        return read_request_body(cls, data, ctx.header.body_offset)
     except MalformedError as exc:
         raise MalformedRequest(str(exc)) from exc
-    if end != len(data):
-        raise MalformedRequest(f"{len(data) - end} trailing bytes after the request body")
-    return body
 
 
 _KIO_ERRORS = frozenset(int(c) for c in KioErrorCode)

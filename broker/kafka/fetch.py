@@ -98,7 +98,7 @@ def decode_fetch(ctx: RequestContext) -> FetchRequest:
 
         def forgotten_topic() -> None:
             name = r.nonnull_string(flex)
-            for index in r.array(flex, r.i32) or []:
+            for index in r.array(flex, r.i32):
                 forgotten.append((name, index))
             if flex:
                 r.skip_tags()

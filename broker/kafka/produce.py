@@ -65,12 +65,12 @@ def decode_produce(ctx: RequestContext) -> ProduceRequest:
 
     def topic() -> tuple[str, tuple[tuple[int, memoryview | None], ...]]:
         name = r.nonnull_string(flex)
-        parts = r.array(flex, partition) or []
+        parts = r.array(flex, partition)
         if flex:
             r.skip_tags()
         return name, tuple(parts)
 
-    topics = r.array(flex, topic) or []
+    topics = r.array(flex, topic)
     if flex:
         r.skip_tags()
     return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics))

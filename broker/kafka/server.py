@@ -6,7 +6,9 @@ Bad input, Kafka's way:
   of any api but ApiVersions: the connection is closed (Kafka closes it; the client
   reconnects and renegotiates);
 - ApiVersions at a version above ours: UNSUPPORTED_VERSION with our ranges (KIP-511);
-- a body that does not decode (truncated, lying lengths, trailing bytes): closed;
+- a body that does not decode (truncated, lying lengths, a null non-nullable array):
+  closed; bytes after a body that decodes are ignored, as Kafka ignores them
+  (`quorum.wire._reader.read_request_body`);
 - bad record batches: per-partition error codes (INVALID_RECORD, CORRUPT_MESSAGE, ...);
 - a bug in a handler or a service: logged, connection closed; other connections go on.
 Frames above `socket.request.max.bytes` are refused by the transport.

@@ -124,10 +124,12 @@ class Reader:
         n = self._length(flexible, True)
         return None if n < 0 else self.raw(n)
 
-    def array(self, flexible: bool, item: Callable[[], T]) -> list[T] | None:
+    def array(self, flexible: bool, item: Callable[[], T]) -> list[T]:
+        """A non-nullable array (every array of the hand-decoded requests): null is
+        malformed, as in Kafka's generated readers."""
         n = self._length(flexible, True)
         if n < 0:
-            return None
+            raise MalformedRequest("null in a non-nullable array")
         if n > self.end - self.pos:  # every item takes at least one byte
             raise MalformedRequest(f"array of {n} items in {self.end - self.pos} bytes")
         return [item() for _ in range(n)]

@@ -588,7 +588,7 @@ class PartitionLog:
             self._trim_epochs_to(offset)
             return
         if offset <= self.segments[0].base_offset:
-            self.truncate_fully_and_start_at(max(offset, self.log_start_offset))
+            self.truncate_fully_and_start_at(offset)
             return
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
             seg = self.segments.pop()

@@ -432,9 +432,17 @@ class PartitionState:
             # Not a replica of this partition (Kafka: NOT_LEADER_OR_FOLLOWER for an unknown replica).
             return FollowerFetchResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if broker_epoch >= 0 and f.broker_epoch >= 0 and broker_epoch != f.broker_epoch:
+            if broker_epoch < f.broker_epoch:
+                # A fetch of an earlier incarnation read after one of a later (a dead process's
+                # request): it says nothing about the follower's log now.
+                return FollowerFetchResult(ErrorCode.STALE_BROKER_EPOCH)
             # A new incarnation of the follower (it registered again, KIP-903): what its previous
-            # one had fetched may be lost (unflushed at a crash); forget it.
-            f = self._followers[replica_id] = _Follower()
+            # one had fetched may be lost (unflushed at a crash); forget it, and an ISR expansion
+            # for it that its previous incarnation earned (never to be sent again under the new
+            # epoch: the controller would take it).
+            f = self._followers[replica_id] = _Follower(broker_epoch=broker_epoch)
+            if self._pending is not None and self._pending.expanding == replica_id:
+                self._pending = None
         if last_fetched_epoch >= 0:
             epoch, end = log.end_offset_for_epoch(last_fetched_epoch)
             if epoch == UNDEFINED_EPOCH or end == UNDEFINED_EPOCH_OFFSET:
@@ -491,8 +499,13 @@ class PartitionState:
             return True
         return f.isr_eligible and f.is_caught_up(leader_end, now_ms, self.replica_lag_time_max_ms)
 
+    def _high_watermark_frozen(self) -> bool:
+        """Kafka 3.7+ (``isUnderMinIsr``): the HW does not move while the committed ISR is
+        smaller than the effective min ISR."""
+        return len(self.isr) < self.effective_min_isr()
+
     def _maybe_increment_high_watermark(self, now_ms: int, log: LogView) -> bool:
-        if not self.is_leader or len(self.isr) < self.effective_min_isr():
+        if not self.is_leader or self._high_watermark_frozen():
             return False
         leader_end = log.log_end_offset
         candidate = leader_end
@@ -524,7 +537,10 @@ class PartitionState:
 
         In order: an in-flight change whose answer was lost is proposed again; a leader
         elected uncleanly (RECOVERING) reports RECOVERED with its ISR as it is; lagging
-        members leave (shrink); one caught-up follower joins (expand).
+        members leave (shrink); one caught-up follower joins (expand). A follower joins only
+        while it is caught up by the same rule that would take it out again (a fetch within
+        ``replica.lag.time.max.ms``, or its LEO at the leader's): a follower cut off right at a
+        frozen HW is otherwise added back and removed again every check, forever.
         """
         if not self.is_leader:
             return None
@@ -535,9 +551,15 @@ class PartitionState:
         lagging = self.out_of_sync_replicas(now_ms, log, lag_ms)
         if lagging:
             return tuple(r for r in self.isr if r not in lagging)
+        lag = self.replica_lag_time_max_ms if lag_ms is None else lag_ms
         for r in self.replicas:
             f = self._followers.get(r)
-            if f is not None and self._can_add_to_isr(r) and self._is_in_sync(f):
+            if (
+                f is not None
+                and self._can_add_to_isr(r)
+                and self._is_in_sync(f)
+                and f.is_caught_up(log.log_end_offset, now_ms, lag)
+            ):
                 return (*self.isr, r)
         return None
 

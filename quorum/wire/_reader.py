@@ -36,7 +36,7 @@ from kio.serial._introspect import (  # kio's own schema introspection (pinned k
     is_optional,
 )
 
-__all__ = ["MalformedError", "Reader", "entity_reader", "read_uvarint"]
+__all__ = ["MalformedError", "Reader", "entity_reader", "read_request_body", "read_uvarint"]
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
@@ -345,3 +345,18 @@ def _build_entity_reader(entity_type: type[Any]) -> Reader:
         return entity_type(**values), pos
 
     return read
+
+
+def read_request_body(entity_type: type[Any], frame: bytes, pos: int) -> Any:
+    """The request body of `entity_type` that starts at `pos` of a request frame.
+
+    Bytes after the body are ignored: that is Kafka's rule (a broker or controller parses
+    a request from the front of its frame and never looks at what is left), and clients
+    depend on it. librdkafka (at least up to 2.16) writes every flexible array count as a
+    4-byte placeholder that it shrinks to a varint once the count is known, and does not
+    shrink it for a Metadata v9+ request for all topics: the body starts `00 00 00 00`,
+    which Kafka reads as a null topics array (all topics) and two false booleans with no
+    tagged fields, leaving librdkafka's own three bytes unread.
+    """
+    body, _ = entity_reader(entity_type)(frame, pos)
+    return body

@@ -76,7 +76,7 @@ from quorum.controller.requests import (
 )
 from quorum.kafka_errors import default_message
 from quorum.raft.errors import ErrorCode
-from quorum.wire._reader import MalformedError, entity_reader
+from quorum.wire._reader import MalformedError, entity_reader, read_request_body
 from quorum.wire.admin_versions import ADMIN_API_VERSIONS, AdminApiKey
 from quorum.wire.codec import RequestHeaderInfo, WireError, _frame, _kio_error, _make, _nested, _peek_header, _schema
 
@@ -126,7 +126,12 @@ _AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)  # Kafka's INT32_MIN sentinel
 class DescribeConfigsResource:
     resource_type: int  # a ConfigResourceType value; others are passed through for the controller to refuse
     resource_name: str
-    config_names: tuple[str, ...] | None = None  # None = every config
+    config_names: tuple[str, ...] | None = None  # None = every config; never empty (below)
+
+    def __post_init__(self) -> None:
+        # Kafka (ConfigHelper): empty configuration_keys mean every config, as null does.
+        if self.config_names is not None and not self.config_names:
+            object.__setattr__(self, "config_names", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1247,11 +1252,9 @@ def _decode_admin_request(frame: bytes) -> DecodedAdmin:
         raise WireError(ErrorCode.UNSUPPORTED_VERSION, "no schema", header=head)
     try:
         _, pos = entity_reader(cls.__header_schema__)(frame, 0)
-        body, end = entity_reader(cls)(frame, pos)
+        body = read_request_body(cls, frame, pos)  # bytes after the body are ignored (Kafka's rule)
     except MalformedError as exc:
         raise WireError(ErrorCode.INVALID_REQUEST, f"malformed {cls.__name__} v{version}: {exc}", header=head) from exc
-    if end != len(frame):
-        raise WireError(ErrorCode.INVALID_REQUEST, f"{len(frame) - end} trailing bytes after the request", header=head)
 
     def decoded(request: AdminCall) -> DecodedAdmin:
         return DecodedAdmin(api.key, version, head.correlation_id, head.client_id, head, request)

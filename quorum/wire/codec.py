@@ -53,7 +53,7 @@ from quorum.raft.messages import (
 )
 from quorum.raft.types import OffsetAndEpoch
 from quorum.storage.record_batch import CorruptRecordError, decode_batches, encode_batches
-from quorum.wire._reader import MalformedError, entity_reader
+from quorum.wire._reader import MalformedError, entity_reader, read_request_body
 from quorum.wire.admin_versions import ADMIN_API_VERSIONS
 
 __all__ = [
@@ -638,13 +638,11 @@ def _decode_request(frame: bytes) -> DecodedRequest:
         raise WireError(ErrorCode.UNSUPPORTED_VERSION, "no schema", header=head)
     try:
         _, pos = entity_reader(cls.__header_schema__)(frame, 0)
-        body, end = entity_reader(cls)(frame, pos)
+        body = read_request_body(cls, frame, pos)  # bytes after the body are ignored (Kafka's rule)
     except MalformedError as exc:
         raise WireError(
             ErrorCode.INVALID_REQUEST, f"malformed {cls.__name__} v{head.api_version}: {exc}", header=head
         ) from exc
-    if end != len(frame):
-        raise WireError(ErrorCode.INVALID_REQUEST, f"{len(frame) - end} trailing bytes after the request", header=head)
     message, source_id, destination_id, cluster_id = decoder(head, body)
     return DecodedRequest(
         api_key=head.api_key,

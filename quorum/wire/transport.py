@@ -272,6 +272,21 @@ async def _serve_pipelined(
             task.cancel()
         pending: set[asyncio.Future[Any]] = {writing, *handlers}
         await asyncio.wait(pending)
+        _retrieve_unanswered(queue, conn.peer)
+
+
+def _retrieve_unanswered(queue: asyncio.Queue[asyncio.Future[bytes | None] | None], peer: object) -> None:
+    """Collect the outcome of every handler the writer never reached (the connection closed
+    first; all are done by now). Their answers are dropped; a CloseConnection among them
+    says nothing new, a handler bug is logged with the peer. Left alone, each failed task
+    would surface as asyncio's "Task exception was never retrieved" error."""
+    while not queue.empty():
+        task = queue.get_nowait()
+        if task is None or not task.done() or task.cancelled():
+            continue
+        exc = task.exception()
+        if exc is not None and not isinstance(exc, CloseConnection):
+            log.error("request handler failed after the connection from %s closed", peer, exc_info=exc)
 
 
 async def serve(

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from dataplane_support import bootstrap, broker_port, create_topic, partition_state, start_dataplane_cluster
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from metadata_cluster import MetadataCluster
@@ -29,6 +30,27 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluste
         yield c
     finally:
         c.close()
+
+
+# asyncio's report of a failed task nobody awaited: bad input must end as the transport's
+# INFO line "closing connection from <peer>: ...", never as one of these.
+UNHANDLED_TASK_ERROR = "Task exception was never retrieved"
+
+
+def unhandled_task_errors(cluster: MetadataCluster) -> list[str]:
+    """The lines of every broker's log that report an unhandled asyncio task error."""
+    return [
+        f"broker {b}: {line}"
+        for b in cluster.broker_ids
+        for line in cluster.node_log(b).splitlines()
+        if UNHANDLED_TASK_ERROR in line
+    ]
+
+
+@pytest.fixture(autouse=True)
+def no_unhandled_task_errors(cluster: MetadataCluster) -> Iterator[None]:
+    yield
+    assert unhandled_task_errors(cluster) == []
 
 
 def leader_port(cluster: MetadataCluster, topic: str = "t") -> int:
@@ -72,10 +94,11 @@ def batch(n: int = 3) -> bytearray:
     return bytearray(b.build())
 
 
-def produce_raw(port: int, records: bytes, version: int = 9) -> int:
+def produce_frame(records: bytes, version: int = 9, acks: int = -1, correlation_id: int = 7) -> bytes:
+    """A framed Produce request of `records` to partition t-0."""
     req = ProduceRequest(
         transactional_id=None,
-        acks=-1,
+        acks=acks,
         timeout_ms=5000,
         topic_data=[
             ProduceRequest.TopicProduceData(
@@ -84,10 +107,14 @@ def produce_raw(port: int, records: bytes, version: int = 9) -> int:
             )
         ],
     )
-    req.with_header(correlation_id=7, client_id="bad-input")
+    req.with_header(correlation_id=correlation_id, client_id="bad-input")
     frame = bytes(req.encode(version=version, header=True))
+    return struct.pack(">i", len(frame)) + frame
+
+
+def produce_raw(port: int, records: bytes, version: int = 9) -> int:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(struct.pack(">i", len(frame)) + frame)
+        s.sendall(produce_frame(records, version))
         body = read_frame(s)
     assert body is not None
 
@@ -121,12 +148,30 @@ def test_bad_batches_get_kafka_error_codes(cluster: MetadataCluster, damage: str
     produce_ok(cluster, f"after-{damage}".encode())
 
 
+def test_failing_acks0_produces_pipelined_close_the_connection_quietly(cluster: MetadataCluster) -> None:
+    """acks=0 producers learn of a failure by the connection closing (Kafka's way). With
+    several such requests in flight on one connection, the first failure closes it and
+    the others must end quietly: `unhandled_task_errors` (checked after every test of this
+    module) finds asyncio's "Task exception was never retrieved" in the broker's log."""
+    port = leader_port(cluster)
+    bad = batch()
+    bad[-1] ^= 0xFF  # CRC mismatch: refused by the log after the request was read
+    burst = b"".join(produce_frame(bytes(bad), acks=0, correlation_id=corr) for corr in range(20))
+    for _ in range(10):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(burst)
+            assert read_frame(s) is None  # closed, never answered (acks=0)
+    produce_ok(cluster, b"after-acks0-burst")
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(frame=hostile_frames())
-def test_hostile_frames_leave_the_broker_serving(cluster: MetadataCluster, frame: bytes) -> None:
+@given(frames=st.lists(hostile_frames(), min_size=1, max_size=4))
+def test_hostile_frames_leave_the_broker_serving(cluster: MetadataCluster, frames: list[bytes]) -> None:
+    """A few hostile frames pipelined on one connection (a lying length prefix swallows
+    the frames after it)."""
     port = leader_port(cluster)
     with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-        s.sendall(frame)
+        s.sendall(b"".join(frames))
         s.shutdown(socket.SHUT_WR)
         try:
             body = read_frame(s)
@@ -148,3 +193,47 @@ def test_everything_acknowledged_is_still_there(cluster: MetadataCluster) -> Non
     values = [m.value() for m in msgs]
     assert b"final" in values
     assert [m.offset() for m in msgs] == list(range(len(msgs)))
+
+
+def metadata_v12_frame(body: bytes, correlation_id: int) -> bytes:
+    """A framed Metadata v12 request (header v2, client id "md") with `body` as given."""
+    frame = struct.pack(">hhih", 3, 12, correlation_id, 2) + b"md" + b"\x00" + body
+    return struct.pack(">i", len(frame)) + frame
+
+
+@pytest.mark.parametrize(
+    ("body", "all_topics"),
+    [
+        pytest.param(b"\x00\x00\x00\x00", True, id="null-topics"),
+        pytest.param(b"\x01\x00\x00\x00", False, id="empty-topics"),
+        # librdkafka >= 2.x (Metadata v9+) asking for all topics: a 4-byte zero array-count
+        # placeholder, then allow_auto_topic_creation, include_topic_authorized_operations
+        # and the tagged fields; Kafka reads a null array and ignores the 3 bytes left.
+        pytest.param(b"\x00\x00\x00\x00\x01\x00\x00", True, id="librdkafka-all-topics"),
+    ],
+)
+def test_metadata_v12_with_null_or_empty_topics_is_answered(
+    cluster: MetadataCluster, body: bytes, all_topics: bool
+) -> None:
+    from kafka.protocol.metadata.metadata import MetadataResponse
+
+    with socket.create_connection(("127.0.0.1", leader_port(cluster)), timeout=10) as s:
+        for corr in (21, 22):  # twice on one connection: it stays open
+            s.sendall(metadata_v12_frame(body, corr))
+            reply = read_frame(s)
+            assert reply is not None, "connection closed"
+            decoded = MetadataResponse[12].decode(reply, header=True)  # type: ignore[index]
+            assert decoded.header.correlation_id == corr
+            names = {t[1] for t in decoded.topics}
+            assert ("t" in names) is all_topics and (bool(names) is all_topics)
+            assert {b[0] for b in decoded.brokers} == set(cluster.broker_ids)
+
+
+def test_confluent_kafka_list_topics(cluster: MetadataCluster) -> None:
+    """librdkafka's rd_kafka_metadata() (Metadata v12 with its array placeholder)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap(cluster)})
+    md = p.list_topics(timeout=10)
+    assert "t" in md.topics and sorted(md.brokers) == sorted(cluster.broker_ids)
+    assert list(p.list_topics("t", timeout=10).topics) == ["t"]

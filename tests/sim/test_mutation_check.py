@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.sim import mutation_check
+from tests.sim.raft_mutant_subset import SUBSET
 
 
 @pytest.mark.slow
@@ -27,3 +28,17 @@ def test_every_mutant_still_applies() -> None:
 
     for mutant in MUTANTS:
         assert callable(mutant.build())
+
+
+@pytest.mark.parametrize("name", sorted(SUBSET))
+def test_fast_subset_of_core_mutants_is_caught(name: str) -> None:
+    """The default suite's share of the mutation check: each mutant of the subset fails its
+    directed history within its seeds, and the unmutated core passes the same seeds."""
+    from tests.sim import core_mutants
+    from tests.sim.raft_mutant_subset import HISTORIES, caught
+
+    history, seeds = SUBSET[name]
+    with core_mutants.applied(name):
+        result = caught(HISTORIES[history], range(seeds))
+    assert result is not None, f"{name}: {history} passed {seeds} seeds"
+    assert caught(HISTORIES[history], range(seeds)) is None, f"unmutated core fails {history}"

@@ -215,3 +215,23 @@ def test_log_manager_applies_a_topic_config_change_to_that_topics_logs_only(tmp_
     assert [p.config.retention_ms for p in (orders[0], orders[2])] == [7_200_000, 7_200_000]
     logs.update_config("missing", {"retention.ms": "1"})  # no partition here: nothing to do
     assert other.config.retention_ms == 5000
+
+
+def test_truncate_below_the_log_start_restarts_the_log_at_the_target(tmp_path: Path) -> None:
+    # After an unclean election the new leader's log may end below a follower's log start: the
+    # follower must restart at the leader's end (Kafka's truncateTo), not at its own log start,
+    # or every fetch is out of range and every truncation lands where it was.
+    plog = open_log(tmp_path, segment_bytes=2000)
+    fill(plog, 6)  # 30 records (606-byte batches of 5), several segments
+    assert len(plog.segments) == 2  # [0, 15) and [15, 30)
+    plog.delete_records_before(20)
+    assert plog.segments[0].base_offset > 5 and plog.log_start_offset == 20
+    plog.truncate_to(5)
+    assert (plog.log_start_offset, plog.log_end_offset) == (5, 5)
+    plog.append_as_follower(_at(batch(3), 5))
+    assert (plog.log_start_offset, plog.log_end_offset) == (5, 8)
+
+
+def _at(data: bytes, base_offset: int) -> bytes:
+    """A batch as a leader stored it at ``base_offset`` (the base offset is outside the CRC)."""
+    return base_offset.to_bytes(8, "big") + data[8:]

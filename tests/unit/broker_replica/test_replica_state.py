@@ -460,3 +460,50 @@ def test_a_new_incarnation_of_a_follower_starts_from_nothing() -> None:
     view = s.follower(2)
     assert view is not None and (view.log_end_offset, view.broker_epoch) == (1, 13)
     assert view.last_caught_up_ms == -1  # caught up as epoch 12, never as 13
+
+
+def test_a_follower_cut_off_at_a_frozen_hw_is_not_added_back() -> None:
+    # Issue 19's replication simulation (property 5): ISR {1, 2}, min ISR 2. Follower 2 fetched
+    # up to the log end, then was cut off; the leader appended, shrank the ISR to {1} after the
+    # lag, and its HW froze at 3 (below min ISR). Follower 2's last known LEO is 3 >= HW: the
+    # periodic check must not propose it again (it has not fetched since; the next check would
+    # remove it again, forever).
+    log = log_of(1, 1, 1)
+    s = leader(log, isr=(1, 2), min_isr=2)
+    t0 = 1_000_000
+    fetch(s, log, 2, 3, 1, t0)
+    log.append(Record(1, 3))
+    s.on_local_append(t0 + 1, log)
+    now = t0 + LAG + 10
+    assert s.proposed_isr(now, None, log) == (1,)
+    s.on_isr_sent((1,))
+    s.on_isr_committed(isr=(1,), leader_epoch=1, partition_epoch=1, now_ms=now, log=log)
+    assert s.high_watermark == 3
+    assert s.proposed_isr(now + 1, None, log) is None
+    # Once it fetches again (caught up), it joins.
+    fetch(s, log, 2, 4, 1, now + 2)
+    assert s.proposed_isr(now + 3, None, log) == (1, 2)
+
+
+def test_an_isr_expansion_earned_by_a_previous_incarnation_is_dropped() -> None:
+    # Broker 2 (epoch 12) caught up; the leader proposed adding it. Broker 2 lost power and came
+    # back as epoch 13 with less: the expansion must not be sent again under epoch 13 (the
+    # controller would accept it), and a fetch of epoch 12 read after one of 13 counts for nothing.
+    log = log_of(1, 1, 1)
+    s = leader(log, isr=(1, 3))
+    s.on_follower_fetch(replica_id=3, fetch_offset=3, last_fetched_epoch=1, now_ms=1_000_000, log=log, broker_epoch=20)
+    s.on_follower_fetch(replica_id=2, fetch_offset=3, last_fetched_epoch=1, now_ms=1_000_000, log=log, broker_epoch=12)
+    assert s.proposed_isr(1_000_001, None, log) == (1, 3, 2)
+    s.on_isr_sent((1, 3, 2))
+    s.on_isr_failed(None)  # no answer: would be sent again
+    r = s.on_follower_fetch(
+        replica_id=2, fetch_offset=0, last_fetched_epoch=-1, now_ms=1_000_002, log=log, broker_epoch=13
+    )
+    assert r.error == ErrorCode.NONE and s.pending_isr is None
+    assert s.proposed_isr(1_000_003, None, log) is None  # at offset 0: not in sync
+    stale = s.on_follower_fetch(
+        replica_id=2, fetch_offset=3, last_fetched_epoch=1, now_ms=1_000_004, log=log, broker_epoch=12
+    )
+    assert stale.error == ErrorCode.STALE_BROKER_EPOCH
+    view = s.follower(2)
+    assert view is not None and (view.log_end_offset, view.broker_epoch) == (0, 13)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import socket
 import struct
 
@@ -409,3 +411,68 @@ def test_tcp_nodelay_is_set(run):
             await close_server(server)
 
     run(main())
+
+
+class _Lines(logging.Handler):
+    """Keeps (level, message) only: a kept LogRecord (pytest's capture keeps them) would
+    keep its exception's frames, and with them the very tasks whose collection the test
+    waits for."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[tuple[int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((record.levelno, record.getMessage()))
+
+
+@pytest.mark.parametrize("failure", ["close", "bug"])
+def test_pipelined_failures_after_the_first_are_retrieved_not_left_to_asyncio(run, failure):
+    """Handlers that suspend and then fail, read ahead on one connection: the first failure
+    closes the connection (CloseConnection: one INFO line with the peer); the tasks of the
+    later ones are retrieved by the transport, never reported by asyncio as "Task exception
+    was never retrieved". A later handler bug is still logged, with the peer."""
+
+    async def handler(frame: bytes) -> bytes | None:
+        await asyncio.sleep(0)
+        if failure == "close":
+            raise CloseConnection(f"bad request {frame[4:8].hex()}")
+        raise RuntimeError(f"handler bug on {frame[4:8].hex()}")
+
+    async def main() -> list[dict[str, object]]:
+        unhandled: list[dict[str, object]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: unhandled.append(context))
+        server = await serve("127.0.0.1", 0, handler, pipeline_depth=8)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server))
+            writer.write(b"".join(frame_for(corr) for corr in range(1, 5)))
+            await writer.drain()
+            assert await reader.read() == b""  # closed, nothing answered
+            writer.close()
+            await asyncio.sleep(0.05)
+        finally:
+            await close_server(server)
+        gc.collect()  # asyncio reports an unretrieved task exception when the task is collected
+        await asyncio.sleep(0)
+        return unhandled
+
+    logger = logging.getLogger("quorum.wire.transport")
+    lines = _Lines()
+    logger.addHandler(lines)
+    old_level, old_propagate = logger.level, logger.propagate
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    try:
+        unhandled = run(main())
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(old_level)
+        logger.propagate = old_propagate
+    assert [c.get("message") for c in unhandled] == []
+    shown = [(level, message) for level, message in lines.lines if level >= logging.INFO]
+    if failure == "close":
+        assert [level for level, _ in shown] == [logging.INFO]
+        assert shown[0][1].startswith("closing connection from ('127.0.0.1'")
+    else:  # the failure that closed the connection, then the three read ahead
+        assert [level for level, _ in shown] == [logging.ERROR] * 4
+        assert all("127.0.0.1" in message for _, message in shown)
