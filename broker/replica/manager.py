@@ -31,7 +31,7 @@ from uuid import UUID
 
 from broker.log import LogError, LogManager, PartitionLog
 from broker.replica.follower import apply_fetch_answer, apply_leader_offsets
-from broker.replica.purgatory import AckWaiters, ProgressSignal, future_callback, wait_any
+from broker.replica.purgatory import AckWaiters, FetchWaiter, FetchWatchers, future_callback
 from broker.replica.requests import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -85,7 +85,8 @@ class HostedPartition:
     acks: AckWaiters = field(default_factory=AckWaiters)
     deletes: list[tuple[int, asyncio.Future[int]]] = field(default_factory=list)
     """DeleteRecords waiting for every live replica's log start: (required offset, future of the low watermark)."""
-    progress: ProgressSignal = field(default_factory=ProgressSignal)
+    progress: FetchWatchers = field(default_factory=FetchWatchers)
+    """The long polls waiting on this partition."""
 
     @property
     def tp(self) -> TopicPartition:
@@ -224,9 +225,10 @@ class ReplicaManager:
     # ------------------------------------------------------------------ helpers
 
     def _advance(self, hosted: HostedPartition) -> None:
-        """After anything that may move the HW: release acks=all waiters and long polls."""
+        """After anything that may move the HW: release acks=all waiters, and the consumers'
+        long polls if the HW (or the log start) moved."""
         hosted.acks.complete(hosted.state)
-        hosted.progress.notify()
+        hosted.progress.offsets_moved(hosted.state.high_watermark, hosted.log.log_start_offset)
 
     def _leader_partition(
         self, topic: str, partition: int, current_leader_epoch: int = -1
@@ -295,6 +297,7 @@ class ReplicaManager:
             log.error("append to %s-%d failed: %s", part.topic, part.partition, exc)
             return ProducePartitionResult(error=ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(exc)), None
         hosted.state.on_local_append(now, hosted.log)
+        hosted.progress.log_end_moved()
         self._advance(hosted)
         result = ProducePartitionResult(
             error=ErrorCode.NONE,
@@ -312,27 +315,44 @@ class ReplicaManager:
     # ------------------------------------------------------------------ fetch
 
     async def fetch(self, params: FetchParams) -> list[FetchPartitionResult]:
+        """Answer at once when `min_bytes` are available, a partition has an error or a
+        diverging epoch, or `max_wait_ms` is 0; else wait (Kafka's DelayedFetch) with one
+        `FetchWaiter` registered once with each partition, re-reading only the partitions that
+        woke it, until one of those holds or `max_wait_ms` expires. A follower's position is
+        recorded once, by the first read (Kafka: the purgatory's re-reads do not update it)."""
         deadline = time.monotonic() + max(params.max_wait_ms, 0) / 1000
-        while True:
-            results, total, urgent, waiters = self._read_all(params)
-            remaining = deadline - time.monotonic()
-            if urgent or total >= params.min_bytes or remaining <= 0 or not waiters:
-                for hosted, fut in waiters:
-                    hosted.progress.discard(fut)
-                return results
-            await wait_any([fut for _, fut in waiters], remaining)
-            for hosted, fut in waiters:
-                hosted.progress.discard(fut)
+        follower = params.replica_id >= 0
+        results, total, urgent = self._read_all(params, follower)
+        if urgent or total >= params.min_bytes or time.monotonic() >= deadline:
+            return results
+        waiter = FetchWaiter()
+        watching: list[FetchWatchers | None] = []  # by partition index: where `waiter` is registered
+        for i, fp in enumerate(params.partitions):
+            hosted = self.partitions.get((fp.topic, fp.partition))
+            watching.append(None if hosted is None else hosted.progress)
+            if hosted is not None:
+                hosted.progress.watch(waiter, i, follower=follower)
+        try:
+            while True:
+                woken = await waiter.wait(deadline - time.monotonic())
+                changed = waiter.take_changed()
+                if not woken:
+                    # Expired: the answer carries the current HW and log start of every partition.
+                    changed |= self._moved_offsets(params, results)
+                total, urgent = self._reread(params, results, total, sorted(changed), follower, waiter, watching)
+                if urgent or total >= params.min_bytes or not woken:
+                    return results
+        finally:
+            for watchers in watching:
+                if watchers is not None:
+                    watchers.unwatch(waiter)
 
-    def _read_all(
-        self, params: FetchParams
-    ) -> tuple[list[FetchPartitionResult], int, bool, list[tuple[HostedPartition, asyncio.Future[None]]]]:
+    def _read_all(self, params: FetchParams, follower: bool) -> tuple[list[FetchPartitionResult], int, bool]:
+        """The first read of a fetch, every partition in order: (results, bytes, urgent)."""
         results: list[FetchPartitionResult] = []
         total = 0
         urgent = False
-        waiters: list[tuple[HostedPartition, asyncio.Future[None]]] = []
         budget = params.max_bytes
-        follower = params.replica_id >= 0
         now = now_ms()
         for fp in params.partitions:
             r = self._read_one(params, fp, budget, min_one=(total == 0), follower=follower, now=now)
@@ -342,14 +362,73 @@ class ReplicaManager:
             budget = max(budget - size, 0)
             if r.error != ErrorCode.NONE or r.diverging_epoch is not None:
                 urgent = True
+        return results, total, urgent
+
+    def _reread(
+        self,
+        params: FetchParams,
+        results: list[FetchPartitionResult],
+        total: int,
+        indexes: list[int],
+        follower: bool,
+        waiter: FetchWaiter,
+        watching: list[FetchWatchers | None],
+    ) -> tuple[int, bool]:
+        """Read again the partitions at `indexes` (ascending) in place, without recording a
+        follower's position again. Each gets the budget the others leave (`max_bytes` less
+        what they hold) and at least one batch if no other holds any, as in a first read.
+        Returns (bytes, urgent) of the whole answer."""
+        urgent = False
+        now = now_ms()
+        for i in indexes:
+            fp = params.partitions[i]
+            others = total - len(results[i].records)
+            r = self._read_one(
+                params, fp, max(params.max_bytes - others, 0), min_one=(others == 0), follower=follower, now=now,
+                record=False,
+            )  # fmt: skip
+            results[i] = r
+            total = others + len(r.records)
+            if r.error != ErrorCode.NONE or r.diverging_epoch is not None:
+                urgent = True
             hosted = self.partitions.get((fp.topic, fp.partition))
-            if hosted is not None:
-                waiters.append((hosted, hosted.progress.waiter()))
-        return results, total, urgent, waiters
+            current = None if hosted is None else hosted.progress
+            registered = watching[i]
+            if current is not registered:  # the partition was removed or replaced meanwhile
+                if registered is not None:
+                    registered.unwatch(waiter)
+                if current is not None:
+                    current.watch(waiter, i, follower=follower)
+                watching[i] = current
+        return total, urgent
+
+    def _moved_offsets(self, params: FetchParams, results: list[FetchPartitionResult]) -> set[int]:
+        """Indexes whose HW or log start differ from those in their result (no wake says so to
+        a follower's fetch, nor retention's log start move to anyone): read again at expiry."""
+        moved = set()
+        for i, (fp, r) in enumerate(zip(params.partitions, results, strict=True)):
+            hosted = self.partitions.get((fp.topic, fp.partition))
+            if (
+                hosted is None
+                or hosted.state.high_watermark != r.high_watermark
+                or hosted.log.log_start_offset != r.log_start_offset
+            ):
+                moved.add(i)
+        return moved
 
     def _read_one(
-        self, params: FetchParams, fp: FetchPartition, budget: int, *, min_one: bool, follower: bool, now: int
+        self,
+        params: FetchParams,
+        fp: FetchPartition,
+        budget: int,
+        *,
+        min_one: bool,
+        follower: bool,
+        now: int,
+        record: bool = True,
     ) -> FetchPartitionResult:
+        """One partition of a fetch. A follower's first read (`record`) records its position
+        (ISR, HW) and may answer a diverging epoch; its re-reads only read."""
         hosted = self.partitions.get((fp.topic, fp.partition))
         if hosted is None:
             t = self.image().topics.by_name.get(fp.topic)
@@ -364,7 +443,9 @@ class ReplicaManager:
         if error != ErrorCode.NONE:
             hint = None if error == ErrorCode.UNKNOWN_LEADER_EPOCH else hosted.leader_hint()
             return FetchPartitionResult(error, current_leader=hint)
-        if follower:
+        if follower and not record:
+            max_offset = plog.log_end_offset
+        elif follower:
             outcome = state.on_follower_fetch(
                 replica_id=params.replica_id,
                 fetch_offset=fp.fetch_offset,
@@ -380,8 +461,8 @@ class ReplicaManager:
             if hosted.deletes:
                 self._complete_deletes(hosted)
             if outcome.high_watermark_changed:
-                # Only a moved HW releases acks=all waiters and long polls. Waking them on every
-                # follower fetch made two idle followers' long polls wake each other forever.
+                # Only a moved HW releases acks=all waiters and consumers' long polls; never
+                # other followers' (idle followers' long polls would wake each other forever).
                 self._advance(hosted)
             if outcome.diverging_epoch is not None:
                 return FetchPartitionResult(
@@ -605,12 +686,12 @@ class ReplicaManager:
         """One partition of the leader's Fetch answer (`broker.replica.follower`); wakes the
         long polls of consumers reading this follower."""
         plan = apply_fetch_answer(hosted.state, hosted.log, fetch_offset, answer, records)
-        hosted.progress.notify()
+        hosted.progress.offsets_moved(hosted.state.high_watermark, hosted.log.log_start_offset)
         return plan
 
     def apply_leader_offsets(self, hosted: HostedPartition, leader_start: int, leader_end: int) -> FollowerPlan:
         plan = apply_leader_offsets(hosted.state, hosted.log, leader_start, leader_end)
-        hosted.progress.notify()
+        hosted.progress.offsets_moved(hosted.state.high_watermark, hosted.log.log_start_offset)
         return plan
 
     # ------------------------------------------------------------------ periodic work

@@ -6,10 +6,13 @@ leadership ended); when the high watermark moves, every waiter it covers complet
 Waiters are kept in a heap by required offset, so completing costs O(completed · log n), not
 O(waiting).
 
-`ProgressSignal`: one per partition. A long-polling fetch (a consumer waiting for
-`min_bytes`, a follower waiting for new records) waits for the next "something changed"
-(an append on the leader, a high-watermark move, a leadership change) and then re-reads.
-Spurious wake-ups are fine: the fetch re-checks and waits again until its deadline.
+`FetchWatchers`: one per partition; `FetchWaiter`: one per waiting Fetch. A long-polling
+fetch (a consumer waiting for `min_bytes`, a follower waiting for new records) registers its
+one waiter with every partition it reads, once for the whole wait; a partition wakes only the
+waiters that can read more from what changed (consumers: the high watermark or log start;
+followers: the log end; both: a role change), telling each which of its partitions changed,
+so the fetch re-reads those alone. Spurious wake-ups are fine: the fetch re-checks and waits
+again until its deadline.
 """
 
 from __future__ import annotations
@@ -71,32 +74,98 @@ def future_callback(fut: asyncio.Future[ErrorCode]) -> Callable[[ErrorCode], Non
     return done
 
 
-class ProgressSignal:
-    def __init__(self) -> None:
-        self._waiters: list[asyncio.Future[None]] = []
+class FetchWaiter:
+    """One waiting Fetch (Kafka's DelayedFetch): registered once in the `FetchWatchers` of each
+    of its partitions for the whole wait, woken with the index (in the fetch's partition
+    order) of each partition that changed. Wakes between two waits accumulate, so none is
+    lost while the fetch re-reads."""
 
-    def waiter(self) -> asyncio.Future[None]:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        return fut
+    __slots__ = ("_changed", "_fut")
+
+    def __init__(self) -> None:
+        self._changed: set[int] = set()
+        self._fut: asyncio.Future[bool] | None = None
+
+    def wake(self, index: int) -> None:
+        self._changed.add(index)
+        fut = self._fut
+        if fut is not None and not fut.done():
+            fut.set_result(True)
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Until a wake (True, at once if one came since the last `take_changed`) or
+        `timeout_s` seconds pass (False)."""
+        if self._changed:
+            return True
+        if timeout_s <= 0:
+            return False
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        self._fut = fut
+        timer = loop.call_later(timeout_s, _resolve, fut, False)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            self._fut = None
+
+    def take_changed(self) -> set[int]:
+        """The indexes woken since the last call."""
+        changed, self._changed = self._changed, set()
+        return changed
+
+
+def _resolve(fut: asyncio.Future[bool], value: bool) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+class FetchWatchers:
+    """The long polls waiting on one hosted partition, in two sets keyed by their waiter (so
+    adding and removing one is O(1), and a wake is O(waiters of this partition)):
+
+    - consumers (replica id < 0) read up to the high watermark: woken when it or the log
+      start moves (`offsets_moved`);
+    - followers read up to the log end: woken when it moves (`log_end_moved`), not by a high
+      watermark move nor by another follower's fetch recording its position;
+    - both on `notify`: a leadership or role change, the partition removed, an error, a log
+      start moved by DeleteRecords.
+
+    Each set maps a waiter to the index of this partition in its fetch.
+    """
+
+    __slots__ = ("_consumers", "_followers", "_high_watermark", "_log_start_offset")
+
+    def __init__(self) -> None:
+        self._consumers: dict[FetchWaiter, int] = {}
+        self._followers: dict[FetchWaiter, int] = {}
+        self._high_watermark = -1  # as last signalled to consumers
+        self._log_start_offset = -1
+
+    def __len__(self) -> int:
+        return len(self._consumers) + len(self._followers)
+
+    def watch(self, waiter: FetchWaiter, index: int, *, follower: bool) -> None:
+        (self._followers if follower else self._consumers)[waiter] = index
+
+    def unwatch(self, waiter: FetchWaiter) -> None:
+        self._consumers.pop(waiter, None)
+        self._followers.pop(waiter, None)
+
+    def log_end_moved(self) -> None:
+        for waiter, index in self._followers.items():
+            waiter.wake(index)
+
+    def offsets_moved(self, high_watermark: int, log_start_offset: int) -> None:
+        """Wake the consumers if the high watermark or the log start differ from the last call's."""
+        if high_watermark == self._high_watermark and log_start_offset == self._log_start_offset:
+            return
+        self._high_watermark = high_watermark
+        self._log_start_offset = log_start_offset
+        for waiter, index in self._consumers.items():
+            waiter.wake(index)
 
     def notify(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
-
-    def discard(self, fut: asyncio.Future[None]) -> None:
-        """Forget a waiter that timed out (bounded memory with many idle long polls)."""
-        try:
-            self._waiters.remove(fut)
-        except ValueError:
-            pass
-
-
-async def wait_any(futures: list[asyncio.Future[None]], timeout_s: float) -> bool:
-    """Wait until one of `futures` completes or `timeout_s` passes; True if one completed."""
-    if timeout_s <= 0 or not futures:
-        return any(f.done() for f in futures)
-    done, _ = await asyncio.wait(futures, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    return bool(done)
+        for waiters in (self._consumers, self._followers):
+            for waiter, index in waiters.items():
+                waiter.wake(index)

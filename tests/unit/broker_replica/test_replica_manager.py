@@ -54,7 +54,7 @@ def records(n: int = 5) -> bytes:
 class World:
     """Broker 1's replica manager and the metadata it follows."""
 
-    def __init__(self, tmp: Path, *, leader: int = 1, leader_epoch: int = 0) -> None:
+    def __init__(self, tmp: Path, *, leader: int = 1, leader_epoch: int = 0, partitions: int = 1) -> None:
         self.config: NodeConfig = config_from_properties(
             {
                 "process.roles": "broker",
@@ -83,9 +83,9 @@ class World:
             recs.append(RegisterBrokerRecord(broker_id=b, incarnation_id=uuid.UUID(int=b), broker_epoch=10 + b))
             recs.append(BrokerRegistrationChangeRecord(broker_id=b, broker_epoch=10 + b, fenced=-1))
         recs.append(TopicRecord(name="t", topic_id=TOPIC_ID))
-        recs.append(
+        recs.extend(
             PartitionRecord(
-                partition_id=0,
+                partition_id=p,
                 topic_id=TOPIC_ID,
                 replicas=(1, 2, 3),
                 isr=(1, 2, 3),
@@ -93,6 +93,7 @@ class World:
                 leader_epoch=leader_epoch,
                 partition_epoch=0,
             )
+            for p in range(partitions)
         )
         self.apply(recs)
 
@@ -108,12 +109,16 @@ class World:
     def move_leader(self, leader: int, isr: tuple[int, ...] = (1, 2, 3)) -> None:
         self.apply([PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=leader, isr=isr)])
 
-    async def produce(self, acks: int = -1, timeout_ms: int = 2000) -> ErrorCode:
-        [r] = await self.manager.produce(ProduceParams(acks, timeout_ms, (ProducePartition("t", 0, records()),)))
+    async def produce(self, acks: int = -1, timeout_ms: int = 2000, partition: int = 0) -> ErrorCode:
+        [r] = await self.manager.produce(
+            ProduceParams(acks, timeout_ms, (ProducePartition("t", partition, records()),))
+        )
         return r.error
 
-    async def follower_fetch(self, replica: int, offset: int, *, log_start: int = 0, epoch: int = 0) -> None:
-        part = FetchPartition("t", 0, offset, 1 << 20, current_leader_epoch=epoch, last_fetched_epoch=epoch,
+    async def follower_fetch(
+        self, replica: int, offset: int, *, log_start: int = 0, epoch: int = 0, partition: int = 0
+    ) -> None:
+        part = FetchPartition("t", partition, offset, 1 << 20, current_leader_epoch=epoch, last_fetched_epoch=epoch,
                               log_start_offset=log_start)  # fmt: skip
         [r] = await self.manager.fetch(FetchParams(replica, 0, 0, 1 << 20, 0, (part,), replica_epoch=10 + replica))
         assert r.error == ErrorCode.NONE, r
