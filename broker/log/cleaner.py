@@ -13,17 +13,19 @@ than `min.compaction.lag.ms` by their largest timestamp). One cleaning:
    than `max.compaction.lag.ms`, or a tombstone's delete horizon passed), builds the offset
    map key -> latest offset over the dirty section, then rewrites the clean and dirty
    segments, grouped so that a group stays within `segment.bytes` (and 2^31 offsets), into
-   `<base>.log.cleaned` files (with indexes), fsyncs them and renames them `.swap`.
+   `<base>.log.cleaned` files (with indexes) and fsyncs them.
    A record is kept when its offset is the latest of its key in the map (or its key is not
    in it); a keyless record is dropped. A batch whose records are all kept is copied as it
    is; otherwise its kept records are re-batched with their own offsets and timestamps,
    the batch's leader epoch, attributes (same codec) and producer fields (`encode_records`).
    Offsets are never rewritten: a cleaned log has gaps.
 3. `swap` (on the loop): if the log still holds exactly the segments cleaned (no
-   truncation, retention or deletion meanwhile), the old segments are deleted (renamed
-   `.deleted`) and the `.swap` files renamed to `.log` in one loop step, so a reader sees
-   either the old segments or the new ones. Otherwise the `.swap` files are discarded.
-   A crash between writing `.swap` and the swap is finished by `PartitionLog.open`.
+   truncation, retention or deletion meanwhile), the `.cleaned` files are renamed `.swap`
+   (and the directory fsynced), the old segments deleted (renamed `.deleted`) and the
+   `.swap` files renamed `.log`, in one loop step, so a reader sees either the old
+   segments or the new ones. Otherwise the `.cleaned` files are discarded. Only a verified
+   swap ever has `.swap` files: a crash after their rename is finished by
+   `PartitionLog.open`, one before it discards the `.cleaned` files.
 
 Tombstones (a null value) follow KIP-534: the first cleaning that keeps a tombstone
 rewrites its batch with a delete horizon (`ATTR_DELETE_HORIZON`, baseTimestamp = now +
@@ -32,7 +34,6 @@ rewrites its batch with a delete horizon (`ATTR_DELETE_HORIZON`, baseTimestamp =
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
@@ -42,7 +43,7 @@ from pathlib import Path
 
 from broker.log.compression import DecompressionError
 from broker.log.config import LogConfig
-from broker.log.partition_log import CLEANED_SUFFIX, SWAP_SUFFIX, PartitionLog
+from broker.log.partition_log import CLEANED_SUFFIX, PartitionLog
 from broker.log.records import BatchHeader, Record, RecordsError, batch_records, encode_records
 from broker.log.segment import LogSegment
 from quorum.storage.batch_layout import ATTR_CONTROL, ATTR_DELETE_HORIZON, HEADER
@@ -136,9 +137,9 @@ def swap(result: CleanResult) -> bool:
     )
     if not still_there:
         for group in result.groups:
-            discard(plog.directory, group.base, SWAP_SUFFIX)
+            discard(plog.directory, group.base, CLEANED_SUFFIX)
         return False
-    plog.replace_segments([(tuple(s.segment for s in g.sources), g.base) for g in result.groups], SWAP_SUFFIX)
+    plog.replace_segments([(tuple(s.segment for s in g.sources), g.base) for g in result.groups])
     return True
 
 
@@ -191,7 +192,7 @@ def _clean(p: CleanPlan, cfg: LogConfig, max_map_keys: int) -> CleanResult | Non
             horizon = h if horizon < 0 else min(horizon, h)
         groups.append(CleanedGroup(tuple(group), group[0].base))
     fsync_dir(p.log.directory)
-    after = sum(_swap_size(p.log.directory, g.base) for g in groups)
+    after = sum(_cleaned_size(p.log.directory, g.base) for g in groups)
     return CleanResult(p, tuple(groups), end_of_dirty, horizon, sum(s.size for s in to_clean), after)
 
 
@@ -292,9 +293,6 @@ def _clean_group(p: CleanPlan, group: list[SourceSegment], offset_map: dict[byte
         out.flush()
     finally:
         out.close()
-    for path in _files(directory, base, CLEANED_SUFFIX):
-        with contextlib.suppress(FileNotFoundError):
-            os.rename(path, path.with_name(path.name[: -len(CLEANED_SUFFIX)] + SWAP_SUFFIX))
     return horizon_kept
 
 
@@ -341,9 +339,9 @@ def _files(directory: Path, base: int, suffix: str) -> list[Path]:
     return [directory / f"{base:020d}{ext}{suffix}" for ext in (".log", ".index", ".timeindex")]
 
 
-def _swap_size(directory: Path, base: int) -> int:
+def _cleaned_size(directory: Path, base: int) -> int:
     try:
-        return os.stat(directory / f"{base:020d}.log{SWAP_SUFFIX}").st_size
+        return os.stat(directory / f"{base:020d}.log{CLEANED_SUFFIX}").st_size
     except FileNotFoundError:
         return 0
 

@@ -731,12 +731,19 @@ class PartitionLog:
     # ------------------------------------------------------------------ compaction
 
     @storage_op("clean")
-    def replace_segments(self, groups: list[tuple[tuple[LogSegment, ...], int]], suffix: str) -> None:
+    def replace_segments(self, groups: list[tuple[tuple[LogSegment, ...], int]]) -> None:
         """The log cleaner's swap (on the loop, in one step: readers see the old segments or
         the new ones): each group of consecutive sealed segments is replaced by the fsynced
-        segment `<base>.log<suffix>`, which holds a subset of their batches at the same
-        offsets. Old files are renamed `.deleted` first, then the new indexes and last the
-        new `.log` are renamed into place (`_finish_interrupted_swaps` completes a crash)."""
+        segment `<base>.log.cleaned`, which holds a subset of their batches at the same
+        offsets. The `.cleaned` files are renamed `.swap` and the directory fsynced (one
+        fsync on the loop: from then on a crash finishes the swap, see
+        `_finish_interrupted_swaps`); then the old files are renamed `.deleted`, the new
+        indexes and last the new `.log` renamed into place."""
+        exts = (".index", ".timeindex", ".log")
+        renames = [self.directory / f"{base:020d}{ext}" for _sources, base in groups for ext in exts]
+        for path in renames:
+            os.rename(path.with_name(path.name + CLEANED_SUFFIX), path.with_name(path.name + SWAP_SUFFIX))
+        fsync_dir(self.directory)
         for sources, base in groups:
             i = self.segments.index(sources[0])
             end = self.segments[i + len(sources)].base_offset
@@ -744,9 +751,9 @@ class PartitionLog:
                 if seg in self._dirty:
                     self._dirty.remove(seg)
                 seg.delete()
-            paths = [self.directory / f"{base:020d}{ext}{suffix}" for ext in (".index", ".timeindex", ".log")]
-            for path in paths:
-                os.rename(path, path.with_name(path.name[: -len(suffix)]))
+            for ext in exts:
+                path = self.directory / f"{base:020d}{ext}"
+                os.rename(path.with_name(path.name + SWAP_SUFFIX), path)
             new = LogSegment(
                 self.directory, base, self.config.segment_index_bytes, self.config.index_interval_bytes, fresh=False,
                 disk=self.disk,

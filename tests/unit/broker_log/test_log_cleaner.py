@@ -185,7 +185,7 @@ def test_swap_refused_when_the_log_changed(tmp_path: Path) -> None:
     assert result is not None
     plog.truncate_to(1)  # e.g. a follower's truncation while the cleaner ran
     assert not cleaner.swap(result)
-    assert not list((tmp_path / "t-0").glob("*.swap"))
+    assert not list((tmp_path / "t-0").glob("*.swap")) and not list((tmp_path / "t-0").glob("*.cleaned"))
     assert [o for o, *_ in read_all(plog)] == [0]
 
 
@@ -200,18 +200,20 @@ def test_interrupted_swap_recovered_at_open(tmp_path: Path, stage: str) -> None:
     plog.flush()
     plog.close()  # a crash now: the swap never happened on the loop
     d = tmp_path / "t-0"
-    if stage == "cleaned":  # the crash came before the rename to .swap: the old log stays
-        for path in d.glob("*.swap"):
-            os.rename(path, path.with_name(path.name.replace(".swap", ".cleaned")))
-    elif stage == "half-renamed":  # the old segments went and the index was renamed already
+    cleaned = sorted(d.glob("*.cleaned"))
+    assert len(cleaned) == 3
+    if stage in ("swap", "half-renamed"):  # the crash came after the loop renamed them .swap
+        for path in cleaned:
+            os.rename(path, path.with_name(path.name.replace(".cleaned", ".swap")))
+    if stage == "half-renamed":  # ...the old segments went and the index was renamed already
         for base in (0, 2, 3):
             for ext in (".log", ".index", ".timeindex"):
-                (d / f"{base:020d}{ext}").unlink()
+                os.rename(d / f"{base:020d}{ext}", d / f"{base:020d}{ext}.deleted")
         os.rename(d / f"{0:020d}.index.swap", d / f"{0:020d}.index")
     again = open_log(tmp_path)
     assert not list(d.glob("*.swap")) and not list(d.glob("*.cleaned"))
     got = [(o, k, v) for o, _t, k, v, _h in read_all(again)]
-    if stage == "cleaned":
+    if stage == "cleaned":  # never swapped: the old segments stay
         assert got == [(o, k, v) for o, _t, k, v, _h in before]
     else:
         assert got == [(1, b"b", b"b0"), (2, b"a", b"a1"), (3, b"c", b"c0")]
