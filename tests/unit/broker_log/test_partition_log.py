@@ -78,6 +78,15 @@ def test_compacted_topic_refuses_keyless_records(tmp_path: Path) -> None:
     assert err.value.code == ErrorCode.INVALID_RECORD
     plog.append_as_leader(batch(key=b"k"), 1, NOW)
     assert plog.log_end_offset == 5
+    # Compressed batches too (decompressed for the check, as Kafka's LogValidator does).
+    for codec in (1, 2, 3, 4):
+        b = DefaultRecordBatchBuilder(2, codec, False, -1, -1, -1, batch_size=1 << 22)
+        b.append(0, timestamp=NOW, key=b"k", value=b"v", headers=[])
+        b.append(1, timestamp=NOW, key=None, value=b"v", headers=[])
+        with pytest.raises(LogError) as err:
+            plog.append_as_leader(bytes(b.build()), 1, NOW)
+        assert err.value.code == ErrorCode.INVALID_RECORD
+    assert plog.log_end_offset == 5
 
 
 @pytest.mark.parametrize("damage", ["torn", "flipped"])
