@@ -81,10 +81,12 @@ def test_compacted_topic_refuses_keyless_records(tmp_path: Path) -> None:
     # Compressed batches too (decompressed for the check, as Kafka's LogValidator does).
     for codec in (1, 2, 3, 4):
         b = DefaultRecordBatchBuilder(2, codec, False, -1, -1, -1, batch_size=1 << 22)
-        b.append(0, timestamp=NOW, key=b"k", value=b"v", headers=[])
-        b.append(1, timestamp=NOW, key=None, value=b"v", headers=[])
+        b.append(0, timestamp=NOW, key=b"k", value=b"v" * 1000, headers=[])
+        b.append(1, timestamp=NOW, key=None, value=b"v" * 1000, headers=[])
+        data = bytes(b.build())
+        assert scan_frames(data).frames[0].compression == codec  # compressible: kafka-python compressed it
         with pytest.raises(LogError) as err:
-            plog.append_as_leader(bytes(b.build()), 1, NOW)
+            plog.append_as_leader(data, 1, NOW)
         assert err.value.code == ErrorCode.INVALID_RECORD
     assert plog.log_end_offset == 5
 
