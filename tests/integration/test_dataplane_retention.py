@@ -72,7 +72,9 @@ def test_compact_topic_keeps_its_segments_past_retention_while_a_delete_topic_lo
     cluster: MetadataCluster, brokers: str
 ) -> None:
     small = {"segment.bytes": "1024", "segment.ms": "1000", "retention.ms": str(RETENTION_MS)}
-    create_topic(cluster, "kept-compact", partitions=1, rf=3, **{"cleanup.policy": "compact", **small})
+    # min.compaction.lag.ms: the log cleaner leaves its records alone (this test is about retention).
+    compact = {"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"}
+    create_topic(cluster, "kept-compact", partitions=1, rf=3, **{**compact, **small})
     create_topic(cluster, "gone-delete", partitions=1, rf=3, **{"cleanup.policy": "delete", **small})
     # Never rolled by size or age (segment.bytes and segment.ms are the defaults): only
     # retention can roll its one, active, segment.
