@@ -49,6 +49,9 @@ class LogCleanerThreads:
         self._on_storage_error = on_storage_error
         self.checkpoints: dict[Path, dict[TopicPartition, int]] = {}
         self._horizons: dict[TopicPartition, int] = {}  # earliest delete horizon kept (ms)
+        # PartitionLog.truncations when the checkpoint of a log was last set: a truncation
+        # since then may have rewritten offsets below it, so the whole log counts as dirty.
+        self._truncations: dict[TopicPartition, int] = {}
         self._busy: set[TopicPartition] = set()
         self._queue: queue.SimpleQueue[tuple[TopicPartition, Path, CleanPlan] | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
@@ -80,10 +83,18 @@ class LogCleanerThreads:
         self._workers.clear()
 
     def forget(self, tp: TopicPartition) -> None:
-        """A deleted partition: its checkpoint entry goes (with the next write of its dir's file)."""
-        for offsets in self.checkpoints.values():
-            offsets.pop(tp, None)
+        """A deleted partition: its checkpoint entry goes (the dir's file is written again)."""
+        for root, offsets in self.checkpoints.items():
+            if offsets.pop(tp, None) is not None:
+                self._write_checkpoint(root)
         self._horizons.pop(tp, None)
+        self._truncations.pop(tp, None)
+
+    def _write_checkpoint(self, root: Path) -> None:
+        snapshot = dict(self.checkpoints.get(root, {}))
+        self._disk_of(root).submit(
+            "writing the cleaner-offset-checkpoint", lambda: write_offsets(root / CLEANER_CHECKPOINT_FILE, snapshot)
+        )
 
     # ------------------------------------------------------------------ on the loop
 
@@ -97,6 +108,8 @@ class LogCleanerThreads:
             if tp in self._busy or not plog.config.compacted or plog.closed:
                 continue
             first_dirty = self.checkpoints.setdefault(root, {}).get(tp, 0)
+            if self._truncations.get(tp, plog.truncations) != plog.truncations:
+                first_dirty = 0
             p = plan(plog, first_dirty, high_watermark_of(*tp), now, self._horizons.get(tp, -1))
             if not p.segments:
                 continue
@@ -113,13 +126,10 @@ class LogCleanerThreads:
         if result is None or not swap(result):
             return
         self.cleanings += 1
-        offsets = self.checkpoints.setdefault(root, {})
-        offsets[tp] = result.end_of_dirty
+        self.checkpoints.setdefault(root, {})[tp] = result.end_of_dirty
         self._horizons[tp] = result.next_delete_horizon_ms
-        snapshot = dict(offsets)
-        self._disk_of(root).submit(
-            "writing the cleaner-offset-checkpoint", lambda: write_offsets(root / CLEANER_CHECKPOINT_FILE, snapshot)
-        )
+        self._truncations[tp] = result.plan.truncations
+        self._write_checkpoint(root)
         log.info(
             "%s-%d: cleaned %d segments, %d bytes to %d, first dirty offset now %d",
             tp[0], tp[1], sum(len(g.sources) for g in result.groups), result.bytes_before, result.bytes_after,

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from broker.log import LogConfig, PartitionLog, cleaner
+from broker.log import LogConfig, LogManager, PartitionLog, cleaner
+from broker.log.checkpoints import read_offsets
 from broker.log.records import BatchHeader, Record, encode_records
 from quorum.storage.batch_layout import ATTR_DELETE_HORIZON
 from quorum.storage.record_batch import scan_frames
@@ -233,3 +234,22 @@ def test_follower_accepts_a_compacted_leaders_gaps(tmp_path: Path) -> None:
         data = bytes(leader.read(follower.log_end_offset, 1 << 20, max_offset=leader.log_end_offset,
                                  min_one_batch=True))  # fmt: skip
     assert read_all(follower) == read_all(leader)
+
+
+def test_manager_cleaning_pass_writes_and_reloads_the_cleaner_checkpoint(tmp_path: Path) -> None:
+    root = tmp_path / "logs"
+    logs = LogManager([root], {}, background=False)
+    logs.load()
+    plog = logs.get_or_create("t", 0, uuid.uuid4(), {"cleanup.policy": "compact"})
+    write(plog, [[(b"a", b"a0")], [(b"a", b"a1")], [(b"b", b"b0")]])
+    hw = plog.log_end_offset
+    assert logs.cleaning_pass(lambda t, p: hw) == 1 and logs.cleaner.cleanings == 1
+    assert read_offsets(root / cleaner.CLEANER_CHECKPOINT_FILE) == {("t", 0): 3}
+    # Nothing dirty since: the next pass plans it, the cleaning finds nothing to do.
+    logs.cleaning_pass(lambda t, p: hw)
+    assert logs.cleaner.cleanings == 1
+    logs.close()
+    again = LogManager([root], {}, background=False)
+    again.load()
+    assert again.cleaner.checkpoints[root] == {("t", 0): 3}
+    again.close()
