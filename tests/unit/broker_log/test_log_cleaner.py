@@ -253,3 +253,13 @@ def test_manager_cleaning_pass_writes_and_reloads_the_cleaner_checkpoint(tmp_pat
     again.load()
     assert again.cleaner.checkpoints[root] == {("t", 0): 3}
     again.close()
+
+
+def test_log_append_time_batches_keep_their_time(tmp_path: Path) -> None:
+    plog = open_log(tmp_path, message_timestamp_type="LogAppendTime")
+    plog.append_as_leader(batch([(b"a", b"a0"), (b"b", b"b0")]), 3, NOW + 777)
+    plog.roll()
+    write(plog, [[(b"a", b"a1")]])
+    assert run(plog) is not None
+    got = read_all(plog)
+    assert [(o, t, k) for o, t, k, _v, _h in got] == [(1, NOW + 777, b"b"), (2, NOW, b"a")]
