@@ -492,8 +492,11 @@ class PartitionLog:
     @storage_op("append")
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Batches from the leader, offsets and epochs assigned: CRC-checked and appended as
-        they are. Batches entirely below the LEO (a duplicate answer) are skipped; a gap or
-        an overlap inside a batch is refused (CORRUPT_MESSAGE)."""
+        they are. Batches entirely below the LEO (a duplicate answer) are skipped; the first
+        one kept must not start below the LEO and each must start above the previous one's
+        last offset (else CORRUPT_MESSAGE). Gaps are allowed, as in Kafka: a compacted
+        leader's log has them (the cleaner removes records, never renumbers), and a topic
+        whose policy went from compact to delete keeps them."""
         scan = scan_frames(records)
         if scan.error is not None:
             raise LogError(ErrorCode.CORRUPT_MESSAGE, f"corrupt batch from the leader: {scan.error}")
@@ -505,17 +508,14 @@ class PartitionLog:
         frames = frames[skip:]
         if not frames:
             return AppendInfo(end, end - 1, -1, -1, -1, self.log_start_offset, 0, 0)
-        # A compacted leader's log has gaps (the cleaner removes records, never renumbers):
-        # its batches then only have to rise. Elsewhere they continue each other exactly.
-        gaps = self.config.compacted
-        if frames[0].base_offset < end or (frames[0].base_offset != end and not gaps):
+        if frames[0].base_offset < end:
             raise LogError(
                 ErrorCode.CORRUPT_MESSAGE, f"leader's batch starts at {frames[0].base_offset}, the log ends at {end}"
             )
         prev = frames[0].base_offset
         for f in frames:
-            if f.base_offset < prev or (f.base_offset != prev and not gaps):
-                raise LogError(ErrorCode.CORRUPT_MESSAGE, f"gap in the leader's batches at {prev}")
+            if f.base_offset < prev:
+                raise LogError(ErrorCode.CORRUPT_MESSAGE, f"the leader's batch at {f.base_offset} overlaps {prev - 1}")
             prev = f.last_offset + 1
         start = frames[0].position
         stop = frames[-1].position + frames[-1].size

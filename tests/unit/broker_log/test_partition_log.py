@@ -246,3 +246,15 @@ def test_truncate_below_the_log_start_restarts_the_log_at_the_target(tmp_path: P
 def _at(data: bytes, base_offset: int) -> bytes:
     """A batch as a leader stored it at ``base_offset`` (the base offset is outside the CRC)."""
     return base_offset.to_bytes(8, "big") + data[8:]
+
+
+def test_a_follower_takes_gaps_but_refuses_overlaps(tmp_path: Path) -> None:
+    # A leader's log has gaps after compaction, and keeps them when the topic's policy goes
+    # from compact to delete: a follower of either policy appends them (Kafka does); a batch
+    # that starts inside what the follower holds, or overlaps the previous one, is corrupt.
+    plog = open_log(tmp_path)
+    plog.append_as_follower(_at(batch(3), 0) + _at(batch(2), 10))
+    assert plog.log_end_offset == 12
+    with pytest.raises(LogError):
+        plog.append_as_follower(_at(batch(3), 20) + _at(batch(3), 21))
+    assert plog.log_end_offset == 12
