@@ -6,8 +6,8 @@ It owns, per hosted partition, the `PartitionLog` (broker.log) and the sans-IO
 - metadata deltas (`on_metadata`) make this broker leader or follower of its partitions,
   create their logs, hand followed partitions to the fetcher of their leader, and delete
   the logs of removed partitions;
-- Produce appends on the leader; `acks=all` waits in `OffsetWaiters` until the high
-  watermark covers the append;
+- Produce appends on the leader; `acks=all` waits in `AckWaiters` until `is_acked`
+  answers (the high watermark covers the append, or the leadership ended);
 - Fetch serves consumers (up to the high watermark) and followers (up to the log end,
   recording their position so the high watermark and the ISR move);
 - ISR changes the leader wants go to the controller through `IsrSender` (AlterPartition);
