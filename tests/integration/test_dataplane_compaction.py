@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dataplane_support import bootstrap, create_topic, start_dataplane_cluster
+from dataplane_support import bootstrap, create_topic, module_cluster
 from metadata_cluster import MetadataCluster, wait_until
 
 from broker.log.records import batch_records
@@ -36,13 +35,7 @@ QUIET_S = 1.5  # a read from offset 0 is over when nothing arrives for this long
 Acked = list[tuple[int, bytes, bytes | None]]  # (offset, key, value) of acknowledged records
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluster]:
-    c = start_dataplane_cluster(Path(tmp_path_factory.mktemp("compaction")), {"log.cleaner.backoff.ms": "200"})
-    try:
-        yield c
-    finally:
-        c.close()
+cluster = module_cluster("compaction", {"log.cleaner.backoff.ms": "200"})
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dataplane_support import bootstrap, confluent_consume_all, create_topic, start_dataplane_cluster
+from dataplane_support import bootstrap, confluent_consume_all, create_topic, module_cluster
 from metadata_cluster import MetadataCluster, wait_until
 
 from quorum.storage.record_batch import scan_frames
@@ -24,16 +23,7 @@ RETENTION_CHECK_MS = 200
 RETENTION_MS = 1500
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluster]:
-    c = start_dataplane_cluster(
-        Path(tmp_path_factory.mktemp("retention")),
-        {"log.retention.check.interval.ms": str(RETENTION_CHECK_MS)},
-    )
-    try:
-        yield c
-    finally:
-        c.close()
+cluster = module_cluster("retention", {"log.retention.check.interval.ms": str(RETENTION_CHECK_MS)})
 
 
 @pytest.fixture(scope="module")
