@@ -184,6 +184,8 @@ class DataPlane:
         # 30 s): a crash before the first interval then still recovers from these.
         self.logs.checkpoint_recovery_points()
         self.logs.checkpoint_log_start_offsets()
+        if c.log_cleaner_enable and c.log_cleaner_threads > 0:
+            self.logs.start_cleaner(c.log_cleaner_threads, c.log_cleaner_dedupe_buffer_size)
         self._tasks = [
             asyncio.create_task(self._every(c.replica_high_watermark_checkpoint_interval_ms, self._checkpoint)),
             asyncio.create_task(
@@ -193,6 +195,11 @@ class DataPlane:
                 self._every(c.log_flush_start_offset_checkpoint_interval_ms, self.logs.checkpoint_log_start_offsets)
             ),
             asyncio.create_task(self._every(c.log_retention_check_interval_ms, self._retention)),
+            *(
+                [asyncio.create_task(self._every(max(c.log_cleaner_backoff_ms, 10), self._clean))]
+                if c.log_cleaner_enable and c.log_cleaner_threads > 0
+                else []
+            ),
             asyncio.create_task(self._every(1000, self._flush_and_roll)),
             asyncio.create_task(self._every(DESCRIPTOR_CHECK_INTERVAL_MS, self._check_descriptors)),
             asyncio.create_task(self._publish_when_caught_up()),
@@ -235,6 +242,11 @@ class DataPlane:
         deleted = self.logs.retention_pass(now_ms(), lambda t, p: hws.get((t, p), 0))
         if deleted:
             log.info("broker %d: retention deleted %d segments", self.config.node_id, deleted)
+
+    def _clean(self) -> None:
+        """log.cleaner.backoff.ms: queue the compacted logs for the cleaner threads."""
+        hws = self.replicas.high_watermarks()
+        self.logs.cleaning_pass(lambda t, p: hws.get((t, p), 0))
 
     def _check_descriptors(self) -> None:
         warning = self.fd_budget.check(sum(len(plog.segments) for plog in self.logs.logs.values()))

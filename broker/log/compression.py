@@ -3,7 +3,8 @@
 Produce and fetch never decompress (batches are stored and served as the producer sent
 them). Two slow paths need the records of a compressed batch: ListOffsets by timestamp
 (the first record at or after a time, record-exact) and `pykraft log dump`
-(`--deep-iteration`). Both call `decompress`.
+(`--deep-iteration`). Both call `decompress`. The log cleaner decompresses the batches it
+rewrites and compresses what it keeps again with the same codec (`compress`).
 
 Codecs are Kafka's (`quorum.storage.batch_layout.COMPRESSION_*`): gzip, snappy (raw, or in
 the xerial framing that Kafka's Java producer writes), lz4 (the frame format) and zstd.
@@ -62,6 +63,30 @@ def decompress(codec: int, data: bytes | bytearray | memoryview, *, limit: int =
     if len(out) > limit:
         raise DecompressionError(f"{codec_name(codec)} records expand beyond {limit} bytes")
     return out
+
+
+def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
+    """`data` (a batch's records) compressed with `codec`, in the form `decompress` and Kafka's
+    clients read: a gzip stream, raw snappy (as librdkafka writes), an lz4 frame, a zstd frame."""
+    raw = bytes(data)
+    if codec == COMPRESSION_NONE:
+        return raw
+    if codec == COMPRESSION_GZIP:
+        c = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+        return c.compress(raw) + c.flush()
+    if codec == COMPRESSION_SNAPPY:
+        import snappy
+
+        return bytes(snappy.compress(raw))
+    if codec == COMPRESSION_LZ4:
+        import lz4.frame
+
+        return bytes(lz4.frame.compress(raw))
+    if codec == COMPRESSION_ZSTD:
+        import zstandard
+
+        return zstandard.ZstdCompressor().compress(raw)
+    raise ValueError(f"unknown compression codec {codec}")
 
 
 def _gzip(data: bytes, limit: int) -> bytes:

@@ -25,6 +25,10 @@ class LogConfig:
     flush_ms: int = LONG_MAX  # flush.ms: fsync when the last one is this old (ms)
     cleanup_policy: tuple[str, ...] = ("delete",)  # cleanup.policy
     file_delete_delay_ms: int = 60_000  # file.delete.delay.ms
+    delete_retention_ms: int = 86_400_000  # delete.retention.ms: how long a cleaned tombstone stays (ms)
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio: dirty bytes / cleanable bytes
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms: a record younger than this is not cleaned
+    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms: dirty records this old force a cleaning
 
     @property
     def compacted(self) -> bool:
@@ -66,4 +70,8 @@ class LogConfig:
             flush_ms=i("flush.ms"),
             cleanup_policy=tuple(policy) if isinstance(policy, list | tuple) else (str(policy),),
             file_delete_delay_ms=i("file.delete.delay.ms"),
+            delete_retention_ms=i("delete.retention.ms"),
+            min_cleanable_dirty_ratio=float(v["min.cleanable.dirty.ratio"]),  # type: ignore[arg-type]
+            min_compaction_lag_ms=i("min.compaction.lag.ms"),
+            max_compaction_lag_ms=i("max.compaction.lag.ms"),
         )

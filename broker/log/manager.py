@@ -50,6 +50,7 @@ from broker.log.checkpoints import (
     read_offsets,
     write_offsets,
 )
+from broker.log.cleaner_threads import LogCleanerThreads
 from broker.log.config import LogConfig
 from broker.log.dir_failure import KafkaStorageError, LogDirFailures
 from broker.log.disk_queue import INLINE, DiskQueue
@@ -98,6 +99,8 @@ class LogManager:
         self._pending_deletes: list[tuple[float, Path]] = []
         # Logs whose leader-epoch checkpoint waits for write_dirty_epochs (on the loop only).
         self._epochs_dirty: set[PartitionLog] = set()
+        # The log cleaner (compacted topics); its threads run once `start_cleaner` is called.
+        self.cleaner = LogCleanerThreads(1, 128 * 1024 * 1024, self.disk, self._background_failure)
 
     def config_for(self, topic_config: Mapping[str, str]) -> LogConfig:
         return LogConfig.from_topic_config(topic_config, self.broker_defaults, defaults=self.config_defaults)
@@ -137,6 +140,7 @@ class LogManager:
             recovery = self._read(root / RECOVERY_POINT_FILE)
             starts = self._read(root / LOG_START_OFFSET_FILE)
             self._hw.update(self._read(root / REPLICATION_OFFSET_FILE))
+            self.cleaner.load_checkpoint(root)
             for child in sorted(root.iterdir()):
                 if not child.is_dir():
                     continue
@@ -241,6 +245,7 @@ class LogManager:
     def delete(self, topic: str, partition: int) -> None:
         plog = self._remove((topic, partition))
         self._hw.pop((topic, partition), None)
+        self.cleaner.forget((topic, partition))
         if plog is None:
             return
         plog.close()
@@ -316,6 +321,19 @@ class LogManager:
         self.purge_deleted()
         return deleted
 
+    def start_cleaner(self, threads: int, dedupe_buffer_bytes: int) -> None:
+        """log.cleaner.enable: the cleaner threads (on the loop), keeping the loaded checkpoints."""
+        checkpoints = self.cleaner.checkpoints
+        self.cleaner = LogCleanerThreads(threads, dedupe_buffer_bytes, self.disk, self._background_failure)
+        self.cleaner.checkpoints = checkpoints
+        self.cleaner.start()
+
+    def cleaning_pass(self, high_watermark_of: Callable[[str, int], int]) -> int:
+        """Queue a cleaning of each compacted log of an online dir (`LogCleanerThreads`)."""
+        logs = {tp: (plog, self._dir_of[tp]) for tp, plog in self.logs.items()
+                if plog.config.compacted and not self.failures.is_offline(self._dir_of[tp])}  # fmt: skip
+        return self.cleaner.cleaning_pass(logs, high_watermark_of)
+
     def roll_pass(self, now_ms: int) -> None:
         """segment.ms: roll active segments that are old enough, even without new appends."""
         for plog in self.logs.values():
@@ -356,6 +374,7 @@ class LogManager:
         """A clean close: wait for the queued disk work, flush every log, write the
         checkpoints and the clean-shutdown marker (in the caller's thread, in this order).
         An offline dir gets none of them (its logs are only closed): the next start recovers it."""
+        self.cleaner.stop()
         self.drain()
         for plog in self.logs.values():
             with contextlib.suppress(KafkaStorageError):

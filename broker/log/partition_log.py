@@ -62,6 +62,9 @@ from quorum.storage.record_batch import BatchFrame, scan_frames
 
 log = logging.getLogger(__name__)
 
+CLEANED_SUFFIX = ".cleaned"  # a segment the log cleaner is writing (incomplete)
+SWAP_SUFFIX = ".swap"  # a cleaned segment, fsynced, waiting to replace its sources
+
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
@@ -176,6 +179,7 @@ class PartitionLog:
             stored = read_partition_metadata(directory)
         for leftover in list(directory.glob("*.deleted")) + list(directory.glob("*.tmp")):
             leftover.unlink(missing_ok=True)
+        cls._finish_interrupted_swaps(directory, config, disk)
         bases = sorted(int(p.name[:20]) for p in directory.glob("*.log") if p.name[:20].isdigit() and len(p.name) == 24)
         segments: list[LogSegment] = []
         recovered = 0
@@ -272,6 +276,38 @@ class PartitionLog:
             plog.write_partition_metadata()
         return plog
 
+    @staticmethod
+    def _finish_interrupted_swaps(directory: Path, config: LogConfig, disk: DiskQueue) -> None:
+        """The log cleaner's files left by a crash (see `broker.log.cleaner`): a `.cleaned`
+        segment was never complete and goes; a `.swap` segment was complete and fsynced, so the
+        swap is finished: the segments it replaces (those whose base offset lies in its offset
+        range) go and it is renamed `.log`. Its batches are walked (the one recovery walk,
+        `LogSegment.rebuild`) to learn that range and to rebuild its indexes."""
+        for leftover in directory.glob(f"*{CLEANED_SUFFIX}"):
+            leftover.unlink(missing_ok=True)
+        swaps = sorted(directory.glob(f"*.log{SWAP_SUFFIX}"))
+        for swap_log in swaps:
+            base = int(swap_log.name[:20])
+            seg = LogSegment(
+                directory, base, config.segment_index_bytes, config.index_interval_bytes, fresh=False, disk=disk,
+                suffix=SWAP_SUFFIX,
+            )  # fmt: skip
+            seg.rebuild()
+            end = max(seg.next_offset, base + 1)
+            seg.seal()
+            seg.flush()
+            seg.close()
+            for old in directory.glob("*.log"):
+                if old.name[:20].isdigit() and len(old.name) == 24 and base <= int(old.name[:20]) < end:
+                    PartitionLog._delete_files(directory, int(old.name[:20]))
+            for path in seg.file_paths()[1:] + [seg.path]:  # the .log last: it makes the segment
+                os.rename(path, path.with_name(path.name[: -len(SWAP_SUFFIX)]))
+            log.warning("%s: finished the interrupted swap of cleaned segment %d", directory.name, base)
+        for leftover in directory.glob(f"*{SWAP_SUFFIX}"):
+            leftover.unlink(missing_ok=True)  # an index whose .log.swap was already renamed
+        if swaps:
+            fsync_dir(directory)
+
     def write_partition_metadata(self) -> None:
         """Queued: a crash before it lands leaves no partition.metadata, which the next
         get_or_create of this replica writes again; skipped once the log was deleted."""
@@ -302,6 +338,15 @@ class PartitionLog:
     @property
     def active(self) -> LogSegment:
         return self.segments[-1]
+
+    @property
+    def truncations(self) -> int:
+        """How many truncations the log has had (a change means offsets were written again)."""
+        return self._truncations
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
@@ -447,8 +492,11 @@ class PartitionLog:
     @storage_op("append")
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Batches from the leader, offsets and epochs assigned: CRC-checked and appended as
-        they are. Batches entirely below the LEO (a duplicate answer) are skipped; a gap or
-        an overlap inside a batch is refused (CORRUPT_MESSAGE)."""
+        they are. Batches entirely below the LEO (a duplicate answer) are skipped; the first
+        one kept must not start below the LEO and each must start above the previous one's
+        last offset (else CORRUPT_MESSAGE). Gaps are allowed, as in Kafka: a compacted
+        leader's log has them (the cleaner removes records, never renumbers), and a topic
+        whose policy went from compact to delete keeps them."""
         scan = scan_frames(records)
         if scan.error is not None:
             raise LogError(ErrorCode.CORRUPT_MESSAGE, f"corrupt batch from the leader: {scan.error}")
@@ -460,14 +508,14 @@ class PartitionLog:
         frames = frames[skip:]
         if not frames:
             return AppendInfo(end, end - 1, -1, -1, -1, self.log_start_offset, 0, 0)
-        if frames[0].base_offset != end:
+        if frames[0].base_offset < end:
             raise LogError(
                 ErrorCode.CORRUPT_MESSAGE, f"leader's batch starts at {frames[0].base_offset}, the log ends at {end}"
             )
-        prev = end
+        prev = frames[0].base_offset
         for f in frames:
-            if f.base_offset != prev:
-                raise LogError(ErrorCode.CORRUPT_MESSAGE, f"gap in the leader's batches at {prev}")
+            if f.base_offset < prev:
+                raise LogError(ErrorCode.CORRUPT_MESSAGE, f"the leader's batch at {f.base_offset} overlaps {prev - 1}")
             prev = f.last_offset + 1
         start = frames[0].position
         stop = frames[-1].position + frames[-1].size
@@ -679,6 +727,43 @@ class PartitionLog:
         new_start = self.segments[deletable].base_offset
         self.log_start_offset = max(self.log_start_offset, new_start)
         return self._drop_segments_below(new_start)
+
+    # ------------------------------------------------------------------ compaction
+
+    @storage_op("clean")
+    def replace_segments(self, groups: list[tuple[tuple[LogSegment, ...], int]]) -> None:
+        """The log cleaner's swap (on the loop, in one step: readers see the old segments or
+        the new ones): each group of consecutive sealed segments is replaced by the fsynced
+        segment `<base>.log.cleaned`, which holds a subset of their batches at the same
+        offsets. The `.cleaned` files are renamed `.swap` and the directory fsynced (one
+        fsync on the loop: from then on a crash finishes the swap, see
+        `_finish_interrupted_swaps`); then the old files are renamed `.deleted`, the new
+        indexes and last the new `.log` renamed into place."""
+        exts = (".index", ".timeindex", ".log")
+        renames = [self.directory / f"{base:020d}{ext}" for _sources, base in groups for ext in exts]
+        for path in renames:
+            os.rename(path.with_name(path.name + CLEANED_SUFFIX), path.with_name(path.name + SWAP_SUFFIX))
+        fsync_dir(self.directory)
+        for sources, base in groups:
+            i = self.segments.index(sources[0])
+            end = self.segments[i + len(sources)].base_offset
+            for seg in sources:
+                if seg in self._dirty:
+                    self._dirty.remove(seg)
+                seg.delete()
+            for ext in exts:
+                path = self.directory / f"{base:020d}{ext}"
+                os.rename(path.with_name(path.name + SWAP_SUFFIX), path)
+            new = LogSegment(
+                self.directory, base, self.config.segment_index_bytes, self.config.index_interval_bytes, fresh=False,
+                disk=self.disk,
+            )  # fmt: skip
+            new.open_sealed(end)
+            self.segments[i : i + len(sources)] = [new]
+        self._bases = [s.base_offset for s in self.segments]
+        directory = self.directory
+        self.disk.submit(f"renames of cleaned segments of {directory.name}",
+                         lambda: write_unless_deleted(directory, lambda: fsync_dir(directory)))  # fmt: skip
 
     # ------------------------------------------------------------------ durability
 

@@ -1,9 +1,10 @@
 """Walking the records inside one (uncompressed or decompressed) magic-v2 batch body.
 
-The broker never does this on the produce or fetch path; three slower paths need it: the
+The broker never does this on the produce or fetch path; four slower paths need it: the
 keyless-record check of compacted topics, ListOffsets by timestamp (record-exact, in
-compressed batches too), and `pykraft log dump --print-data-log`. One walker serves all
-three; `batch_records` adds the batch's decompression and each record's offset and time.
+compressed batches too), `pykraft log dump --print-data-log` and the log cleaner. One
+walker serves all four; `batch_records` adds the batch's decompression and each record's
+offset and time. `encode_records` is the way back (the cleaner re-batches what it keeps).
 
 A record is `length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
 keyLength varint | key | valueLength varint | value | headerCount varint | headers`, with
@@ -15,8 +16,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from broker.log.compression import decompress
-from quorum.storage.batch_layout import ATTR_COMPRESSION_MASK, ATTR_TIMESTAMP_TYPE, BATCH_HEADER_SIZE, HEADER
+from crc32c import crc32c
+
+from broker.log.compression import compress, decompress
+from quorum.storage.batch_layout import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_DELETE_HORIZON,
+    ATTR_TIMESTAMP_TYPE,
+    BATCH_HEADER_SIZE,
+    CRC_START,
+    HEADER,
+    LOG_OVERHEAD,
+    MAGIC,
+)
+from quorum.storage.record_batch import zigzag_varint
 
 
 class RecordsError(ValueError):
@@ -30,6 +43,8 @@ class RecordView:
     key: bytes | None
     value: bytes | None
     header_keys: tuple[str, ...]
+    # (key, value) of each header, with `payloads` only (else empty).
+    headers: tuple[tuple[bytes, bytes | None], ...] = ()
 
 
 def read_varint(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
@@ -75,14 +90,15 @@ def iter_records(
             value_length, p = read_varint(data, p, record_end)
             value, p = _take(data, p, value_length, record_end)
             header_count, p = read_varint(data, p, record_end)
-            keys = []
+            headers = []
             for _h in range(max(header_count, 0)):
                 hk_length, p = read_varint(data, p, record_end)
                 hk, p = _take(data, p, hk_length, record_end)
-                keys.append((hk or b"").decode("utf-8", errors="replace"))
                 hv_length, p = read_varint(data, p, record_end)
-                _, p = _take(data, p, hv_length, record_end)
-            yield RecordView(off_delta, ts_delta, key, value, tuple(keys))
+                hv, p = _take(data, p, hv_length, record_end)
+                headers.append((hk or b"", hv))
+            keys = tuple(k.decode("utf-8", errors="replace") for k, _ in headers)
+            yield RecordView(off_delta, ts_delta, key, value, keys, tuple(headers))
         else:
             yield RecordView(off_delta, ts_delta, None if key_length < 0 else b"", None, ())
         pos = record_end
@@ -102,3 +118,76 @@ def batch_records(batch: bytes | memoryview, *, payloads: bool = False) -> Itera
     log_append_time = bool(attrs & ATTR_TIMESTAMP_TYPE)
     for record in iter_records(body, count, payloads=payloads):
         yield base + record.offset_delta, max_ts if log_append_time else base_ts + record.timestamp_delta, record
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record to encode: its absolute offset and timestamp (ms), key, value, headers."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[bytes, bytes | None], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The batch-level fields a rebuilt batch keeps from its source batch."""
+
+    partition_leader_epoch: int
+    attributes: int  # the codec, timestamp type, transactional and control bits
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    max_timestamp: int = -1  # kept as is for LogAppendTime batches; else the records' largest
+    delete_horizon_ms: int = -1  # >= 0: set ATTR_DELETE_HORIZON, baseTimestamp = this (ms)
+
+
+def _field(data: bytes | None) -> bytes:
+    return zigzag_varint(-1) if data is None else zigzag_varint(len(data)) + data
+
+
+def _encode_record(r: Record, base_offset: int, base_timestamp: int) -> bytes:
+    headers = b"".join(_field(k) + _field(v) for k, v in r.headers)
+    body = b"".join((
+        b"\x00",  # record attributes (unused in magic v2)
+        zigzag_varint(r.timestamp - base_timestamp),
+        zigzag_varint(r.offset - base_offset),
+        _field(r.key),
+        _field(r.value),
+        zigzag_varint(len(r.headers)),
+        headers,
+    ))  # fmt: skip
+    return zigzag_varint(len(body)) + body
+
+
+def encode_records(records: list[Record], header: BatchHeader) -> bytes:
+    """One magic-v2 batch of `records` (offsets rising, gaps allowed), compressed with the
+    codec of `header.attributes`. baseOffset is the first record's offset, lastOffsetDelta
+    the last one's distance from it (so a batch with gaps says how far it reaches); with
+    CreateTime, baseTimestamp is the first record's and maxTimestamp the largest; with
+    LogAppendTime both are `header.max_timestamp` (every record reads that time back). With
+    a delete horizon, baseTimestamp is the horizon and the deltas are taken from it (KIP-534)."""
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    base = records[0].offset
+    attributes = header.attributes & ~ATTR_DELETE_HORIZON
+    if header.attributes & ATTR_TIMESTAMP_TYPE:
+        base_ts = max_ts = header.max_timestamp
+    else:
+        base_ts, max_ts = records[0].timestamp, max(r.timestamp for r in records)
+    if header.delete_horizon_ms >= 0:
+        attributes |= ATTR_DELETE_HORIZON
+        base_ts = header.delete_horizon_ms
+    body = b"".join(_encode_record(r, base, base_ts) for r in records)
+    body = compress(attributes & ATTR_COMPRESSION_MASK, body)
+    fields = [
+        base, 0, header.partition_leader_epoch, MAGIC, 0, attributes, records[-1].offset - base, base_ts,
+        max_ts, header.producer_id, header.producer_epoch, header.base_sequence, len(records),
+    ]  # fmt: skip
+    fields[1] = BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body)
+    out = bytearray(HEADER.pack(*fields)) + body
+    fields[4] = crc32c(memoryview(out)[CRC_START:])
+    HEADER.pack_into(out, 0, *fields)
+    return bytes(out)

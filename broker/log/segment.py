@@ -47,13 +47,16 @@ def segment_name(base_offset: int, suffix: str) -> str:
 class LogSegment:
     def __init__(
         self, directory: Path, base_offset: int, index_bytes: int, index_interval: int, *, fresh: bool,
-        disk: DiskQueue = INLINE,
+        disk: DiskQueue = INLINE, suffix: str = "",
     ) -> None:  # fmt: skip
+        """`suffix`: appended to every file name (the log cleaner's `.cleaned` and `.swap`
+        segments, which are not part of the log yet)."""
         self.directory = directory
+        self.suffix = suffix
         self.base_offset = base_offset
         self.index_bytes = index_bytes
         self.index_interval = index_interval
-        self.path = directory / segment_name(base_offset, ".log")
+        self.path = directory / (segment_name(base_offset, ".log") + suffix)
         flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if fresh else 0)
         self.fd = os.open(self.path, flags, 0o644)
         self.size = os.fstat(self.fd).st_size
@@ -151,7 +154,7 @@ class LogSegment:
         self._tail_loaded = False
 
     def _index_path(self, suffix: str) -> Path:
-        return self.directory / segment_name(self.base_offset, suffix)
+        return self.directory / (segment_name(self.base_offset, suffix) + self.suffix)
 
     def _new_indexes(self) -> None:
         self._offset_index = OffsetIndex(self._index_path(".index"), self.base_offset, self.index_bytes, fresh=True)

@@ -8,8 +8,9 @@ that apply to magic-v2 batches, without decompressing):
 - a record count that agrees with the last offset delta, no control batches from
   clients, no transactional batches (no transaction coordinator yet) (INVALID_RECORD);
 - a known compression codec (none, gzip, snappy, lz4, zstd);
-- on a compacted topic, uncompressed batches whose records all have keys (INVALID_RECORD).
-  Compressed batches on compacted topics are accepted without looking inside.
+- on a compacted topic, every record has a key (INVALID_RECORD), as Kafka's LogValidator:
+  the one produce path that walks records, compressed batches decompressed for it (a
+  keyless record would be dropped by the log cleaner, so it is refused up front).
 
 Assignment patches, in one copy of the request's bytes, each batch's baseOffset and
 partitionLeaderEpoch (outside the CRC, so nothing is re-encoded); with
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from broker.log.compression import DecompressionError, decompress
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
 from broker.log.records import RecordsError, iter_records
@@ -63,14 +65,19 @@ class Assigned:
 
 
 def _check_keys(view: memoryview, f: BatchFrame) -> None:
-    """Compacted topics: every record of an uncompressed batch must have a key."""
+    """Compacted topics: every record of the batch must have a key."""
     try:
-        for record in iter_records(
-            view, f.record_count, start=f.position + BATCH_HEADER_SIZE, end=f.position + f.size, payloads=False
-        ):
+        if f.compression:
+            body: bytes | memoryview = decompress(
+                f.compression, view[f.position + BATCH_HEADER_SIZE : f.position + f.size]
+            )
+            start, end = 0, len(body)
+        else:
+            body, start, end = view, f.position + BATCH_HEADER_SIZE, f.position + f.size
+        for record in iter_records(body, f.record_count, start=start, end=end, payloads=False):
             if record.key is None:
                 raise LogError(ErrorCode.INVALID_RECORD, "Compacted topic cannot accept message without key.")
-    except RecordsError as exc:
+    except (RecordsError, DecompressionError) as exc:
         raise LogError(ErrorCode.CORRUPT_MESSAGE, f"a record of the batch is malformed: {exc}") from None
 
 
@@ -107,7 +114,7 @@ def validate(records: bytes | bytearray | memoryview, config: LogConfig) -> list
             raise LogError(ErrorCode.INVALID_RECORD, "Transactional records are not supported by this broker yet.")
         if f.compression > _MAX_CODEC:
             raise LogError(ErrorCode.CORRUPT_MESSAGE, f"Unknown compression codec {f.compression}.")
-        if config.compacted and f.compression == 0:
+        if config.compacted:
             _check_keys(view, f)
     return scan.frames
 

@@ -131,15 +131,21 @@ def _error(code: Any) -> ErrorCode:
         return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
+def _decode(schema: Any, frame: bytes, what: str) -> Any:
+    """A response body from a frame without its length prefix (header, body, nothing after)."""
+    try:
+        _, pos = entity_reader(schema.__header_schema__)(frame, 0)
+        body, end = entity_reader(schema)(frame, pos)
+    except MalformedError as exc:
+        raise FetchWireError(f"malformed {what} response: {exc}") from exc
+    if end != len(frame):
+        raise FetchWireError(f"{len(frame) - end} trailing bytes after the {what} response")
+    return body
+
+
 def decode_fetch_response(frame: bytes) -> tuple[ErrorCode, list[FetchPartitionResponse]]:
     """(top-level error, partitions) from a response frame without its length prefix."""
-    try:
-        _, pos = entity_reader(_RESPONSE.__header_schema__)(frame, 0)
-        body, end = entity_reader(_RESPONSE)(frame, pos)
-    except MalformedError as exc:
-        raise FetchWireError(f"malformed fetch response: {exc}") from exc
-    if end != len(frame):
-        raise FetchWireError(f"{len(frame) - end} trailing bytes after the fetch response")
+    body = _decode(_RESPONSE, frame, "fetch")
     out: list[FetchPartitionResponse] = []
     for t in body.responses:
         for p in t.partitions:
@@ -203,13 +209,7 @@ def encode_list_offsets_request(
 
 
 def decode_list_offsets_response(frame: bytes) -> list[ListOffsetsAnswer]:
-    try:
-        _, pos = entity_reader(_LO_RESPONSE.__header_schema__)(frame, 0)
-        body, end = entity_reader(_LO_RESPONSE)(frame, pos)
-    except MalformedError as exc:
-        raise FetchWireError(f"malformed list offsets response: {exc}") from exc
-    if end != len(frame):
-        raise FetchWireError(f"{len(frame) - end} trailing bytes after the list offsets response")
+    body = _decode(_LO_RESPONSE, frame, "list offsets")
     return [
         ListOffsetsAnswer(str(t.name), int(p.partition_index), _error(p.error_code), int(p.offset))
         for t in body.topics

@@ -6,17 +6,19 @@ It owns, per hosted partition, the `PartitionLog` (broker.log) and the sans-IO
 - metadata deltas (`on_metadata`) make this broker leader or follower of its partitions,
   create their logs, hand followed partitions to the fetcher of their leader, and delete
   the logs of removed partitions;
-- Produce appends on the leader; `acks=all` waits in `OffsetWaiters` until the high
-  watermark covers the append;
+- Produce appends on the leader; `acks=all` waits in `AckWaiters` until `is_acked`
+  answers (the high watermark covers the append, or the leadership ended);
 - Fetch serves consumers (up to the high watermark) and followers (up to the log end,
   recording their position so the high watermark and the ISR move);
 - ISR changes the leader wants go to the controller through `IsrSender` (AlterPartition);
 - periodic work: high-watermark/recovery-point/log-start checkpoints, retention, flushes.
 
-Invariants kept here: records above the high watermark are never returned to consumers;
-an acks=all answer is NONE only once the HW passed the last appended offset while the ISR
-had at least min.insync.replicas members; everything runs on the one event loop, and
-blocking disk work (fsync, deleting segments) runs in the default executor.
+What the replication rules decide is `PartitionState`'s (`broker.replica.state`): when an
+acks=all write completes (`is_acked`, through `AckWaiters`), what a follower does with a
+fetch answer (`broker.replica.follower`), the ISR changes to propose. This module does the
+IO around them. Invariants kept here: records above the high watermark are never returned
+to consumers; everything runs on the one event loop, and blocking disk work (fsync,
+checkpoints, deleting segments) runs on each log dir's disk queue (`broker.log.disk_queue`).
 """
 
 from __future__ import annotations

@@ -368,6 +368,11 @@ class NodeConfig:
     log_retention_check_interval_ms: int = 300_000
     log_flush_offset_checkpoint_interval_ms: int = 60_000
     log_flush_start_offset_checkpoint_interval_ms: int = 60_000
+    # The log cleaner (compacted topics): Kafka's names and defaults.
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_backoff_ms: int = 15_000  # between passes over the compacted logs
+    log_cleaner_dedupe_buffer_size: int = 128 * MIB  # the offset maps of all cleaner threads (bytes)
     fetch_max_bytes: int = 55 * MIB  # broker cap on one consumer fetch response
     auto_create_topics_enable: bool = True
     # Topic defaults.
@@ -460,6 +465,9 @@ _INT_KEYS: dict[str, _IntSpec] = {
     "log.retention.check.interval.ms": (1, None),
     "log.flush.offset.checkpoint.interval.ms": (0, None),
     "log.flush.start.offset.checkpoint.interval.ms": (0, None),
+    "log.cleaner.threads": (0, None),
+    "log.cleaner.backoff.ms": (0, None),
+    "log.cleaner.dedupe.buffer.size": (0, None),
     "fetch.max.bytes": (1024, None),
     "num.partitions": (1, None),
     "default.replication.factor": (1, None),
@@ -475,7 +483,12 @@ _INT_KEYS: dict[str, _IntSpec] = {
     "connections.max.idle.ms": (-1, None),
     "rest.idle.timeout.ms": (1, None),
 }
-_BOOL_KEYS = ("unclean.leader.election.enable", "auto.leader.rebalance.enable", "auto.create.topics.enable")
+_BOOL_KEYS = (
+    "unclean.leader.election.enable",
+    "auto.leader.rebalance.enable",
+    "auto.create.topics.enable",
+    "log.cleaner.enable",
+)
 _OTHER_KEYS = frozenset(
     {
         "process.roles",

@@ -28,7 +28,6 @@ KAFKA_ONLY_KEYS = frozenset(
         "controller.quorum.bootstrap.servers",
         "delete.topic.enable",
         "group.initial.rebalance.delay.ms",
-        "log.cleaner.enable",
         "log.cleanup.policy",
         "log.flush.interval.messages",
         "log.flush.interval.ms",

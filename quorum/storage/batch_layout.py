@@ -49,6 +49,9 @@ ATTR_COMPRESSION_MASK: Final = 0x07  # the codec, one of the COMPRESSION_* numbe
 ATTR_TIMESTAMP_TYPE: Final = 0x08  # set: LogAppendTime (every record has maxTimestamp); clear: CreateTime
 ATTR_TRANSACTIONAL: Final = 0x10
 ATTR_CONTROL: Final = 0x20
+# KIP-534: set by the log cleaner on a batch that holds tombstones; baseTimestamp is then the
+# time (ms) after which its tombstones may be removed (record timestamps stay base + delta).
+ATTR_DELETE_HORIZON: Final = 0x40
 
 COMPRESSION_NONE: Final = 0
 COMPRESSION_GZIP: Final = 1

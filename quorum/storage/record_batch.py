@@ -79,6 +79,7 @@ __all__ = [
     "peek_batch_header",
     "scan_batches",
     "scan_frames",
+    "zigzag_varint",
 ]
 
 
@@ -153,6 +154,11 @@ _ZZ: list[bytes] = [_uvarint_bytes(n << 1) for n in range(_ZZ_LIMIT)]
 
 def _zz(value: int) -> bytes:
     return _ZZ[value] if 0 <= value < _ZZ_LIMIT else _zigzag_bytes(value)
+
+
+def zigzag_varint(value: int) -> bytes:
+    """Kafka's signed varint (varlong) encoding of `value`: what a record's fields use."""
+    return _zz(value)
 
 
 def _read_uvarint(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:

@@ -8,10 +8,11 @@ import json
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from metadata_cluster import MetadataCluster, start_cluster, wait_until
 
 # Fast data-plane timings: followers long-poll briefly, the ISR shrinks after 3 s, and
@@ -31,6 +32,29 @@ def start_dataplane_cluster(root: Path, properties: dict[str, str] | None = None
     props = dict(DATAPLANE_TIMINGS)
     props.update(properties or {})
     return start_cluster(root, properties=props, **kwargs)
+
+
+def module_cluster(name: str, properties: dict[str, str] | None = None) -> Any:
+    """A module-scoped pytest fixture: one data-plane cluster shared by a module's tests (its
+    diagnostics printed when the module fails), stopped at the end of the module."""
+
+    @pytest.fixture(scope="module")
+    def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluster]:
+        c = start_dataplane_cluster(Path(tmp_path_factory.mktemp(name)), properties)
+        try:
+            yield c
+        except BaseException:
+            print(c.diagnostics())
+            raise
+        finally:
+            c.close()
+
+    return cluster
+
+
+def log_dir(cluster: MetadataCluster, broker: int) -> Path:
+    """A broker's first log dir."""
+    return Path(cluster.nodes[broker].plan.properties["log.dirs"].split(",")[0])
 
 
 def broker_port(cluster: MetadataCluster, node_id: int) -> int:

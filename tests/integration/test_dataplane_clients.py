@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,9 @@ from dataplane_support import (
     create_topic,
     kcat,
     kcat_metadata,
+    module_cluster,
     partition_state,
     run_kcat,
-    start_dataplane_cluster,
 )
 from metadata_cluster import MetadataCluster, wait_until
 
@@ -30,15 +29,7 @@ pytestmark = pytest.mark.integration
 RACK_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluster]:
-    c = start_dataplane_cluster(
-        Path(tmp_path_factory.mktemp("clients")), properties={"replica.selector.class": RACK_SELECTOR}
-    )
-    try:
-        yield c
-    finally:
-        c.close()
+cluster = module_cluster("clients", {"replica.selector.class": RACK_SELECTOR})
 
 
 @pytest.fixture(scope="module")

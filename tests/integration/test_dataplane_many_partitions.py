@@ -33,7 +33,14 @@ BAD_LINES = ("Too many open files", "EMFILE", "is offline", "Traceback", "failed
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluster]:
     c = start_dataplane_cluster(
         tmp_path_factory.mktemp("many"),
-        {"num.partitions": "1", "replica.high.watermark.checkpoint.interval.ms": "1000"},
+        {
+            "num.partitions": "1",
+            "replica.high.watermark.checkpoint.interval.ms": "1000",
+            # Kafka's defaults, not the fast fencing of the other data-plane tests: this test is
+            # about descriptors and checkpoints at scale, on a 2-core machine.
+            "broker.session.timeout.ms": "9000",
+            "broker.heartbeat.interval.ms": "2000",
+        },
     )
     try:
         for b in c.broker_ids:

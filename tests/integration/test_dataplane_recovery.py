@@ -6,11 +6,9 @@ leader's and every acknowledged record reads back."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from dataplane_support import bootstrap, confluent_consume_all, create_topic, partition_state, start_dataplane_cluster
+from dataplane_support import bootstrap, confluent_consume_all, create_topic, log_dir, module_cluster, partition_state
 from metadata_cluster import MetadataCluster, wait_until
 
 from broker.log.checkpoints import RECOVERY_POINT_FILE, read_offsets
@@ -20,19 +18,7 @@ pytestmark = pytest.mark.integration
 TOPIC = "rolled"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluster]:
-    c = start_dataplane_cluster(
-        Path(tmp_path_factory.mktemp("recovery")), {"log.flush.offset.checkpoint.interval.ms": "500"}
-    )
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-def log_dir(cluster: MetadataCluster, broker: int) -> Path:
-    return Path(cluster.nodes[broker].plan.properties["log.dirs"].split(",")[0])
+cluster = module_cluster("recovery", {"log.flush.offset.checkpoint.interval.ms": "500"})
 
 
 def segment_bases(cluster: MetadataCluster, broker: int) -> list[int]:

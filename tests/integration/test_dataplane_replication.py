@@ -16,12 +16,11 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dataplane_support import bootstrap, confluent_consume_all, create_topic, partition_state, start_dataplane_cluster
+from dataplane_support import bootstrap, confluent_consume_all, create_topic, module_cluster, partition_state
 from metadata_cluster import MetadataCluster, wait_until
 
 pytestmark = pytest.mark.integration
@@ -29,13 +28,7 @@ pytestmark = pytest.mark.integration
 LAG_S = 3.0  # replica.lag.time.max.ms of DATAPLANE_TIMINGS
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluster]:
-    c = start_dataplane_cluster(Path(tmp_path_factory.mktemp("replication")))
-    try:
-        yield c
-    finally:
-        c.close()
+cluster = module_cluster("replication")
 
 
 def cpu_seconds(pid: int) -> float:

@@ -9,11 +9,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dataplane_support import bootstrap, confluent_consume_all, create_topic, start_dataplane_cluster
+from dataplane_support import bootstrap, confluent_consume_all, create_topic, module_cluster
 from metadata_cluster import MetadataCluster, wait_until
 
 from quorum.storage.record_batch import scan_frames
@@ -24,16 +23,7 @@ RETENTION_CHECK_MS = 200
 RETENTION_MS = 1500
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluster]:
-    c = start_dataplane_cluster(
-        Path(tmp_path_factory.mktemp("retention")),
-        {"log.retention.check.interval.ms": str(RETENTION_CHECK_MS)},
-    )
-    try:
-        yield c
-    finally:
-        c.close()
+cluster = module_cluster("retention", {"log.retention.check.interval.ms": str(RETENTION_CHECK_MS)})
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +62,9 @@ def test_compact_topic_keeps_its_segments_past_retention_while_a_delete_topic_lo
     cluster: MetadataCluster, brokers: str
 ) -> None:
     small = {"segment.bytes": "1024", "segment.ms": "1000", "retention.ms": str(RETENTION_MS)}
-    create_topic(cluster, "kept-compact", partitions=1, rf=3, **{"cleanup.policy": "compact", **small})
+    # min.compaction.lag.ms: the log cleaner leaves its records alone (this test is about retention).
+    compact = {"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"}
+    create_topic(cluster, "kept-compact", partitions=1, rf=3, **{**compact, **small})
     create_topic(cluster, "gone-delete", partitions=1, rf=3, **{"cleanup.policy": "delete", **small})
     # Never rolled by size or age (segment.bytes and segment.ms are the defaults): only
     # retention can roll its one, active, segment.

@@ -4,27 +4,16 @@ cut at restart and refilled from the leader until every replica holds the same b
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dataplane_support import bootstrap, confluent_consume_all, create_topic, partition_state, start_dataplane_cluster
+from dataplane_support import bootstrap, confluent_consume_all, create_topic, log_dir, module_cluster, partition_state
 from metadata_cluster import MetadataCluster, wait_until
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluster]:
-    c = start_dataplane_cluster(Path(tmp_path_factory.mktemp("storage")))
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-def log_dir(cluster: MetadataCluster, broker: int) -> Path:
-    return Path(cluster.nodes[broker].plan.properties["log.dirs"].split(",")[0])
+cluster = module_cluster("storage")
 
 
 def segments(cluster: MetadataCluster, broker: int, topic: str, partition: int) -> list[Path]:

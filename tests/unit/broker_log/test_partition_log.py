@@ -78,6 +78,17 @@ def test_compacted_topic_refuses_keyless_records(tmp_path: Path) -> None:
     assert err.value.code == ErrorCode.INVALID_RECORD
     plog.append_as_leader(batch(key=b"k"), 1, NOW)
     assert plog.log_end_offset == 5
+    # Compressed batches too (decompressed for the check, as Kafka's LogValidator does).
+    for codec in (1, 2, 3, 4):
+        b = DefaultRecordBatchBuilder(2, codec, False, -1, -1, -1, batch_size=1 << 22)
+        b.append(0, timestamp=NOW, key=b"k", value=b"v" * 1000, headers=[])
+        b.append(1, timestamp=NOW, key=None, value=b"v" * 1000, headers=[])
+        data = bytes(b.build())
+        assert scan_frames(data).frames[0].compression == codec  # compressible: kafka-python compressed it
+        with pytest.raises(LogError) as err:
+            plog.append_as_leader(data, 1, NOW)
+        assert err.value.code == ErrorCode.INVALID_RECORD
+    assert plog.log_end_offset == 5
 
 
 @pytest.mark.parametrize("damage", ["torn", "flipped"])
@@ -235,3 +246,15 @@ def test_truncate_below_the_log_start_restarts_the_log_at_the_target(tmp_path: P
 def _at(data: bytes, base_offset: int) -> bytes:
     """A batch as a leader stored it at ``base_offset`` (the base offset is outside the CRC)."""
     return base_offset.to_bytes(8, "big") + data[8:]
+
+
+def test_a_follower_takes_gaps_but_refuses_overlaps(tmp_path: Path) -> None:
+    # A leader's log has gaps after compaction, and keeps them when the topic's policy goes
+    # from compact to delete: a follower of either policy appends them (Kafka does); a batch
+    # that starts inside what the follower holds, or overlaps the previous one, is corrupt.
+    plog = open_log(tmp_path)
+    plog.append_as_follower(_at(batch(3), 0) + _at(batch(2), 10))
+    assert plog.log_end_offset == 12
+    with pytest.raises(LogError):
+        plog.append_as_follower(_at(batch(3), 20) + _at(batch(3), 21))
+    assert plog.log_end_offset == 12
