@@ -90,8 +90,8 @@ def balance_leaders(cluster: Any, bootstrap: str, work: Path, partitions: int) -
     came back first; auto.leader.rebalance.enable is off here."""
     for _ in range(20):
         counts = leader_counts(bootstrap, work)
-        if sorted(counts.values()) == [partitions // 3] * 3:
-            return
+        if len(counts) == 3 and max(counts.values()) - min(counts.values()) <= 2 + partitions // 100:
+            return  # the placement itself is within a partition or two of even
         cluster.post(cluster.broker_ids[0], "/elect-leaders", {"election_type": "PREFERRED", "partitions": None})
         time.sleep(3)
     print(f"(leaders still unbalanced: {leaders_per_broker(bootstrap, work)})", flush=True)
