@@ -222,23 +222,36 @@ def test_confluent_consume_from_latest_and_by_time(cluster: MetadataCluster, bro
         p.flush()
     c = Consumer({"bootstrap.servers": brokers, "group.id": "latest-probe", "enable.auto.commit": False})
     c.assign([TopicPartition(topic, 0, OFFSET_END)])
-    # Once positioned at the end, only records produced afterwards arrive.
-    wait_until("the consumer to be positioned", lambda: c.consume(timeout=0.2) is not None or True, 2)
-    time.sleep(1.0)
-    for i in range(5):
-        p.produce(topic, value=f"new-{i}".encode(), partition=0)
-    p.flush()
+    # Positioned at the end (whenever the client resolves it), the consumer sees only records
+    # produced afterwards: produce one new record at a time until the first arrives, then four
+    # more; what arrives is exactly the run of new records from the first one it got, no old one.
     got: list[bytes] = []
-    deadline = time.monotonic() + 20
-    while len(got) < 5 and time.monotonic() < deadline:
-        for m in c.consume(num_messages=10, timeout=0.5):
-            if m.error() is None:
-                got.append(m.value())
-    assert got == [f"new-{i}".encode() for i in range(5)]
+    sent = 0
+
+    def send_new() -> None:
+        nonlocal sent
+        p.produce(topic, value=f"new-{sent}".encode(), partition=0)
+        p.flush()
+        sent += 1
+
+    def poll() -> None:
+        got.extend(m.value() for m in c.consume(num_messages=10, timeout=0.5) if m.error() is None)
+
+    deadline = time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
+        send_new()
+        poll()
+    assert got and got[0].startswith(b"new-"), got
+    first = int(got[0].split(b"-")[1])
+    for _ in range(4):
+        send_new()
+    while len(got) < sent - first and time.monotonic() < deadline:
+        poll()
+    assert got == [f"new-{i}".encode() for i in range(first, sent)]
     found = c.offsets_for_times([TopicPartition(topic, 0, 1_600_000_000_004)], timeout=10)
     assert found[0].offset == 4
     lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-    assert (lo, hi) == (0, 15)
+    assert (lo, hi) == (0, 10 + sent)
     c.close()
 
 
