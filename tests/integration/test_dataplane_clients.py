@@ -16,10 +16,10 @@ from dataplane_support import (
     bootstrap,
     confluent_consume_all,
     create_topic,
-    kcat,
     kcat_metadata,
     module_cluster,
     partition_state,
+    requires_kcat,
     run_kcat,
 )
 from metadata_cluster import MetadataCluster, wait_until
@@ -40,7 +40,7 @@ def brokers(cluster: MetadataCluster) -> str:
 # --------------------------------------------------------------------------- kcat
 
 
-@pytest.mark.skipif(kcat() is None, reason="kcat is not installed")
+@requires_kcat
 def test_kcat_metadata_matches_rest(cluster: MetadataCluster, brokers: str) -> None:
     create_topic(cluster, "kcat-meta", partitions=4, rf=3)
     meta = kcat_metadata(brokers)
@@ -58,7 +58,7 @@ def test_kcat_metadata_matches_rest(cluster: MetadataCluster, brokers: str) -> N
         assert sorted(r["id"] for r in p["isrs"]) == state["isr"]
 
 
-@pytest.mark.skipif(kcat() is None, reason="kcat is not installed")
+@requires_kcat
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_kcat_produce_and_consume(cluster: MetadataCluster, brokers: str, codec: str) -> None:
     topic = f"kcat-{codec}"
