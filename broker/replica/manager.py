@@ -85,8 +85,8 @@ class HostedPartition:
     state: PartitionState
     registration: PartitionRegistration
     acks: AckWaiters = field(default_factory=AckWaiters)
-    deletes: list[tuple[int, asyncio.Future[int]]] = field(default_factory=list)
-    """DeleteRecords waiting for every live replica's log start: (required offset, future of the low watermark)."""
+    deletes: list[tuple[int, asyncio.Future[DeleteRecordsResult]]] = field(default_factory=list)
+    """DeleteRecords waiting for every live replica's log start: (required offset, its answer)."""
     progress: FetchWatchers = field(default_factory=FetchWatchers)
     """The long polls waiting on this partition."""
 
@@ -600,7 +600,7 @@ class ReplicaManager:
         log start has followed (Kafka's DelayedDeleteRecords: the low watermark), or with
         REQUEST_TIMED_OUT after ``timeout_ms``."""
         out: list[DeleteRecordsResult] = []
-        waits: list[tuple[int, HostedPartition, asyncio.Future[int]]] = []
+        waits: list[tuple[int, HostedPartition, asyncio.Future[DeleteRecordsResult]]] = []
         for p in partitions:
             hosted, error = self._leader_partition(p.topic, p.partition)
             if error != ErrorCode.NONE or hosted is None:
@@ -617,7 +617,7 @@ class ReplicaManager:
                 out.append(DeleteRecordsResult(exc.code))
                 continue
             out.append(DeleteRecordsResult(ErrorCode.NONE, low))
-            fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            fut: asyncio.Future[DeleteRecordsResult] = asyncio.get_running_loop().create_future()
             hosted.deletes.append((offset, fut))
             waits.append((len(out) - 1, hosted, fut))
             self._complete_deletes(hosted)
@@ -629,10 +629,8 @@ class ReplicaManager:
                     fut.cancel()
                     hosted.deletes = [d for d in hosted.deletes if d[1] is not fut]
                     out[i] = DeleteRecordsResult(ErrorCode.REQUEST_TIMED_OUT, self._low_watermark(hosted))
-                elif fut.result() < 0:
-                    out[i] = DeleteRecordsResult(ErrorCode(-fut.result()))
                 else:
-                    out[i] = DeleteRecordsResult(ErrorCode.NONE, fut.result())
+                    out[i] = fut.result()
         return out
 
     def _low_watermark(self, hosted: HostedPartition) -> int:
@@ -648,7 +646,7 @@ class ReplicaManager:
             if fut.done():
                 continue
             if low >= required:
-                fut.set_result(low)
+                fut.set_result(DeleteRecordsResult(ErrorCode.NONE, low))
             else:
                 keep.append((required, fut))
         hosted.deletes = keep
@@ -657,7 +655,7 @@ class ReplicaManager:
         deletes, hosted.deletes = hosted.deletes, []
         for _, fut in deletes:
             if not fut.done():
-                fut.set_result(-int(error))  # an error code, negated: a low watermark is never negative
+                fut.set_result(DeleteRecordsResult(error))
 
     def describe_log_dirs(self, topics: Mapping[str, Sequence[int]] | None) -> list[LogDirDescription]:
         import shutil
