@@ -387,6 +387,23 @@ class NodeConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
+    # The group coordinator and __consumer_offsets (Kafka's GroupCoordinatorConfig names and
+    # defaults; the list defaults are Kafka 4.0's, where KIP-848 is generally available).
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3  # capped by the live brokers when the topic is created
+    offsets_topic_segment_bytes: int = 100 * MIB
+    offsets_retention_minutes: int = 7 * 24 * 60  # offsets of empty groups expire after this
+    offsets_retention_check_interval_ms: int = 600_000
+    offsets_commit_timeout_ms: int = 5000  # an offset commit waits this long for the replicas
+    offsets_load_buffer_size: int = 5 * MIB  # bytes read at a time when a coordinator loads a partition
+    group_initial_rebalance_delay_ms: int = 3000  # wait for more members before a new group's first rebalance
+    group_min_session_timeout_ms: int = 6000  # classic members' session.timeout.ms must lie in [min, max]
+    group_max_session_timeout_ms: int = 1_800_000
+    group_max_size: int = 2**31 - 1  # members of one classic group
+    group_consumer_heartbeat_interval_ms: int = 5000  # KIP-848 members
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    group_coordinator_rebalance_protocols: tuple[str, ...] = ("classic", "consumer")
     # Listener resource limits (Kafka's socket server keys; see quorum.wire.limits).
     socket_request_max_bytes: int = 100 * MIB
     # Kafka's default is -1 (unbounded); pykraft bounds what all connections buffer by default.
@@ -420,6 +437,10 @@ class NodeConfig:
         return tuple(dirs)
 
     @property
+    def offsets_retention_ms(self) -> int:
+        return self.offsets_retention_minutes * 60_000
+
+    @property
     def effective_advertised_listeners(self) -> tuple[Listener, ...]:
         return self.advertised_listeners or self.listeners
 
@@ -436,6 +457,7 @@ class NodeConfig:
         return HostPort(parts.hostname, parts.port)
 
 
+_INT32_MAX = 2**31 - 1
 # Integer keys -> (minimum, maximum); the field is the key with "_" for ".".
 _IntSpec = tuple[int | None, int | None]
 _INT_KEYS: dict[str, _IntSpec] = {
@@ -482,6 +504,21 @@ _INT_KEYS: dict[str, _IntSpec] = {
     "max.connections.per.ip": (0, None),
     "connections.max.idle.ms": (-1, None),
     "rest.idle.timeout.ms": (1, None),
+    # The group coordinator: Kafka's validators, and the range of each key's Java type
+    # (INT, or SHORT for the replication factor).
+    "offsets.topic.num.partitions": (1, _INT32_MAX),
+    "offsets.topic.replication.factor": (1, 32767),
+    "offsets.topic.segment.bytes": (1, _INT32_MAX),
+    "offsets.retention.minutes": (1, _INT32_MAX),
+    "offsets.retention.check.interval.ms": (1, None),
+    "offsets.commit.timeout.ms": (1, _INT32_MAX),
+    "offsets.load.buffer.size": (1, _INT32_MAX),
+    "group.initial.rebalance.delay.ms": (0, _INT32_MAX),
+    "group.min.session.timeout.ms": (0, _INT32_MAX),
+    "group.max.session.timeout.ms": (0, _INT32_MAX),
+    "group.max.size": (1, _INT32_MAX),
+    "group.consumer.heartbeat.interval.ms": (1, _INT32_MAX),
+    "group.consumer.session.timeout.ms": (1, _INT32_MAX),
 }
 _BOOL_KEYS = (
     "unclean.leader.election.enable",
@@ -509,8 +546,20 @@ _OTHER_KEYS = frozenset(
         "rest.listener",
         "cluster.id",
         "replica.selector.class",
+        "group.consumer.assignors",
+        "group.coordinator.rebalance.protocols",
     }
 )
+
+# group.consumer.assignors: the server-side assignors pykraft has, by name, and Kafka's class
+# names for them (accepted and read as the name).
+GROUP_CONSUMER_ASSIGNORS = {
+    "uniform": "uniform",
+    "range": "range",
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+GROUP_REBALANCE_PROTOCOLS = ("classic", "consumer")
 
 
 def _interpreted_keys() -> frozenset[str]:
@@ -537,6 +586,51 @@ def _validate_rest_listener(text: str) -> str:
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise ConfigError(f"{key}: must not have a path, got {value!r}")
     return value.rstrip("/")
+
+
+def _parse_assignors(text: str) -> tuple[str, ...]:
+    key = "group.consumer.assignors"
+    names = _parse_list(text)
+    if not names:
+        raise ConfigError(f"{key} must not be empty")
+    out: list[str] = []
+    for name in names:
+        assignor = GROUP_CONSUMER_ASSIGNORS.get(name)
+        if assignor is None:
+            raise ConfigError(f"{key}: unknown assignor {name!r} (expected uniform and/or range)")
+        if assignor in out:
+            raise ConfigError(f"{key}: {assignor} appears more than once")
+        out.append(assignor)
+    return tuple(out)
+
+
+def _parse_rebalance_protocols(text: str) -> tuple[str, ...]:
+    key = "group.coordinator.rebalance.protocols"
+    protocols: list[str] = []
+    for name in _parse_list(text):
+        protocol = name.lower()
+        if protocol not in GROUP_REBALANCE_PROTOCOLS:
+            raise ConfigError(f"{key}: unknown protocol {name!r} (expected classic and/or consumer)")
+        if protocol not in protocols:
+            protocols.append(protocol)
+    if "classic" not in protocols:  # Kafka: "Disabling the 'classic' protocol is not supported."
+        raise ConfigError(f"{key}: disabling the 'classic' protocol is not supported")
+    return tuple(protocols)
+
+
+def _check_group_timeouts(values: Mapping[str, Any]) -> None:
+    """The cross-key rules of the group configs (`values`: the parsed int keys by field)."""
+    lo = values.get("group_min_session_timeout_ms", 6000)
+    hi = values.get("group_max_session_timeout_ms", 1_800_000)
+    if lo > hi:
+        raise ConfigError(f"group.min.session.timeout.ms: {lo} must be at most group.max.session.timeout.ms ({hi})")
+    heartbeat = values.get("group_consumer_heartbeat_interval_ms", 5000)
+    session = values.get("group_consumer_session_timeout_ms", 45_000)
+    if heartbeat >= session:
+        raise ConfigError(
+            f"group.consumer.heartbeat.interval.ms: {heartbeat} must be less than "
+            f"group.consumer.session.timeout.ms ({session})"
+        )
 
 
 def _retention_ms(props: Mapping[str, str]) -> int:
@@ -693,6 +787,13 @@ def config_from_properties(props: Mapping[str, str]) -> NodeConfig:
         )
     if values.get("connections_max_idle_ms") == 0:
         raise ConfigError("connections.max.idle.ms: must be -1 (never) or > 0")
+    _check_group_timeouts(values)
+    assignors_text = props.get("group.consumer.assignors")
+    if assignors_text is not None:
+        values["group_consumer_assignors"] = _parse_assignors(assignors_text)
+    protocols_text = props.get("group.coordinator.rebalance.protocols")
+    if protocols_text is not None:
+        values["group_coordinator_rebalance_protocols"] = _parse_rebalance_protocols(protocols_text)
 
     config = NodeConfig(
         process_roles=roles,
