@@ -34,6 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker.fd_limit import DescriptorBudget
+from broker.group.replica_host import ReplicaPartitionHost
+from broker.group.runtime import GroupCoordinator
+from broker.group.shard import CoordinatorConfig
 from broker.isr import IsrSender
 from broker.kafka.server import KafkaListeners, start_kafka_listener, stop_kafka_listener
 from broker.log import LogManager
@@ -91,6 +94,13 @@ class DataPlane:
         self.fetchers = FetcherManager(self.replicas, config, self.endpoint)
         self.isr = IsrSender(self.replicas, client, image, lambda: self.broker_epoch())
         self.services = LocalBrokerServices(config.node_id, cluster_id, image, self.replicas, client)
+        self.groups = GroupCoordinator(
+            config.node_id,
+            ReplicaPartitionHost(self.replicas, image),
+            coordinator_config_from(config),
+            commit_timeout_ms=int(getattr(config, "offsets_commit_timeout_ms", 5_000)),
+            retention_check_interval_ms=int(getattr(config, "offsets_retention_check_interval_ms", 600_000)),
+        )
         self._server: KafkaListeners | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
@@ -159,6 +169,7 @@ class DataPlane:
         if self.dir_failures.offline and not self.logs.online_dirs():
             return  # no log dir left: the broker is stepping out and hosts nothing any more
         self.replicas.on_metadata(delta, image)
+        self.groups.on_metadata()
 
     def _maybe_publish(self, image: MetadataImage) -> None:
         """Partitions follow the metadata only once this broker's image has caught up with its
@@ -171,6 +182,7 @@ class DataPlane:
         self._published = True
         log.info("broker %d: metadata caught up at offset %d; hosting partitions", self.config.node_id, image.offset)
         self.replicas.on_metadata(MetadataDelta.diff(EMPTY_IMAGE, image), image)
+        self.groups.on_metadata()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -178,7 +190,7 @@ class DataPlane:
         self.broker_epoch = broker_epoch
         self._started = True
         self.isr.start()
-        self._server = await start_kafka_listener(self.config, self.services)
+        self._server = await start_kafka_listener(self.config, self.services, self.groups)
         c = self.config
         # The recovery points and log starts as loaded, at once (Kafka's first write waits
         # 30 s): a crash before the first interval then still recovers from these.
@@ -213,6 +225,7 @@ class DataPlane:
     async def stop(self) -> None:
         if self._server is not None:
             await stop_kafka_listener(self._server)
+        await self.groups.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -259,3 +272,22 @@ class DataPlane:
         self.logs.flush_pass(now)
         self.logs.roll_pass(now)
         self.logs.purge_deleted()
+
+
+def coordinator_config_from(config: NodeConfig) -> CoordinatorConfig:
+    """The group coordinator's settings from the node config (Kafka's names; a setting the
+    config does not carry keeps Kafka's default)."""
+    d = CoordinatorConfig()
+
+    def get(name: str, default: int) -> int:
+        return int(getattr(config, name, default))
+
+    retention_minutes = get("offsets_retention_minutes", d.offsets_retention_ms // 60_000)
+    return CoordinatorConfig(
+        group_min_session_timeout_ms=get("group_min_session_timeout_ms", d.group_min_session_timeout_ms),
+        group_max_session_timeout_ms=get("group_max_session_timeout_ms", d.group_max_session_timeout_ms),
+        group_initial_rebalance_delay_ms=get("group_initial_rebalance_delay_ms", d.group_initial_rebalance_delay_ms),
+        group_max_size=get("group_max_size", d.group_max_size),
+        offsets_retention_ms=retention_minutes * 60_000,
+        offset_metadata_max_bytes=get("offset_metadata_max_bytes", d.offset_metadata_max_bytes),
+    )

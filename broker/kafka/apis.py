@@ -30,6 +30,15 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -39,8 +48,10 @@ class ApiKey(IntEnum):
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
 
 
@@ -67,6 +78,21 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.DESCRIBE_CLUSTER: (0, 2),
     ApiKey.ALTER_CONFIGS: (0, 2),
+    # The classic group protocol (broker.kafka.group_apis): OffsetCommit 2-8 and OffsetFetch
+    # 1-8 (v9+ are KIP-848's member epochs; below 2/1 Kafka 4 dropped them too), FindCoordinator
+    # 0-4 (v4: batched keys), JoinGroup 0-9, SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5,
+    # DescribeGroups 0-5, ListGroups 0-4, DeleteGroups 0-2, OffsetDelete 0.
+    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_FETCH: (1, 8),
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
     **{int(key): ADMIN_API_VERSIONS[AdminApiKey(int(key))] for key in FORWARDED},
 }
 
@@ -77,6 +103,16 @@ FIRST_FLEXIBLE: Final[dict[int, int]] = {
     ApiKey.FETCH: 12,
     ApiKey.LIST_OFFSETS: 6,
     ApiKey.METADATA: 9,
+    ApiKey.OFFSET_COMMIT: 8,
+    ApiKey.OFFSET_FETCH: 6,
+    ApiKey.FIND_COORDINATOR: 3,
+    ApiKey.JOIN_GROUP: 6,
+    ApiKey.HEARTBEAT: 4,
+    ApiKey.LEAVE_GROUP: 4,
+    ApiKey.SYNC_GROUP: 4,
+    ApiKey.DESCRIBE_GROUPS: 5,
+    ApiKey.LIST_GROUPS: 3,
+    ApiKey.DELETE_GROUPS: 2,
     ApiKey.API_VERSIONS: 3,
     ApiKey.CREATE_TOPICS: 5,
     ApiKey.DELETE_TOPICS: 4,

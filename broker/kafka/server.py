@@ -25,6 +25,7 @@ import logging
 import time
 from typing import Any, Final, cast
 
+from broker.group.runtime import GroupCoordinator
 from broker.kafka.admin import handle_forwarded
 from broker.kafka.alter_configs import handle_alter_configs
 from broker.kafka.api_versions import handle_api_versions
@@ -33,6 +34,7 @@ from broker.kafka.cluster import handle_describe_cluster
 from broker.kafka.context import RequestContext
 from broker.kafka.fetch import handle_fetch
 from broker.kafka.fetch_session import FetchSessionCache
+from broker.kafka.group_apis import GroupApis
 from broker.kafka.log_apis import handle_delete_records, handle_describe_log_dirs
 from broker.kafka.metadata import AutoTopicCreator, handle_metadata
 from broker.kafka.offsets import handle_list_offsets, handle_offset_for_leader_epoch
@@ -67,9 +69,12 @@ PIPELINE_DEPTH: Final = 16
 class KafkaRequestHandler:
     """Turns one request frame (without its length prefix) into its response frame."""
 
-    def __init__(self, services: BrokerServices, config: ListenerConfig) -> None:
+    def __init__(
+        self, services: BrokerServices, config: ListenerConfig, groups: GroupCoordinator | None = None
+    ) -> None:
         self.services = services
         self.config = config
+        self.groups = GroupApis(services, config, groups)
         self.sessions = FetchSessionCache(
             config.max_incremental_fetch_session_cache_slots, config.min_incremental_fetch_session_eviction_ms
         )
@@ -126,6 +131,28 @@ class KafkaRequestHandler:
                 return await handle_describe_cluster(ctx, s, c)
             case ApiKey.ALTER_CONFIGS:
                 return await handle_alter_configs(ctx, s, c)
+            case ApiKey.FIND_COORDINATOR:
+                return await self.groups.find_coordinator(ctx)
+            case ApiKey.JOIN_GROUP:
+                return await self.groups.join_group(ctx)
+            case ApiKey.SYNC_GROUP:
+                return await self.groups.sync_group(ctx)
+            case ApiKey.HEARTBEAT:
+                return await self.groups.heartbeat(ctx)
+            case ApiKey.LEAVE_GROUP:
+                return await self.groups.leave_group(ctx)
+            case ApiKey.OFFSET_COMMIT:
+                return await self.groups.offset_commit(ctx)
+            case ApiKey.OFFSET_FETCH:
+                return await self.groups.offset_fetch(ctx)
+            case ApiKey.DESCRIBE_GROUPS:
+                return await self.groups.describe_groups(ctx)
+            case ApiKey.LIST_GROUPS:
+                return await self.groups.list_groups(ctx)
+            case ApiKey.DELETE_GROUPS:
+                return await self.groups.delete_groups(ctx)
+            case ApiKey.OFFSET_DELETE:
+                return await self.groups.offset_delete(ctx)
             case key if key in FORWARDED:
                 return await handle_forwarded(ctx, s, c)
         raise CloseConnection(f"api key {ctx.api_key} has no handler")  # pragma: no cover
@@ -147,8 +174,10 @@ def _serve_kwargs(config: ListenerConfig) -> dict[str, Any]:
 class KafkaListener:
     """One listening socket speaking the Kafka protocol to clients."""
 
-    def __init__(self, services: BrokerServices, config: ListenerConfig) -> None:
-        self.handler = KafkaRequestHandler(services, config)
+    def __init__(
+        self, services: BrokerServices, config: ListenerConfig, groups: GroupCoordinator | None = None
+    ) -> None:
+        self.handler = KafkaRequestHandler(services, config, groups)
         self.config = config
         self._server: asyncio.Server | None = None
         self.started_ms = -1
@@ -191,6 +220,11 @@ def listener_config_from(node_config: Any, listener_name: str) -> ListenerConfig
             get("max_incremental_fetch_session_cache_slots", defaults.max_incremental_fetch_session_cache_slots)
         ),
         socket_request_max_bytes=int(get("socket_request_max_bytes", defaults.socket_request_max_bytes)),
+        offsets_topic_num_partitions=int(get("offsets_topic_num_partitions", defaults.offsets_topic_num_partitions)),
+        offsets_topic_replication_factor=int(
+            get("offsets_topic_replication_factor", defaults.offsets_topic_replication_factor)
+        ),
+        offsets_topic_segment_bytes=int(get("offsets_topic_segment_bytes", defaults.offsets_topic_segment_bytes)),
         limits=ConnectionLimits.from_config(node_config),
     )
 
@@ -208,7 +242,9 @@ class KafkaListeners:
             await listener.stop()
 
 
-async def start_kafka_listener(node_config: Any, services: BrokerServices) -> KafkaListeners:
+async def start_kafka_listener(
+    node_config: Any, services: BrokerServices, groups: GroupCoordinator | None = None
+) -> KafkaListeners:
     """Start a KafkaListener on each broker listener of `node_config` (the entries of
     `listeners` not named in `controller.listener.names`)."""
     controller_names = set(getattr(node_config, "controller_listener_names", ()))
@@ -217,7 +253,7 @@ async def start_kafka_listener(node_config: Any, services: BrokerServices) -> Ka
         for entry in node_config.listeners:
             if entry.name in controller_names:
                 continue
-            listener = KafkaListener(services, listener_config_from(node_config, entry.name))
+            listener = KafkaListener(services, listener_config_from(node_config, entry.name), groups)
             group.ports[entry.name] = await listener.start(entry.host or None, entry.port)
             group.listeners.append(listener)
     except BaseException:

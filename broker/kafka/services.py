@@ -178,6 +178,9 @@ class ListenerConfig:
     min_incremental_fetch_session_eviction_ms: int = 120_000  # Kafka's fixed eviction floor
     forward_timeout_ms: int = 30_000  # how long an admin request may wait for the active controller
     socket_request_max_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
+    offsets_topic_num_partitions: int = 50  # offsets.topic.num.partitions
+    offsets_topic_replication_factor: int = 3  # offsets.topic.replication.factor
+    offsets_topic_segment_bytes: int = 104_857_600  # offsets.topic.segment.bytes
     # The listener's connection limits (socket.request.max.bytes, queued.max.request.bytes,
     # max.connections[.per.ip], connections.max.idle.ms); None: Kafka's defaults.
     limits: ConnectionLimits | None = None

@@ -106,20 +106,15 @@ def check_collision(name: str, existing_names: Iterable[str]) -> None:
         raise InvalidTopicError(collision_message(name, other))
 
 
-def check_reserved_for_create(name: str, *, internal_request: bool = False) -> None:
-    """Reject a client's CreateTopics for a reserved name.
+def check_reserved_for_create(name: str) -> None:
+    """Reject a CreateTopics for a reserved name.
 
     ``__cluster_metadata`` can never be created: Kafka answers INVALID_REQUEST, "Creation of
-    internal topic __cluster_metadata is prohibited." (``ControllerApis.createTopics``).
-
-    The other internal topics (``__consumer_offsets``, ``__transaction_state``,
-    ``__share_group_state``) are created by the brokers themselves: pass
-    ``internal_request=True`` on that path. Kafka lets an ordinary client create them too;
-    pykraft reserves them for its brokers (the message below is pykraft's own).
+    internal topic __cluster_metadata is prohibited." (``ControllerApis.createTopics``). The
+    other internal topics (``__consumer_offsets``, ``__transaction_state``,
+    ``__share_group_state``) may be created, as in Kafka: the brokers create them with a
+    CreateTopics of their own when they are first needed (a group coordinator's first
+    FindCoordinator), and so may an operator who wants other settings.
     """
     if name == CLUSTER_METADATA_TOPIC_NAME:
         raise InvalidRequestError(f"Creation of internal topic {CLUSTER_METADATA_TOPIC_NAME} is prohibited.")
-    if name in INTERNAL_TOPICS and not internal_request:
-        raise InvalidRequestError(
-            f"Creation of internal topic {name} is prohibited: the brokers create it when it is first needed."
-        )

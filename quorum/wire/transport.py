@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import logging
 import socket
 import time
@@ -88,6 +89,11 @@ async def _close_writer(writer: asyncio.StreamWriter) -> None:
 
 _SERVER_STREAM_LIMIT: Final = 64 * 1024  # per connection: a StreamReader pauses the socket at 2x this
 _READ_CHUNK: Final = 256 * 1024  # large bodies are read in chunks so that activity is seen as it comes
+
+
+# The address of the client whose request is being handled (the connection's task sets it;
+# the tasks it starts for requests inherit it). Kafka reports it as a group member's host.
+PEER_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("PEER_HOST", default="")
 
 
 class _Conn:
@@ -322,6 +328,7 @@ async def serve(
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = _Conn(writer, asyncio.current_task())
         peer = conn.peer
+        PEER_HOST.set(conn.ip)
         if len(state.connections) >= limits.max_connections or state.per_ip[conn.ip] >= limits.max_connections_per_ip:
             log.warning(
                 "refusing connection from %s: %d connections open (%d from %s); max.connections=%d, "

@@ -1,0 +1,142 @@
+"""The group coordinator's requests and answers, as plain frozen values.
+
+The listener (`broker.kafka.group_apis`) builds the requests from decoded frames and encodes
+the answers; the coordinator (`broker.group.shard.GroupShard`) takes and returns them.
+Times are milliseconds; errors are `ErrorCode`s, per item where Kafka has them per item.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from quorum.kafka_errors import ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    client_id: str
+    client_host: str
+    version: int  # the JoinGroup version: v4+ require a known member id (KIP-394)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinedMember:
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: ErrorCode
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: tuple[JoinedMember, ...] = ()  # the leader's answer only
+    skip_assignment: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    generation: int
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: tuple[tuple[str, bytes], ...]  # the leader's: (member id, assignment)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeavingMember:
+    member_id: str
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveResult:
+    error: ErrorCode  # the group's (UNKNOWN_MEMBER_ID when the group is unknown, ...)
+    members: tuple[tuple[LeavingMember, ErrorCode], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CommitPartition:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    generation: int  # -1: a commit from outside any generation (admin tools, simple consumers)
+    retention_ms: int  # -1: the broker's offsets.retention.minutes
+    partitions: tuple[CommitPartition, ...]
+    version: int  # the OffsetCommit version (v9+: GROUP_ID_NOT_FOUND for an unknown group)
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    topic: str
+    partition: int
+    offset: int = -1
+    leader_epoch: int = -1
+    metadata: str = ""
+    error: ErrorCode = ErrorCode.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str = "classic"
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    error: ErrorCode
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[DescribedMember, ...] = ()

@@ -1,0 +1,450 @@
+"""The group coordinator's IO: one `GroupShard` per `__consumer_offsets` partition this broker
+leads, loaded from the partition's log, written with acks=all, driven by timers.
+
+- Leadership: `on_metadata` looks at the hosted `__consumer_offsets` replicas after every
+  metadata change. A partition this broker now leads (or leads in a new leader epoch) is
+  loaded again from its log: until then its groups are answered
+  COORDINATOR_LOAD_IN_PROGRESS. A partition it no longer leads is dropped at once: its
+  waiting requests are answered NOT_COORDINATOR, and so is every later request.
+- Writes: an operation's records become one batch appended as leader with acks=-1 (Kafka's
+  `offsets.commit.required.acks`), waiting up to `offsets.commit.timeout.ms`. The answers of
+  an operation are sent only after its own append and every earlier one of the partition
+  committed (appends of one partition are in operation order, so waiting for the latest
+  is enough), so an answer never shows state that a failover could lose.
+- Timers: one task per partition sleeps until the shard's earliest deadline (session and
+  rebalance timeouts) and runs `tick`; every `offsets.retention.check.interval.ms` it
+  expires offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from broker.group.messages import (
+    CommitRequest,
+    CommittedOffset,
+    GroupDescription,
+    GroupListing,
+    HeartbeatRequest,
+    JoinRequest,
+    JoinResult,
+    LeaveResult,
+    LeavingMember,
+    SyncRequest,
+    SyncResult,
+)
+from broker.group.records import (
+    RecordSchemaError,
+    coordinator_partition,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from broker.group.shard import CoordinatorConfig, GroupShard, Outcome, Record, append_error
+from broker.log.records import BatchHeader, batch_records, encode_records
+from broker.log.records import Record as LogRecord
+from quorum.kafka_errors import ErrorCode
+from quorum.storage.batch_layout import ATTR_CONTROL, BATCH_HEADER_SIZE, HEADER, LOG_HEADER, LOG_OVERHEAD
+
+__all__ = ["GroupCoordinator", "OFFSETS_TOPIC", "PartitionHost"]
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+LOAD_CHUNK_BYTES: Final = 1 << 20  # what one read of a loading partition takes, before yielding the loop
+
+
+class LoggedPartition(Protocol):
+    """What loading needs of a partition log (`broker.log.PartitionLog`)."""
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool) -> bytes | memoryview: ...
+
+
+class PartitionHost(Protocol):
+    """The broker around the coordinator: who leads which `__consumer_offsets` partition, its
+    log, and appends with acks=all."""
+
+    def offsets_partitions(self) -> int:
+        """How many partitions `__consumer_offsets` has (0: it does not exist yet)."""
+        ...
+
+    def led_epoch(self, partition: int) -> int | None:
+        """The leader epoch of `__consumer_offsets`-`partition` if this broker leads it, else None."""
+        ...
+
+    def partition_log(self, partition: int) -> LoggedPartition | None: ...
+
+    async def append(self, partition: int, batch: bytes, timeout_ms: int) -> ErrorCode:
+        """Append one batch as leader with acks=-1; the outcome once the HW covers it."""
+        ...
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class _Loaded:
+    partition: int
+    epoch: int
+    shard: GroupShard
+    ready: bool = False
+    waiters: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
+    last_write: asyncio.Future[ErrorCode] | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    closed: bool = False
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        node_id: int,
+        host: PartitionHost,
+        config: CoordinatorConfig,
+        *,
+        commit_timeout_ms: int = 5_000,
+        retention_check_interval_ms: int = 600_000,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.config = config
+        self.commit_timeout_ms = commit_timeout_ms
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.clock = clock
+        self.partitions: dict[int, _Loaded] = {}
+        self._tokens = itertools.count(1)
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ================================================================== leadership
+
+    def on_metadata(self) -> None:
+        """Load the partitions this broker leads now, drop those it does not."""
+        count = self.host.offsets_partitions()
+        for n in range(count):
+            epoch = self.host.led_epoch(n)
+            current = self.partitions.get(n)
+            if current is not None and (epoch is None or epoch != current.epoch):
+                self._unload(current)
+                current = None
+            if current is None and epoch is not None:
+                self._load(n, epoch)
+        for n in [n for n in self.partitions if n >= count]:
+            self._unload(self.partitions[n])
+
+    def _load(self, n: int, epoch: int) -> None:
+        loaded = _Loaded(n, epoch, GroupShard(self.config))
+        self.partitions[n] = loaded
+        loaded.tasks.append(asyncio.get_running_loop().create_task(self._load_and_run(loaded)))
+
+    def _unload(self, loaded: _Loaded) -> None:
+        loaded.closed = True
+        if self.partitions.get(loaded.partition) is loaded:
+            del self.partitions[loaded.partition]
+        for task in loaded.tasks:
+            task.cancel()
+        for fut in loaded.waiters.values():
+            if not fut.done():
+                fut.set_exception(_NotCoordinator())
+        loaded.waiters.clear()
+        log.info("broker %d: group coordinator of %s-%d unloaded", self.node_id, OFFSETS_TOPIC, loaded.partition)
+
+    async def _load_and_run(self, loaded: _Loaded) -> None:
+        start = time.monotonic()
+        plog = self.host.partition_log(loaded.partition)
+        records = 0
+        if plog is not None:
+            try:
+                records = await self._replay_log(loaded, plog)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("broker %d: loading %s-%d failed", self.node_id, OFFSETS_TOPIC, loaded.partition)
+                return
+        loaded.shard.loaded(self.clock())
+        loaded.ready = True
+        log.info(
+            "broker %d: group coordinator of %s-%d loaded in %.0f ms (leader epoch %d, %d records, %d groups)",
+            self.node_id, OFFSETS_TOPIC, loaded.partition, (time.monotonic() - start) * 1000, loaded.epoch, records,
+            len(loaded.shard.groups),
+        )  # fmt: skip
+        await asyncio.gather(self._run_timers(loaded), self._run_expiry(loaded))
+
+    async def _replay_log(self, loaded: _Loaded, plog: LoggedPartition) -> int:
+        offset = plog.log_start_offset
+        end = plog.log_end_offset
+        count = 0
+        while offset < end:
+            data = memoryview(plog.read(offset, LOAD_CHUNK_BYTES, max_offset=end, min_one_batch=True))
+            if not data:
+                break
+            pos = 0
+            while pos + LOG_OVERHEAD <= len(data):
+                size = LOG_OVERHEAD + LOG_HEADER.unpack_from(data, pos)[1]
+                if size < BATCH_HEADER_SIZE or pos + size > len(data):
+                    break
+                fields = HEADER.unpack_from(data, pos)
+                base, attrs, last_delta = fields[0], fields[5], fields[6]
+                if not attrs & ATTR_CONTROL:
+                    for _off, _ts, rec in batch_records(data[pos : pos + size], payloads=True):
+                        if rec.key is None:
+                            continue
+                        try:
+                            key = decode_key(rec.key)
+                            value = decode_value(key, rec.value)
+                        except RecordSchemaError as exc:
+                            log.warning(
+                                "skipping an unreadable record of %s-%d: %s", OFFSETS_TOPIC, loaded.partition, exc
+                            )
+                            continue
+                        loaded.shard.replay(key, value, self.clock())
+                        count += 1
+                offset = base + last_delta + 1
+                pos += size
+            if pos == 0:
+                break
+            await asyncio.sleep(0)
+        return count
+
+    async def _run_timers(self, loaded: _Loaded) -> None:
+        while not loaded.closed:
+            deadline = loaded.shard.next_deadline()
+            delay = 1.0 if deadline is None else max(0.0, (deadline - self.clock()) / 1000)
+            if delay > 0:
+                loaded.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(delay, 1.0)):
+                        await loaded.wake.wait()
+                continue
+            self._dispatch(loaded, loaded.shard.tick(self.clock()))
+
+    async def _run_expiry(self, loaded: _Loaded) -> None:
+        while not loaded.closed:
+            await asyncio.sleep(self.retention_check_interval_ms / 1000)
+            out = loaded.shard.expire_offsets(self.clock())
+            if out.records:
+                log.info("broker %d: expired %d offsets/groups in %s-%d", self.node_id, len(out.records),
+                         OFFSETS_TOPIC, loaded.partition)  # fmt: skip
+                self._dispatch(loaded, out)
+
+    # ================================================================== writes and answers
+
+    def _encode(self, records: list[Record], now: int) -> bytes:
+        return encode_records(
+            [
+                LogRecord(i, now, encode_key(k), None if v is None else encode_value(v))
+                for i, (k, v) in enumerate(records)
+            ],
+            BatchHeader(partition_leader_epoch=-1, attributes=0),
+        )
+
+    def _dispatch(self, loaded: _Loaded, out: Outcome) -> asyncio.Future[ErrorCode]:
+        """Append `out.records` (if any) and answer `out.replies` once they and everything
+        before them committed; the append's outcome."""
+        loop = asyncio.get_running_loop()
+        loaded.wake.set()  # deadlines may have moved earlier
+        if out.records:
+            batch = self._encode(out.records, self.clock())
+            write: asyncio.Future[ErrorCode] = loop.create_task(
+                self.host.append(loaded.partition, batch, self.commit_timeout_ms)
+            )
+            loaded.last_write = write
+        elif loaded.last_write is not None and not loaded.last_write.done():
+            write = loaded.last_write
+        else:
+            self._answer(loaded, out.replies)
+            done: asyncio.Future[ErrorCode] = loop.create_future()
+            done.set_result(ErrorCode.NONE)
+            return done
+        result: asyncio.Future[ErrorCode] = loop.create_future()
+
+        def finished(w: asyncio.Future[ErrorCode]) -> None:
+            code = ErrorCode.NOT_COORDINATOR if w.cancelled() or w.exception() is not None else w.result()
+            if w is write and not w.cancelled() and w.exception() is not None:
+                log.error("appending to %s-%d failed: %s", OFFSETS_TOPIC, loaded.partition, w.exception())
+            if not out.records:
+                code = ErrorCode.NONE  # an earlier write failed: that one's requests get the error
+            replies = out.replies
+            if code != ErrorCode.NONE:
+                log.warning("broker %d: a group write to %s-%d failed: %s", self.node_id, OFFSETS_TOPIC,
+                            loaded.partition, code.name)  # fmt: skip
+                replies = {t: _error_reply(r, append_error(code)) for t, r in out.replies.items()}
+                if out.undo is not None and not loaded.closed:
+                    replies.update(out.undo(code))
+            self._answer(loaded, replies)
+            if not result.done():
+                result.set_result(code)
+
+        write.add_done_callback(finished)
+        return result
+
+    def _answer(self, loaded: _Loaded, replies: dict[int, Any]) -> None:
+        for token, reply in replies.items():
+            fut = loaded.waiters.pop(token, None)
+            if fut is not None and not fut.done():
+                fut.set_result(reply)
+
+    # ================================================================== requests
+
+    def _shard_for(self, group_id: str) -> tuple[_Loaded | None, ErrorCode]:
+        count = self.host.offsets_partitions()
+        if count <= 0:
+            return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
+        loaded = self.partitions.get(coordinator_partition(group_id, count))
+        if loaded is None:
+            return None, ErrorCode.NOT_COORDINATOR
+        if not loaded.ready:
+            return None, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return loaded, ErrorCode.NONE
+
+    def is_coordinator(self, group_id: str) -> ErrorCode:
+        return self._shard_for(group_id)[1]
+
+    async def _waiting(
+        self, loaded: _Loaded, op: Callable[[int], Outcome], error_reply: Callable[[ErrorCode], Any]
+    ) -> Any:
+        token = next(self._tokens)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loaded.waiters[token] = fut
+        self._dispatch(loaded, op(token))
+        try:
+            return await fut
+        except _NotCoordinator:
+            return error_reply(ErrorCode.NOT_COORDINATOR)
+        finally:
+            loaded.waiters.pop(token, None)
+
+    async def join(self, req: JoinRequest) -> JoinResult:
+        loaded, error = self._shard_for(req.group_id)
+        if loaded is None:
+            return JoinResult(error, member_id=req.member_id)
+        result: JoinResult = await self._waiting(
+            loaded,
+            lambda token: loaded.shard.join(req, token, self.clock()),
+            lambda code: JoinResult(code, member_id=req.member_id),
+        )
+        return result
+
+    async def sync(self, req: SyncRequest) -> SyncResult:
+        loaded, error = self._shard_for(req.group_id)
+        if loaded is None:
+            return SyncResult(error)
+        result: SyncResult = await self._waiting(
+            loaded, lambda token: loaded.shard.sync(req, token, self.clock()), SyncResult
+        )
+        return result
+
+    async def heartbeat(self, req: HeartbeatRequest) -> ErrorCode:
+        loaded, error = self._shard_for(req.group_id)
+        if loaded is None:
+            return error
+        code = loaded.shard.heartbeat(req, self.clock())
+        return code
+
+    async def leave(self, group_id: str, members: tuple[LeavingMember, ...]) -> LeaveResult:
+        loaded, error = self._shard_for(group_id)
+        if loaded is None:
+            return LeaveResult(error)
+        result: LeaveResult = await self._waiting(
+            loaded, lambda token: loaded.shard.leave(group_id, members, token, self.clock()), LeaveResult
+        )
+        return result
+
+    async def commit(self, req: CommitRequest) -> list[ErrorCode]:
+        loaded, error = self._shard_for(req.group_id)
+        if loaded is None:
+            return [error] * len(req.partitions)
+        out, errors = loaded.shard.commit(req, self.clock())
+        code = await self._dispatch(loaded, out)
+        if code != ErrorCode.NONE:
+            mapped = append_error(code)
+            return [mapped if e == ErrorCode.NONE else e for e in errors]
+        return errors
+
+    async def fetch_offsets(
+        self, group_id: str, partitions: Iterable[tuple[str, int]] | None
+    ) -> tuple[ErrorCode, list[CommittedOffset]]:
+        loaded, error = self._shard_for(group_id)
+        if loaded is None:
+            return error, []
+        offsets = loaded.shard.fetch_offsets(group_id, partitions)
+        if loaded.last_write is not None and not loaded.last_write.done():
+            await self._dispatch(loaded, Outcome())  # answer after the writes before this read
+        return ErrorCode.NONE, offsets
+
+    async def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
+        loaded, error = self._shard_for(group_id)
+        if loaded is None:
+            return error, []
+        top, errors, out = loaded.shard.delete_offsets(group_id, partitions)
+        code = await self._dispatch(loaded, out)
+        if code != ErrorCode.NONE:
+            return append_error(code), errors
+        return top, errors
+
+    async def delete_groups(self, group_ids: list[str]) -> list[ErrorCode]:
+        answers: list[Awaitable[ErrorCode]] = []
+        for gid in group_ids:
+            answers.append(self._delete_group(gid))
+        return list(await asyncio.gather(*answers))
+
+    async def _delete_group(self, group_id: str) -> ErrorCode:
+        loaded, error = self._shard_for(group_id)
+        if loaded is None:
+            return error
+        code, out = loaded.shard.delete_group(group_id, self.clock())
+        if code != ErrorCode.NONE:
+            return code
+        written = await self._dispatch(loaded, out)
+        return ErrorCode.NONE if written == ErrorCode.NONE else append_error(written)
+
+    def list_groups(self, states: set[str] | None) -> tuple[ErrorCode, list[GroupListing]]:
+        listings: list[GroupListing] = []
+        error = ErrorCode.NONE
+        for loaded in self.partitions.values():
+            if not loaded.ready:
+                error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                continue
+            listings.extend(loaded.shard.list_groups(states))
+        return error, listings
+
+    def describe(self, group_id: str) -> GroupDescription:
+        loaded, error = self._shard_for(group_id)
+        if loaded is None:
+            return GroupDescription(group_id, error, "", "", "")
+        return loaded.shard.describe(group_id)
+
+    async def close(self) -> None:
+        for loaded in list(self.partitions.values()):
+            self._unload(loaded)
+
+
+class _NotCoordinator(Exception):
+    """The partition was unloaded while a request waited."""
+
+
+def _error_reply(reply: Any, code: ErrorCode) -> Any:
+    if isinstance(reply, JoinResult):
+        return JoinResult(code, member_id=reply.member_id)
+    if isinstance(reply, SyncResult):
+        return SyncResult(code)
+    if isinstance(reply, LeaveResult):
+        return LeaveResult(code)
+    return reply

@@ -1,0 +1,810 @@
+"""The group coordinator of one `__consumer_offsets` partition: sans-IO and deterministic.
+
+Kafka's group coordinator (since 3.7) keeps one state machine per partition of
+`__consumer_offsets`; this is ours for the classic protocol. Each operation takes a request,
+the runtime's token for the request and the time, changes the state at once and returns an
+`Outcome`: the records to append to the partition (key and value objects of
+`broker.group.records`, encoded by the runtime), and the answers to waiting requests, its
+own or others' (a JoinGroup waits for the whole group). The runtime (`broker.group.runtime`)
+appends the records with acks=all and sends the answers only once every record appended
+before them is committed (so no answer reveals state that a failover could lose); when an
+append fails, it calls the outcome's `undo`, which puts back what the records said and
+answers with the error instead. `replay` rebuilds the state from the partition's records
+when a broker becomes its leader (the same records this module writes).
+
+Timers (session timeouts, rebalance timeouts, the initial rebalance delay, KIP-394's pending
+members) are deadlines in `deadlines`; the runtime calls `tick(now)` when the earliest is
+due. Nothing here reads a clock, sleeps or does IO; member ids come from `new_id`, so a
+simulation can make them deterministic.
+
+What a group may see, and when (the classic protocol's invariants, checked by the
+simulation):
+- within one generation every member gets the assignment the leader sent for it, and
+  only members of that generation are answered with it;
+- a commit is accepted only from a member of the current generation (or, with generation
+  -1, for a group with no members), never during CompletingRebalance;
+- a member whose `group.instance.id` was taken over by a newer member is answered
+  FENCED_INSTANCE_ID.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.group.classic import ClassicGroup, GroupState, Member, Token
+from broker.group.messages import (
+    CommitRequest,
+    CommittedOffset,
+    DescribedMember,
+    GroupDescription,
+    GroupListing,
+    HeartbeatRequest,
+    JoinedMember,
+    JoinRequest,
+    JoinResult,
+    LeaveResult,
+    LeavingMember,
+    SyncRequest,
+    SyncResult,
+)
+from broker.group.records import GroupKey, GroupValue, MemberValue, OffsetKey, OffsetValue
+from broker.group.timers import Deadlines
+from quorum.kafka_errors import ErrorCode
+
+__all__ = ["CoordinatorConfig", "GroupShard", "Outcome", "Record"]
+
+Record = tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]
+TopicPartition = tuple[str, int]
+
+# Deadline keys: ("session", group, member), ("pending", group, member), ("join", group),
+# ("sync", group, generation).
+DeadlineKey = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    """The broker settings the coordinator applies (Kafka's names and defaults)."""
+
+    group_min_session_timeout_ms: int = 6_000  # group.min.session.timeout.ms
+    group_max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    group_initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms
+    group_max_size: int = 2**31 - 1  # group.max.size
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes (10080)
+    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+
+
+@dataclass(slots=True)
+class Outcome:
+    records: list[Record] = field(default_factory=list)
+    replies: dict[Token, Any] = field(default_factory=dict)
+    # The append of `records` failed: restore what they changed; the answers to send instead.
+    undo: Callable[[ErrorCode], dict[Token, Any]] | None = None
+
+
+def _default_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+def append_error(code: ErrorCode) -> ErrorCode:
+    """What a group request is answered when its records could not be appended (Kafka's
+    mapping in the coordinator runtime)."""
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT):  # fmt: skip
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH):
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return code
+
+
+class GroupShard:
+    def __init__(self, config: CoordinatorConfig, *, new_id: Callable[[str], str] = _default_id) -> None:
+        self.config = config
+        self.new_id = new_id
+        self.groups: dict[str, ClassicGroup] = {}
+        self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
+        self.deadlines: Deadlines[DeadlineKey] = Deadlines()
+
+    # ================================================================== loading
+
+    def replay(self, key: OffsetKey | GroupKey, value: OffsetValue | GroupValue | None, now_ms: int) -> None:
+        """Apply one record of the partition (in log order) to the state."""
+        if isinstance(key, OffsetKey):
+            assert value is None or isinstance(value, OffsetValue)
+            tp = (key.topic, key.partition)
+            if value is None:
+                group_offsets = self.offsets.get(key.group)
+                if group_offsets is not None:
+                    group_offsets.pop(tp, None)
+                    if not group_offsets:
+                        del self.offsets[key.group]
+            else:
+                self.offsets.setdefault(key.group, {})[tp] = value
+                if key.group not in self.groups:
+                    self.groups[key.group] = ClassicGroup(key.group, current_state_timestamp=value.commit_timestamp)
+            return
+        assert value is None or isinstance(value, GroupValue)
+        if value is None:
+            self.groups.pop(key.group, None)
+            return
+        group = ClassicGroup(
+            key.group,
+            state=GroupState.STABLE if value.members else GroupState.EMPTY,
+            generation=value.generation,
+            protocol_type=value.protocol_type or None,
+            protocol=value.protocol,
+            leader=value.leader if value.members else None,
+            current_state_timestamp=value.current_state_timestamp if value.current_state_timestamp >= 0 else now_ms,
+        )
+        for mv in value.members:
+            group.members[mv.member_id] = Member(
+                mv.member_id, mv.group_instance_id, mv.client_id, mv.client_host, mv.rebalance_timeout_ms,
+                mv.session_timeout_ms, value.protocol_type, ((value.protocol or "", mv.subscription),), mv.assignment,
+            )  # fmt: skip
+            if mv.group_instance_id is not None:
+                group.static_members[mv.group_instance_id] = mv.member_id
+        self.groups[key.group] = group
+
+    def loaded(self, now_ms: int) -> None:
+        """Loading is complete: every member gets a full session from now (Kafka's rule)."""
+        for group in self.groups.values():
+            for m in group.members.values():
+                self._touch(group, m, now_ms)
+
+    # ================================================================== JoinGroup
+
+    def join(self, req: JoinRequest, token: Token, now_ms: int) -> Outcome:
+        out = Outcome()
+        error = self._join(req, token, now_ms, out)
+        if error is not None:
+            out.replies[token] = JoinResult(error, member_id=req.member_id)
+        return out
+
+    def _join(self, req: JoinRequest, token: Token, now: int, out: Outcome) -> ErrorCode | None:
+        c = self.config
+        if not req.group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        if not c.group_min_session_timeout_ms <= req.session_timeout_ms <= c.group_max_session_timeout_ms:
+            return ErrorCode.INVALID_SESSION_TIMEOUT
+        group = self.groups.get(req.group_id)
+        if group is None:
+            if req.member_id:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            group = ClassicGroup(req.group_id, current_state_timestamp=now)
+        if group.state == GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        names = tuple(name for name, _ in req.protocols)
+        if not group.supports(req.protocol_type, names):
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        self.groups.setdefault(req.group_id, group)
+        if not req.member_id:
+            return self._join_new_member(group, req, token, now, out)
+        return self._join_known_member(group, req, token, now, out)
+
+    def _join_new_member(
+        self, group: ClassicGroup, req: JoinRequest, token: Token, now: int, out: Outcome
+    ) -> ErrorCode | None:
+        instance = req.group_instance_id
+        if instance is not None and instance in group.static_members:
+            return self._replace_static_member(group, req, token, now, out)
+        if len(group.members) + len(group.pending_members) >= self.config.group_max_size:
+            self._drop_if_unused(group)
+            return ErrorCode.GROUP_MAX_SIZE_REACHED
+        member_id = self.new_id(instance if instance is not None else req.client_id)
+        if instance is None and req.version >= 4:
+            # KIP-394: hand out the id; the member joins with it (within a session timeout).
+            group.pending_members.add(member_id)
+            self.deadlines.set(("pending", group.group_id, member_id), now + req.session_timeout_ms)
+            out.replies[token] = JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
+            return None
+        self._add_member(group, member_id, req, token, now, out)
+        return None
+
+    def _add_member(
+        self, group: ClassicGroup, member_id: str, req: JoinRequest, token: Token, now: int, out: Outcome
+    ) -> None:
+        member = Member(
+            member_id, req.group_instance_id, req.client_id, req.client_host, req.rebalance_timeout_ms,
+            req.session_timeout_ms, req.protocol_type, req.protocols, join_token=token,
+        )  # fmt: skip
+        if not group.members:
+            group.protocol_type = req.protocol_type
+        group.members[member_id] = member
+        if req.group_instance_id is not None:
+            group.static_members[req.group_instance_id] = member_id
+        group.pending_members.discard(member_id)
+        self.deadlines.cancel(("pending", group.group_id, member_id))
+        if group.state == GroupState.PREPARING_REBALANCE and group.initial_delay_active:
+            group.new_member_added = True
+        self._touch(group, member, now)
+        self._prepare_rebalance(group, now, out)
+        self._maybe_complete_join(group, now, out)
+
+    def _join_known_member(
+        self, group: ClassicGroup, req: JoinRequest, token: Token, now: int, out: Outcome
+    ) -> ErrorCode | None:
+        instance = req.group_instance_id
+        if instance is not None and group.static_members.get(instance, req.member_id) != req.member_id:
+            return ErrorCode.FENCED_INSTANCE_ID
+        if req.member_id in group.pending_members:
+            self._add_member(group, req.member_id, req, token, now, out)
+            return None
+        member = group.members.get(req.member_id)
+        if member is None or group.state == GroupState.EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if instance is not None and member.group_instance_id != instance:
+            return ErrorCode.FENCED_INSTANCE_ID
+        changed = member.protocols != req.protocols
+        if group.state == GroupState.PREPARING_REBALANCE:
+            self._update_member(member, req, token, out)
+            self._touch(group, member, now)
+            self._maybe_complete_join(group, now, out)
+        elif group.state == GroupState.COMPLETING_REBALANCE and not changed:
+            # The member missed its JoinGroup answer: send it again (its generation is current).
+            out.replies[token] = self._join_answer(group, member)
+            self._touch(group, member, now)
+        elif group.state == GroupState.STABLE and not changed and member.member_id != group.leader:
+            out.replies[token] = self._join_answer(group, member)
+            self._touch(group, member, now)
+        else:
+            self._update_member(member, req, token, out)
+            self._touch(group, member, now)
+            self._prepare_rebalance(group, now, out)
+            self._maybe_complete_join(group, now, out)
+        return None
+
+    @staticmethod
+    def _update_member(member: Member, req: JoinRequest, token: Token, out: Outcome) -> None:
+        if member.join_token is not None and member.join_token != token:
+            # A second JoinGroup while the first waits: the first is answered now (the
+            # connection answers in request order, so it must not wait forever).
+            out.replies[member.join_token] = JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id)
+        member.protocols = req.protocols
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.session_timeout_ms = req.session_timeout_ms
+        member.client_id = req.client_id
+        member.client_host = req.client_host
+        member.join_token = token
+
+    def _replace_static_member(
+        self, group: ClassicGroup, req: JoinRequest, token: Token, now: int, out: Outcome
+    ) -> ErrorCode | None:
+        """KIP-345: a known group.instance.id joins with no member id: the new member takes the
+        old one's place (and partitions); the old id is fenced."""
+        instance = req.group_instance_id
+        assert instance is not None
+        old_id = group.static_members[instance]
+        member = group.members[old_id]
+        new_id = self.new_id(instance)
+        for t in (member.join_token, member.sync_token):
+            if t is not None:
+                out.replies[t] = (
+                    JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=old_id)
+                    if t == member.join_token
+                    else SyncResult(ErrorCode.FENCED_INSTANCE_ID)
+                )
+        saved = (member.member_id, member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms,
+                 member.client_id, member.client_host, group.leader)  # fmt: skip
+        del group.members[old_id]
+        self.deadlines.cancel(("session", group.group_id, old_id))
+        member.member_id = new_id
+        member.join_token = member.sync_token = None
+        group.members[new_id] = member
+        group.static_members[instance] = new_id
+        if group.leader == old_id:
+            group.leader = new_id
+        protocols_same = member.protocols == req.protocols
+        if group.state == GroupState.STABLE and protocols_same:
+            member.rebalance_timeout_ms = req.rebalance_timeout_ms
+            member.session_timeout_ms = req.session_timeout_ms
+            member.client_id, member.client_host = req.client_id, req.client_host
+            self._touch(group, member, now)
+            leader = group.leader == new_id
+            out.replies[token] = JoinResult(
+                ErrorCode.NONE, group.generation, group.protocol_type, group.protocol, group.leader or "", new_id,
+                self._member_list(group) if leader else (), skip_assignment=leader,
+            )  # fmt: skip
+            out.records.append(self._group_record(group, now))
+
+            def undo(code: ErrorCode) -> dict[Token, Any]:
+                if group.members.get(new_id) is member:
+                    del group.members[new_id]
+                    self.deadlines.cancel(("session", group.group_id, new_id))
+                    (member.member_id, member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms,
+                     member.client_id, member.client_host, group.leader) = saved  # fmt: skip
+                    group.members[old_id] = member
+                    group.static_members[instance] = old_id
+                    self._touch(group, member, now)
+                return {token: JoinResult(append_error(code), member_id="")}
+
+            out.undo = undo
+            return None
+        self._update_member(member, req, token, out)
+        self._touch(group, member, now)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, now, out)
+        self._maybe_complete_join(group, now, out)
+        return None
+
+    # ================================================================== rebalancing
+
+    def _prepare_rebalance(self, group: ClassicGroup, now: int, out: Outcome) -> None:
+        if group.state not in (GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            return
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            for m in group.members.values():
+                m.assignment = b""
+                if m.sync_token is not None:
+                    out.replies[m.sync_token] = SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+                    m.sync_token = None
+        self.deadlines.cancel(("sync", group.group_id, group.generation))
+        timeout = group.max_rebalance_timeout_ms()
+        delay = self.config.group_initial_rebalance_delay_ms
+        if group.state == GroupState.EMPTY and delay > 0:
+            group.initial_delay_active = True
+            group.new_member_added = False
+            group.initial_remaining_ms = max(timeout - delay, 0)
+            self.deadlines.set(("join", group.group_id), now + min(delay, timeout))
+        else:
+            group.initial_delay_active = False
+            self.deadlines.set(("join", group.group_id), now + timeout)
+        group.transition(GroupState.PREPARING_REBALANCE, now)
+
+    def _maybe_complete_join(self, group: ClassicGroup, now: int, out: Outcome) -> None:
+        if group.state == GroupState.PREPARING_REBALANCE and not group.initial_delay_active and group.all_joined():
+            self._complete_join(group, now, out)
+
+    def _on_join_deadline(self, group: ClassicGroup, now: int, out: Outcome) -> None:
+        if group.state != GroupState.PREPARING_REBALANCE:
+            return
+        if group.initial_delay_active and group.new_member_added and group.initial_remaining_ms > 0:
+            delay = self.config.group_initial_rebalance_delay_ms
+            group.new_member_added = False
+            step = min(delay, group.initial_remaining_ms)
+            group.initial_remaining_ms = max(group.initial_remaining_ms - delay, 0)
+            self.deadlines.set(("join", group.group_id), now + step)
+            return
+        self._complete_join(group, now, out)
+
+    def _complete_join(self, group: ClassicGroup, now: int, out: Outcome) -> None:
+        self.deadlines.cancel(("join", group.group_id))
+        group.initial_delay_active = False
+        for m in list(group.members.values()):
+            if m.join_token is None and m.group_instance_id is None:
+                self._remove_member(group, m)
+        group.generation += 1
+        if not group.members:
+            group.protocol = None
+            group.leader = None
+            group.transition(GroupState.EMPTY, now)
+            out.records.append(self._group_record(group, now))
+            return
+        group.protocol = group.select_protocol()
+        if group.leader not in group.members:
+            joined = [m.member_id for m in group.members.values() if m.join_token is not None]
+            group.leader = joined[0] if joined else next(iter(group.members))
+        group.transition(GroupState.COMPLETING_REBALANCE, now)
+        for m in group.members.values():
+            if m.join_token is not None:
+                out.replies[m.join_token] = self._join_answer(group, m)
+                m.join_token = None
+            self._touch(group, m, now)
+        self.deadlines.set(("sync", group.group_id, group.generation), now + group.max_rebalance_timeout_ms())
+
+    def _join_answer(self, group: ClassicGroup, member: Member) -> JoinResult:
+        leader = member.member_id == group.leader
+        return JoinResult(
+            ErrorCode.NONE, group.generation, group.protocol_type, group.protocol, group.leader or "",
+            member.member_id, self._member_list(group) if leader else (),
+        )  # fmt: skip
+
+    @staticmethod
+    def _member_list(group: ClassicGroup) -> tuple[JoinedMember, ...]:
+        protocol = group.protocol or ""
+        return tuple(
+            JoinedMember(m.member_id, m.group_instance_id, m.metadata(protocol)) for m in group.members.values()
+        )
+
+    def _remove_member(self, group: ClassicGroup, member: Member) -> None:
+        del group.members[member.member_id]
+        if (
+            member.group_instance_id is not None
+            and group.static_members.get(member.group_instance_id) == member.member_id
+        ):
+            del group.static_members[member.group_instance_id]
+        self.deadlines.cancel(("session", group.group_id, member.member_id))
+        if group.leader == member.member_id:
+            group.leader = next(iter(group.members), None)
+
+    def _remove_and_rebalance(self, group: ClassicGroup, member: Member, now: int, out: Outcome) -> None:
+        for t in (member.join_token, member.sync_token):
+            if t is not None:
+                out.replies[t] = (
+                    JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member.member_id)
+                    if t == member.join_token
+                    else SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+                )
+        self._remove_member(group, member)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, now, out)
+        self._maybe_complete_join(group, now, out)
+
+    def _touch(self, group: ClassicGroup, member: Member, now: int) -> None:
+        self.deadlines.set(("session", group.group_id, member.member_id), now + member.session_timeout_ms)
+
+    def _drop_if_unused(self, group: ClassicGroup) -> None:
+        if group.state == GroupState.EMPTY and not group.members and group.group_id not in self.offsets:
+            if group.generation == 0 and not group.pending_members:
+                self.groups.pop(group.group_id, None)
+
+    # ================================================================== SyncGroup, Heartbeat, LeaveGroup
+
+    def _check_member(
+        self, group: ClassicGroup | None, member_id: str, instance: str | None
+    ) -> tuple[Member | None, ErrorCode]:
+        if group is None or group.state == GroupState.DEAD:
+            return None, ErrorCode.UNKNOWN_MEMBER_ID if group is None else ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if instance is not None and group.static_members.get(instance, member_id) != member_id:
+            return None, ErrorCode.FENCED_INSTANCE_ID
+        member = group.members.get(member_id)
+        if member is None:
+            return None, ErrorCode.UNKNOWN_MEMBER_ID
+        if instance is not None and member.group_instance_id != instance:
+            return None, ErrorCode.FENCED_INSTANCE_ID
+        return member, ErrorCode.NONE
+
+    def sync(self, req: SyncRequest, token: Token, now_ms: int) -> Outcome:
+        out = Outcome()
+        group = self.groups.get(req.group_id)
+        member, error = self._check_member(group, req.member_id, req.group_instance_id)
+        if member is None or group is None:
+            out.replies[token] = SyncResult(error)
+            return out
+        if req.generation != group.generation:
+            out.replies[token] = SyncResult(ErrorCode.ILLEGAL_GENERATION)
+            return out
+        if (req.protocol_type is not None and req.protocol_type != group.protocol_type) or (
+            req.protocol_name is not None and req.protocol_name != group.protocol
+        ):
+            out.replies[token] = SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            return out
+        if group.state == GroupState.PREPARING_REBALANCE:
+            out.replies[token] = SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+            return out
+        self._touch(group, member, now_ms)
+        if group.state == GroupState.STABLE:
+            out.replies[token] = SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol, member.assignment)
+            return out
+        # CompletingRebalance: wait for the leader's assignment.
+        member.sync_token = token
+        if member.member_id != group.leader:
+            return out
+        given = dict(req.assignments)
+        for m in group.members.values():
+            m.assignment = given.get(m.member_id, b"")
+        generation = group.generation
+        out.records.append(self._group_record(group, now_ms))
+        group.transition(GroupState.STABLE, now_ms)
+        self.deadlines.cancel(("sync", group.group_id, generation))
+        waiting = {}
+        for m in group.members.values():
+            if m.sync_token is not None:
+                waiting[m.sync_token] = m
+                out.replies[m.sync_token] = SyncResult(
+                    ErrorCode.NONE, group.protocol_type, group.protocol, m.assignment
+                )
+                m.sync_token = None
+
+        def undo(code: ErrorCode) -> dict[Token, Any]:
+            answers: dict[Token, Any] = {t: SyncResult(append_error(code)) for t in waiting}
+            if group.state == GroupState.STABLE and group.generation == generation:
+                for m in group.members.values():
+                    m.assignment = b""
+                extra = Outcome()
+                self._prepare_rebalance(group, now_ms, extra)
+                answers.update(extra.replies)
+            return answers
+
+        out.undo = undo
+        return out
+
+    def heartbeat(self, req: HeartbeatRequest, now_ms: int) -> ErrorCode:
+        group = self.groups.get(req.group_id)
+        if group is not None and group.state == GroupState.EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        member, error = self._check_member(group, req.member_id, req.group_instance_id)
+        if member is None or group is None:
+            return error
+        if req.generation != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        self._touch(group, member, now_ms)
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def leave(self, group_id: str, leaving: Iterable[LeavingMember], token: Token, now_ms: int) -> Outcome:
+        out = Outcome()
+        group = self.groups.get(group_id)
+        if group is None or group.state == GroupState.DEAD:
+            code = ErrorCode.UNKNOWN_MEMBER_ID if group is None else ErrorCode.COORDINATOR_NOT_AVAILABLE
+            out.replies[token] = LeaveResult(code)
+            return out
+        answers: list[tuple[LeavingMember, ErrorCode]] = []
+        for who in leaving:
+            member_id = who.member_id
+            if who.group_instance_id is not None:
+                known = group.static_members.get(who.group_instance_id)
+                if known is None:
+                    answers.append((who, ErrorCode.UNKNOWN_MEMBER_ID))
+                    continue
+                if member_id and member_id != known:
+                    answers.append((who, ErrorCode.FENCED_INSTANCE_ID))
+                    continue
+                member_id = known
+            if member_id in group.pending_members:
+                group.pending_members.discard(member_id)
+                self.deadlines.cancel(("pending", group_id, member_id))
+                self._maybe_complete_join(group, now_ms, out)
+                answers.append((who, ErrorCode.NONE))
+                continue
+            member = group.members.get(member_id)
+            if member is None:
+                answers.append((who, ErrorCode.UNKNOWN_MEMBER_ID))
+                continue
+            self._remove_and_rebalance(group, member, now_ms, out)
+            answers.append((who, ErrorCode.NONE))
+        out.replies[token] = LeaveResult(ErrorCode.NONE, tuple(answers))
+        return out
+
+    # ================================================================== timers
+
+    def next_deadline(self) -> int | None:
+        return self.deadlines.next_deadline()
+
+    def tick(self, now_ms: int) -> Outcome:
+        """Act on every deadline due at `now_ms`."""
+        out = Outcome()
+        for key in self.deadlines.due(now_ms):
+            kind, group_id = key[0], key[1]
+            group = self.groups.get(group_id)
+            if group is None:
+                continue
+            if kind == "session":
+                member = group.members.get(key[2])
+                if member is not None and member.join_token is None and member.sync_token is None:
+                    self._remove_and_rebalance(group, member, now_ms, out)
+                elif member is not None:
+                    self._touch(group, member, now_ms)  # a member waiting for an answer is alive
+            elif kind == "pending":
+                if key[2] in group.pending_members:
+                    group.pending_members.discard(key[2])
+                    self._maybe_complete_join(group, now_ms, out)
+                    self._drop_if_unused(group)
+            elif kind == "join":
+                self._on_join_deadline(group, now_ms, out)
+            elif kind == "sync":
+                if group.state == GroupState.COMPLETING_REBALANCE and group.generation == key[2]:
+                    # Members that did not sync in time leave; the rest rebalance again.
+                    for m in list(group.members.values()):
+                        if m.sync_token is None:
+                            self._remove_member(group, m)
+                    self._prepare_rebalance(group, now_ms, out)
+                    self._maybe_complete_join(group, now_ms, out)
+        return out
+
+    # ================================================================== offsets
+
+    def commit(self, req: CommitRequest, now_ms: int) -> tuple[Outcome, list[ErrorCode]]:
+        """OffsetCommit: per partition an error; the records of the accepted ones."""
+        out = Outcome()
+        error = self._commit_error(req, now_ms)
+        if error != ErrorCode.NONE:
+            return out, [error] * len(req.partitions)
+        group = self.groups.get(req.group_id)
+        created = group is None
+        if group is None:
+            group = self.groups[req.group_id] = ClassicGroup(req.group_id, current_state_timestamp=now_ms)
+        errors: list[ErrorCode] = []
+        offsets = self.offsets.setdefault(req.group_id, {})
+        before: dict[TopicPartition, OffsetValue | None] = {}
+        expire = now_ms + req.retention_ms if req.retention_ms >= 0 else -1
+        for p in req.partitions:
+            metadata = p.metadata or ""
+            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+                continue
+            tp = (p.topic, p.partition)
+            value = OffsetValue(p.offset, p.leader_epoch, metadata, now_ms, expire)
+            before.setdefault(tp, offsets.get(tp))
+            offsets[tp] = value
+            out.records.append((OffsetKey(req.group_id, p.topic, p.partition), value))
+            errors.append(ErrorCode.NONE)
+        if not offsets:
+            del self.offsets[req.group_id]
+
+        def undo(code: ErrorCode) -> dict[Token, Any]:
+            mine = self.offsets.get(req.group_id, {})
+            for tp, old in before.items():
+                if old is None:
+                    mine.pop(tp, None)
+                else:
+                    mine[tp] = old
+            if not mine:
+                self.offsets.pop(req.group_id, None)
+                if created and self.groups.get(req.group_id) is group and not group.members:
+                    del self.groups[req.group_id]
+            return {}
+
+        if out.records:
+            out.undo = undo
+        elif created:
+            del self.groups[req.group_id]
+        return out, errors
+
+    def _commit_error(self, req: CommitRequest, now: int) -> ErrorCode:
+        if not req.group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        group = self.groups.get(req.group_id)
+        if group is None:
+            if req.generation < 0:
+                return ErrorCode.NONE
+            return ErrorCode.GROUP_ID_NOT_FOUND if req.version >= 9 else ErrorCode.ILLEGAL_GENERATION
+        if req.generation < 0 and group.state == GroupState.EMPTY:
+            return ErrorCode.NONE
+        if group.state == GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        member, error = self._check_member(group, req.member_id, req.group_instance_id)
+        if member is None:
+            return error
+        if req.generation != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        self._touch(group, member, now)
+        return ErrorCode.NONE
+
+    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None) -> list[CommittedOffset]:
+        """OffsetFetch: the committed offsets asked (None: all of the group's)."""
+        mine = self.offsets.get(group_id, {})
+        if partitions is None:
+            return [CommittedOffset(t, p, v.offset, v.leader_epoch, v.metadata) for (t, p), v in sorted(mine.items())]
+        out = []
+        for t, p in partitions:
+            v = mine.get((t, p))
+            out.append(
+                CommittedOffset(t, p) if v is None else CommittedOffset(t, p, v.offset, v.leader_epoch, v.metadata)
+            )
+        return out
+
+    def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[ErrorCode, list[ErrorCode], Outcome]:
+        """OffsetDelete: a group-level error, then one per partition."""
+        out = Outcome()
+        group = self.groups.get(group_id)
+        if group is None or group.state == GroupState.DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND, [], out
+        subscribed = group.subscribed_topics() if group.members else set()
+        mine = self.offsets.get(group_id, {})
+        errors = []
+        for t, p in partitions:
+            if subscribed is None or t in subscribed:
+                errors.append(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
+                continue
+            errors.append(ErrorCode.NONE)
+            if (t, p) in mine:
+                del mine[(t, p)]
+                out.records.append((OffsetKey(group_id, t, p), None))
+        if not mine:
+            self.offsets.pop(group_id, None)
+        return ErrorCode.NONE, errors, out
+
+    def delete_group(self, group_id: str, now_ms: int) -> tuple[ErrorCode, Outcome]:
+        """DeleteGroups, one group: only a group without members."""
+        out = Outcome()
+        group = self.groups.get(group_id)
+        if group is None or group.state == GroupState.DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND, out
+        if group.members or group.state != GroupState.EMPTY:
+            return ErrorCode.NON_EMPTY_GROUP, out
+        self._drop_group(group, out)
+        return ErrorCode.NONE, out
+
+    def _drop_group(self, group: ClassicGroup, out: Outcome) -> None:
+        for t, p in sorted(self.offsets.pop(group.group_id, {})):
+            out.records.append((OffsetKey(group.group_id, t, p), None))
+        out.records.append((GroupKey(group.group_id), None))
+        group.state = GroupState.DEAD
+        del self.groups[group.group_id]
+
+    def expire_offsets(self, now_ms: int) -> Outcome:
+        """offsets.retention.minutes: the offsets of topics no member subscribes to, older than
+        the retention (for a group with no members, counted from when it became Empty; else
+        from the commit), go; so does an Empty group left with no offsets."""
+        out = Outcome()
+        retention = self.config.offsets_retention_ms
+        for group_id in list(self.groups):
+            group = self.groups[group_id]
+            mine = self.offsets.get(group_id, {})
+            if group.state == GroupState.EMPTY and group.protocol_type:
+                subscribed: set[str] | None = set()
+                base: int | None = group.current_state_timestamp
+            elif group.state == GroupState.EMPTY:
+                subscribed, base = set(), None
+            elif group.state == GroupState.STABLE and group.protocol_type == "consumer":
+                subscribed, base = group.subscribed_topics(), None
+            else:
+                continue
+            if subscribed is None:
+                continue
+            expired = False
+            for tp, v in list(mine.items()):
+                if tp[0] in subscribed:
+                    continue
+                start = v.commit_timestamp if base is None else base
+                if (v.expire_timestamp >= 0 and now_ms >= v.expire_timestamp) or (
+                    v.expire_timestamp < 0 and now_ms - start >= retention
+                ):
+                    del mine[tp]
+                    expired = True
+                    out.records.append((OffsetKey(group_id, tp[0], tp[1]), None))
+            if not mine:
+                self.offsets.pop(group_id, None)
+            if expired and group.state == GroupState.EMPTY and not group.members and group_id not in self.offsets:
+                self._drop_group(group, out)
+        return out
+
+    # ================================================================== describing
+
+    def list_groups(self, states: set[str] | None) -> list[GroupListing]:
+        wanted = {s.lower() for s in states} if states else None
+        return [
+            GroupListing(g.group_id, g.protocol_type or "", g.state.value)
+            for g in self.groups.values()
+            if wanted is None or g.state.value.lower() in wanted
+        ]
+
+    def describe(self, group_id: str) -> GroupDescription:
+        group = self.groups.get(group_id)
+        if group is None:
+            return GroupDescription(group_id, ErrorCode.NONE, GroupState.DEAD.value, "", "")
+        stable = group.state == GroupState.STABLE
+        members = tuple(
+            DescribedMember(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.metadata(group.protocol or "") if stable else b"",
+                m.assignment if stable else b"",
+            )  # fmt: skip
+            for m in group.members.values()
+        )
+        return GroupDescription(
+            group_id, ErrorCode.NONE, group.state.value, group.protocol_type or "",
+            (group.protocol or "") if stable else "", members,
+        )  # fmt: skip
+
+    # ================================================================== records
+
+    def _group_record(self, group: ClassicGroup, now: int) -> Record:
+        protocol = group.protocol or ""
+        members = tuple(
+            MemberValue(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                m.metadata(protocol),
+                m.assignment,
+            )  # fmt: skip
+            for m in group.members.values()
+        )
+        value = GroupValue(group.protocol_type or "", group.generation, group.protocol, group.leader, now, members)
+        return (GroupKey(group.group_id), value)

@@ -1,0 +1,447 @@
+"""The group apis: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13),
+SyncGroup (14), DescribeGroups (15), ListGroups (16), OffsetCommit (8), OffsetFetch (9),
+DeleteGroups (42), OffsetDelete (47).
+
+These only translate between the wire (kio's schemas) and the group coordinator
+(`broker.group.runtime.GroupCoordinator`); the rules are the coordinator's. Every broker
+answers FindCoordinator from its metadata image (the coordinator of a group is the leader
+of its `__consumer_offsets` partition); the first FindCoordinator of a cluster creates that
+topic (`offsets.topic.num.partitions`, `offsets.topic.replication.factor` capped by the live
+brokers) and is answered COORDINATOR_NOT_AVAILABLE meanwhile, as Kafka does. The other apis
+are answered NOT_COORDINATOR by a broker that does not lead the group's partition, and
+COORDINATOR_LOAD_IN_PROGRESS while it loads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import Any, Final
+
+from broker.group.messages import (
+    CommitPartition,
+    CommitRequest,
+    GroupDescription,
+    GroupListing,
+    HeartbeatRequest,
+    JoinRequest,
+    JoinResult,
+    LeaveResult,
+    LeavingMember,
+    SyncRequest,
+    SyncResult,
+)
+from broker.group.records import coordinator_partition
+from broker.group.runtime import OFFSETS_TOPIC, GroupCoordinator
+from broker.kafka.context import RequestContext, decode_body, encode_body, kio_error, make, nested, response_type
+from broker.kafka.services import BrokerServices, ListenerConfig
+from quorum.controller.requests import CreatableTopic, CreateTopicsRequest
+from quorum.kafka_errors import ErrorCode
+from quorum.wire.admin_codec import decode_admin_response, encode_admin_request
+from quorum.wire.transport import PEER_HOST
+
+__all__ = ["GroupApis"]
+
+log = logging.getLogger(__name__)
+
+GROUP_KEY: Final = 0
+TRANSACTION_KEY: Final = 1
+_NO_THROTTLE: Final = timedelta(0)
+
+
+def _ms(value: Any) -> int:
+    return int(value // timedelta(milliseconds=1)) if isinstance(value, timedelta) else int(value)
+
+
+class GroupApis:
+    """The group apis of one listener, over the broker's coordinator (None: this node has none,
+    every group request is answered COORDINATOR_NOT_AVAILABLE)."""
+
+    def __init__(self, services: BrokerServices, config: ListenerConfig, groups: GroupCoordinator | None) -> None:
+        self.services = services
+        self.config = config
+        self.groups = groups
+        self._creating: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ FindCoordinator
+
+    async def find_coordinator(self, ctx: RequestContext) -> bytes:
+        body = decode_body(ctx)
+        keys: tuple[str, ...] = tuple(body.coordinator_keys) if ctx.version >= 4 else (body.key,)
+        key_type = int(getattr(body, "key_type", GROUP_KEY))
+        answers = [self._coordinator(key, key_type) for key in keys]
+        cls = response_type(ctx.api_key, ctx.version)
+        if ctx.version >= 4:
+            ccls = nested(cls, "Coordinator")
+            coordinators = tuple(
+                make(ccls, key=k, node_id=n, host=h, port=p, error_code=kio_error(e), error_message=None)
+                for k, (e, n, h, p) in zip(keys, answers, strict=True)
+            )
+            return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, coordinators=coordinators))
+        error, node, host, port = answers[0]
+        return encode_body(
+            ctx,
+            make(
+                cls,
+                throttle_time=_NO_THROTTLE,
+                error_code=kio_error(error),
+                error_message=None,
+                node_id=node,
+                host=host,
+                port=port,
+            ),  # fmt: skip
+        )
+
+    def _coordinator(self, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
+        none = (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
+        if key_type == TRANSACTION_KEY:
+            return none  # transactions are not served yet
+        if key_type != GROUP_KEY:
+            return (ErrorCode.INVALID_REQUEST, -1, "", -1)
+        if self.groups is None:
+            return none
+        image = self.services.image()
+        topic = image.topics.by_name.get(OFFSETS_TOPIC)
+        if topic is None or not topic.partitions:
+            self._create_offsets_topic()
+            return none
+        reg = topic.partitions.get(coordinator_partition(key, len(topic.partitions)))
+        if reg is None or reg.leader < 0:
+            return none
+        broker = image.broker(reg.leader)
+        endpoint = None if broker is None else broker.endpoint(self.config.listener_name)
+        if endpoint is None:
+            return none
+        return (ErrorCode.NONE, reg.leader, endpoint.host, endpoint.port)
+
+    def _create_offsets_topic(self) -> None:
+        if self._creating is not None and not self._creating.done():
+            return
+        self._creating = asyncio.get_running_loop().create_task(self._create())
+
+    async def _create(self) -> None:
+        c = self.config
+        live = len(self.services.image().cluster.active_broker_ids())
+        rf = c.offsets_topic_replication_factor
+        if live < rf:
+            log.warning(
+                "creating %s with replication factor %d: offsets.topic.replication.factor is %d but only %d "
+                "brokers are alive", OFFSETS_TOPIC, max(live, 1), rf, live,
+            )  # fmt: skip
+            rf = max(live, 1)
+        request = CreateTopicsRequest(
+            topics=(
+                CreatableTopic(
+                    name=OFFSETS_TOPIC,
+                    num_partitions=c.offsets_topic_num_partitions,
+                    replication_factor=rf,
+                    configs={
+                        "cleanup.policy": "compact",
+                        "compression.type": "producer",
+                        "segment.bytes": str(c.offsets_topic_segment_bytes),
+                    },
+                ),
+            ),
+            timeout_ms=c.forward_timeout_ms,
+        )
+        try:
+            frame, api_key, api_version = encode_admin_request(request, correlation_id=0, client_id="group-coordinator")
+            answer = await self.services.forward_to_controller(frame, api_key, api_version, c.forward_timeout_ms)
+            reply = decode_admin_response(api_key, api_version, answer, request)
+        except Exception as exc:  # retried at the next FindCoordinator
+            log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
+            return
+        for result in getattr(reply, "topics", ()):
+            if result.error_code == ErrorCode.NONE:
+                log.info("created %s (%d partitions, replication factor %d)", OFFSETS_TOPIC,
+                         c.offsets_topic_num_partitions, rf)  # fmt: skip
+            elif result.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("creating %s failed: %s %s", OFFSETS_TOPIC, ErrorCode(result.error_code).name,
+                            result.message or "")  # fmt: skip
+
+    # ------------------------------------------------------------------ membership
+
+    async def join_group(self, ctx: RequestContext) -> bytes:
+        body = decode_body(ctx)
+        session = _ms(body.session_timeout)
+        rebalance = _ms(body.rebalance_timeout) if ctx.version >= 1 else session
+        req = JoinRequest(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            group_instance_id=getattr(body, "group_instance_id", None),
+            protocol_type=body.protocol_type,
+            protocols=tuple((p.name, bytes(p.metadata)) for p in body.protocols),
+            session_timeout_ms=session,
+            rebalance_timeout_ms=rebalance,
+            client_id=ctx.header.client_id or "",
+            client_host="/" + PEER_HOST.get(),
+            version=ctx.version,
+        )
+        if self.groups is None:
+            result = JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=req.member_id)
+        else:
+            result = await self.groups.join(req)
+        cls = response_type(ctx.api_key, ctx.version)
+        mcls = nested(cls, "JoinGroupResponseMember")
+        members = tuple(
+            make(mcls, member_id=m.member_id, group_instance_id=m.group_instance_id, metadata=m.metadata)
+            for m in result.members
+        )
+        return encode_body(
+            ctx,
+            make(
+                cls, throttle_time=_NO_THROTTLE, error_code=kio_error(result.error), generation_id=result.generation,
+                protocol_type=result.protocol_type,
+                protocol_name=result.protocol_name or ("" if ctx.version < 7 else None),
+                leader=result.leader, skip_assignment=result.skip_assignment, member_id=result.member_id,
+                members=members,
+            ),
+        )  # fmt: skip
+
+    async def sync_group(self, ctx: RequestContext) -> bytes:
+        body = decode_body(ctx)
+        req = SyncRequest(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            group_instance_id=getattr(body, "group_instance_id", None),
+            generation=int(body.generation_id),
+            protocol_type=getattr(body, "protocol_type", None),
+            protocol_name=getattr(body, "protocol_name", None),
+            assignments=tuple((a.member_id, bytes(a.assignment)) for a in body.assignments),
+        )
+        if self.groups is None:
+            result = SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        else:
+            result = await self.groups.sync(req)
+        cls = response_type(ctx.api_key, ctx.version)
+        return encode_body(
+            ctx,
+            make(
+                cls,
+                throttle_time=_NO_THROTTLE,
+                error_code=kio_error(result.error),
+                protocol_type=result.protocol_type,
+                protocol_name=result.protocol_name,
+                assignment=result.assignment,
+            ),  # fmt: skip
+        )
+
+    async def heartbeat(self, ctx: RequestContext) -> bytes:
+        body = decode_body(ctx)
+        req = HeartbeatRequest(
+            body.group_id, body.member_id, getattr(body, "group_instance_id", None), int(body.generation_id)
+        )
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE if self.groups is None else await self.groups.heartbeat(req)
+        cls = response_type(ctx.api_key, ctx.version)
+        return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, error_code=kio_error(error)))
+
+    async def leave_group(self, ctx: RequestContext) -> bytes:
+        body = decode_body(ctx)
+        if ctx.version >= 3:
+            leaving = tuple(LeavingMember(m.member_id, m.group_instance_id) for m in body.members)
+        else:
+            leaving = (LeavingMember(body.member_id),)
+        if self.groups is None:
+            result = LeaveResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        else:
+            result = await self.groups.leave(body.group_id, leaving)
+        cls = response_type(ctx.api_key, ctx.version)
+        error = result.error
+        if ctx.version < 3 and error == ErrorCode.NONE and result.members:
+            error = result.members[0][1]  # one member: its error is the request's
+        members: tuple[Any, ...] = ()
+        if ctx.version >= 3:
+            rcls = nested(cls, "MemberResponse")
+            members = tuple(
+                make(rcls, member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=kio_error(e))
+                for m, e in result.members
+            )
+        return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, error_code=kio_error(error), members=members))
+
+    # ------------------------------------------------------------------ offsets
+
+    async def offset_commit(self, ctx: RequestContext) -> bytes:
+        body = decode_body(ctx)
+        image = self.services.image()
+        items: list[tuple[str, Any]] = [(t.name, p) for t in body.topics for p in t.partitions]
+        errors: list[ErrorCode | None] = []
+        accepted: list[CommitPartition] = []
+        for name, p in items:
+            topic = image.topics.by_name.get(name)
+            if topic is None or int(p.partition_index) not in topic.partitions:
+                errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            errors.append(None)
+            accepted.append(
+                CommitPartition(
+                    name,
+                    int(p.partition_index),
+                    int(p.committed_offset),
+                    int(getattr(p, "committed_leader_epoch", -1)),
+                    p.committed_metadata,
+                )  # fmt: skip
+            )
+        retention = int(getattr(body, "retention_time_ms", -1))
+        req = CommitRequest(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            group_instance_id=getattr(body, "group_instance_id", None),
+            generation=int(body.generation_id_or_member_epoch),
+            retention_ms=retention if retention >= 0 else -1,
+            partitions=tuple(accepted),
+            version=ctx.version,
+        )
+        if self.groups is None:
+            results = [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(accepted)
+        elif not accepted:
+            code = self.groups.is_coordinator(req.group_id)
+            results = []
+            if code != ErrorCode.NONE:
+                errors = [code for _ in errors]
+        else:
+            results = await self.groups.commit(req)
+        it = iter(results)
+        final = [e if e is not None else next(it) for e in errors]
+        cls = response_type(ctx.api_key, ctx.version)
+        pcls = nested(cls, "OffsetCommitResponsePartition")
+        tcls = nested(cls, "OffsetCommitResponseTopic")
+        topics = []
+        i = 0
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                parts.append(make(pcls, partition_index=p.partition_index, error_code=kio_error(final[i])))
+                i += 1
+            topics.append(make(tcls, name=t.name, partitions=tuple(parts)))
+        return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, topics=tuple(topics)))
+
+    async def offset_fetch(self, ctx: RequestContext) -> bytes:
+        body = decode_body(ctx)
+        cls = response_type(ctx.api_key, ctx.version)
+        if ctx.version >= 8:
+            gcls = nested(cls, "OffsetFetchResponseGroup")
+            tcls = nested(cls, "OffsetFetchResponseTopics")
+            pcls = nested(cls, "OffsetFetchResponsePartitions")
+            groups = []
+            for g in body.groups:
+                error, topics = await self._fetch_group(g.group_id, g.topics, tcls, pcls)
+                groups.append(make(gcls, group_id=g.group_id, topics=topics, error_code=kio_error(error)))
+            return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, groups=tuple(groups)))
+        tcls = nested(cls, "OffsetFetchResponseTopic")
+        pcls = nested(cls, "OffsetFetchResponsePartition")
+        error, topics = await self._fetch_group(body.group_id, body.topics, tcls, pcls)
+        if ctx.version < 2 and error != ErrorCode.NONE:
+            # v0-1 have no top-level error: every partition carries it.
+            topics = tuple(
+                make(tcls, name=t.name, partitions=tuple(
+                    make(pcls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                         error_code=kio_error(error)) for p in t.partition_indexes))
+                for t in body.topics or ()
+            )  # fmt: skip
+        return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, topics=topics, error_code=kio_error(error)))
+
+    async def _fetch_group(
+        self, group_id: str, wanted: Any, tcls: type[Any], pcls: type[Any]
+    ) -> tuple[ErrorCode, tuple[Any, ...]]:
+        asked = None if wanted is None else [(t.name, int(p)) for t in wanted for p in t.partition_indexes]
+        if self.groups is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, ()
+        error, offsets = await self.groups.fetch_offsets(group_id, asked)
+        if error != ErrorCode.NONE:
+            return error, ()
+        by_topic: dict[str, list[Any]] = {}
+        for o in offsets:
+            by_topic.setdefault(o.topic, []).append(
+                make(
+                    pcls,
+                    partition_index=o.partition,
+                    committed_offset=o.offset,
+                    committed_leader_epoch=o.leader_epoch,
+                    metadata=o.metadata,
+                    error_code=kio_error(o.error),
+                )  # fmt: skip
+            )
+        return ErrorCode.NONE, tuple(make(tcls, name=n, partitions=tuple(ps)) for n, ps in by_topic.items())
+
+    # ------------------------------------------------------------------ administration
+
+    async def describe_groups(self, ctx: RequestContext) -> bytes:
+        body = decode_body(ctx)
+        cls = response_type(ctx.api_key, ctx.version)
+        gcls = nested(cls, "DescribedGroup")
+        mcls = nested(cls, "DescribedGroupMember")
+        groups = []
+        for gid in body.groups:
+            if self.groups is None:
+                d = GroupDescription(gid, ErrorCode.COORDINATOR_NOT_AVAILABLE, "", "", "")
+            else:
+                d = self.groups.describe(gid)
+            members = tuple(
+                make(mcls, member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                     client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
+                for m in d.members
+            )  # fmt: skip
+            groups.append(
+                make(
+                    gcls,
+                    error_code=kio_error(d.error),
+                    group_id=gid,
+                    group_state=d.state,
+                    protocol_type=d.protocol_type,
+                    protocol_data=d.protocol,
+                    members=members,
+                    authorized_operations=-(2**31),
+                )  # fmt: skip
+            )
+        return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, groups=tuple(groups)))
+
+    async def list_groups(self, ctx: RequestContext) -> bytes:
+        body = decode_body(ctx)
+        states = set(getattr(body, "states_filter", ()) or ())
+        types = {t.lower() for t in (getattr(body, "types_filter", ()) or ())}
+        if self.groups is None:
+            error, listings = ErrorCode.COORDINATOR_NOT_AVAILABLE, list[GroupListing]()
+        else:
+            error, listings = self.groups.list_groups(states or None)
+        if types:
+            listings = [g for g in listings if g.group_type in types]
+        cls = response_type(ctx.api_key, ctx.version)
+        lcls = nested(cls, "ListedGroup")
+        groups = tuple(
+            make(lcls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=g.group_type)
+            for g in listings
+        )
+        return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, error_code=kio_error(error), groups=groups))
+
+    async def delete_groups(self, ctx: RequestContext) -> bytes:
+        body = decode_body(ctx)
+        names = list(body.groups_names)
+        if self.groups is None:
+            errors = [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(names)
+        else:
+            errors = await self.groups.delete_groups(names)
+        cls = response_type(ctx.api_key, ctx.version)
+        rcls = nested(cls, "DeletableGroupResult")
+        results = tuple(make(rcls, group_id=n, error_code=kio_error(e)) for n, e in zip(names, errors, strict=True))
+        return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, results=results))
+
+    async def offset_delete(self, ctx: RequestContext) -> bytes:
+        body = decode_body(ctx)
+        asked = [(t.name, int(p.partition_index)) for t in body.topics for p in t.partitions]
+        if self.groups is None:
+            top, errors = ErrorCode.COORDINATOR_NOT_AVAILABLE, list[ErrorCode]()
+        else:
+            top, errors = await self.groups.delete_offsets(body.group_id, asked)
+        cls = response_type(ctx.api_key, ctx.version)
+        pcls = nested(cls, "OffsetDeleteResponsePartition")
+        tcls = nested(cls, "OffsetDeleteResponseTopic")
+        topics = []
+        if top == ErrorCode.NONE:
+            it = iter(errors)
+            for t in body.topics:
+                parts = tuple(
+                    make(pcls, partition_index=p.partition_index, error_code=kio_error(next(it))) for p in t.partitions
+                )
+                topics.append(make(tcls, name=t.name, partitions=parts))
+        return encode_body(ctx, make(cls, error_code=kio_error(top), throttle_time=_NO_THROTTLE, topics=tuple(topics)))
