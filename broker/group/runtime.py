@@ -302,6 +302,8 @@ class GroupCoordinator:
     # ================================================================== requests
 
     def _shard_for(self, group_id: str) -> tuple[_Loaded | None, ErrorCode]:
+        if not group_id:
+            return None, ErrorCode.INVALID_GROUP_ID  # before any routing, as Kafka checks it
         count = self.host.offsets_partitions()
         if count <= 0:
             return None, ErrorCode.COORDINATOR_NOT_AVAILABLE

@@ -285,3 +285,187 @@ def test_static_member_restart_keeps_its_partitions_without_a_rebalance(cluster:
 
 def _assignments(m: Member) -> int:
     return sum(1 for e in m.snapshot() if e["event"] == "assigned")
+
+
+# --------------------------------------------------------------------------- coordinator failover
+
+
+def coordinator_of(cluster: MetadataCluster, group: str) -> int:
+    state = partition_state(cluster, "__consumer_offsets", cluster.broker_ids[0])
+    return int(state[coordinator_partition(group, OFFSETS_PARTITIONS)]["leader"])
+
+
+def test_coordinator_killed_while_a_group_commits_keeps_every_acknowledged_commit(cluster: MetadataCluster) -> None:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    brokers = bootstrap(cluster)
+    topic, group = "committed", "group-committing"
+    create_topic(cluster, topic, partitions=1, rf=3)
+    produce(brokers, topic, 1, 1)
+    consumer = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})  # fmt: skip
+    consumer.subscribe([topic])
+    wait_until("the consumer has its partition", lambda: consumer.poll(0.2) is not None or consumer.assignment(), 60)
+    acked: list[int] = []
+    failures: list[str] = []
+    attempted = [0]
+    stop = threading.Event()
+
+    def commit_forever() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            attempted[0] = n
+            try:
+                consumer.commit(offsets=[TopicPartition(topic, 0, n)], asynchronous=False)
+                acked.append(n)
+            except KafkaException as exc:
+                failures.append(str(exc))
+                time.sleep(0.05)
+
+    committer = threading.Thread(target=commit_forever, daemon=True)
+    victim = -1
+    try:
+        committer.start()
+        wait_until("commits acknowledged", lambda: len(acked) >= 50, 30)
+        victim = coordinator_of(cluster, group)
+        cluster.kill9(victim)
+        at_kill = len(acked)
+        wait_until("commits acknowledged by the new coordinator", lambda: len(acked) >= at_kill + 50, 60)
+        assert coordinator_of(cluster, group) != victim
+    finally:
+        stop.set()
+        committer.join(30)
+        consumer.close()
+    last_acked, last_tried = acked[-1], attempted[0]
+    reader = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False})
+    try:
+        (tp,) = reader.committed([TopicPartition(topic, 0)], timeout=30)
+    finally:
+        reader.close()
+    assert last_acked <= tp.offset <= last_tried, (last_acked, tp.offset, last_tried)
+    print(f"{len(acked)} commits acknowledged, {len(failures)} refused during the move: {set(failures)}")
+    cluster.start(victim)
+    cluster.wait_unfenced([victim], timeout=60)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _call(port: int, api_key: int, version: int, **fields: Any) -> Any:
+    """One request written by kio to `port`, its response read by kio."""
+    import io
+    import socket
+    import struct
+
+    from kio.index import load_request_schema, load_response_schema
+    from kio.serial import entity_writer
+
+    from quorum.wire._reader import read_request_body
+
+    from broker.kafka.apis import is_flexible
+    from broker.kafka.context import make
+
+    body = io.BytesIO()
+    req_cls = load_request_schema(api_key, version)
+    entity_writer(req_cls)(body, make(req_cls, **fields))
+    flexible = is_flexible(api_key, version)
+    header = struct.pack(">hhih", api_key, version, 99, 4) + b"test" + (b"\x00" if flexible else b"")
+    frame = header + body.getvalue()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        size = struct.unpack(">i", _recv(s, 4))[0]
+        data = _recv(s, size)
+    assert struct.unpack(">i", data[:4])[0] == 99
+    return read_request_body(load_response_schema(api_key, version), data, 5 if flexible and api_key != 18 else 4)
+
+
+def _recv(s: Any, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        assert chunk, "connection closed"
+        out += chunk
+    return out
+
+
+def _coordinator_port(cluster: MetadataCluster, group: str) -> int:
+    from datetime import timedelta  # noqa: F401  (kio's timedelta fields)
+
+    port = cluster.nodes[cluster.broker_ids[0]].port
+
+    def found() -> int | None:
+        r = _call(port, 10, 3, key=group, key_type=0)
+        return int(r.port) if int(r.error_code) == 0 else None
+
+    result: int = wait_until(f"the coordinator of {group}", found, 30)
+    return result
+
+
+def test_bad_group_requests_get_kafka_error_codes_and_the_coordinator_keeps_serving(cluster: MetadataCluster) -> None:
+    from datetime import timedelta
+
+    from kio.schema.join_group.v5.request import JoinGroupRequestProtocol
+
+    brokers = bootstrap(cluster)
+    group = "group-bad-input"
+    create_topic(cluster, "grouped-bad-input", partitions=1, rf=3)
+    port = _coordinator_port(cluster, group)
+
+    def join(member: str, session_ms: int, metadata: bytes = b"\x00\x01", gid: str = group) -> Any:
+        return _call(
+            port, 11, 5, group_id=gid, session_timeout=timedelta(milliseconds=session_ms),
+            rebalance_timeout=timedelta(milliseconds=10_000), member_id=member, group_instance_id=None,
+            protocol_type="consumer", protocols=(JoinGroupRequestProtocol(name="range", metadata=metadata),),
+        )  # fmt: skip
+
+    assert int(join("", 1).error_code) == 26  # INVALID_SESSION_TIMEOUT (below group.min.session.timeout.ms)
+    assert int(join("", 10**9).error_code) == 26  # above group.max.session.timeout.ms
+    assert int(join("", 10_000, gid="").error_code) == 24  # INVALID_GROUP_ID
+    first = join("", 10_000)
+    assert int(first.error_code) == 79  # MEMBER_ID_REQUIRED, with an id (KIP-394)
+    member = first.member_id
+    joined = join(member, 10_000)
+    assert int(joined.error_code) == 0 and joined.leader == member
+    generation = int(joined.generation_id)
+    # An unknown generation: ILLEGAL_GENERATION for Heartbeat, SyncGroup and OffsetCommit.
+    hb = _call(port, 12, 3, group_id=group, generation_id=generation + 7, member_id=member, group_instance_id=None)
+    assert int(hb.error_code) == 22
+    sync = _call(port, 14, 3, group_id=group, generation_id=generation + 7, member_id=member, group_instance_id=None,
+                 assignments=())  # fmt: skip
+    assert int(sync.error_code) == 22
+    from kio.schema.offset_commit.v7.request import OffsetCommitRequestPartition, OffsetCommitRequestTopic
+
+    def commit(gen: int, topic: str) -> int:
+        r = _call(port, 8, 7, group_id=group, generation_id_or_member_epoch=gen, member_id=member,
+                  group_instance_id=None, topics=(OffsetCommitRequestTopic(name=topic, partitions=(
+                      OffsetCommitRequestPartition(partition_index=0, committed_offset=5, committed_leader_epoch=-1,
+                                                   committed_metadata=""),)),))  # fmt: skip
+        return int(r.topics[0].partitions[0].error_code)
+
+    assert commit(generation + 7, "grouped-bad-input") == 22  # ILLEGAL_GENERATION
+    assert commit(generation, "no-such-topic") == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    # An unknown member.
+    hb = _call(port, 12, 3, group_id=group, generation_id=generation, member_id="nobody", group_instance_id=None)
+    assert int(hb.error_code) == 25  # UNKNOWN_MEMBER_ID
+    # Huge protocol metadata (2 MiB): the group record cannot be written (larger than the
+    # topic's max.message.bytes): SyncGroup fails, the group rebalances, nothing else breaks.
+    big_group = "group-bad-input-huge"
+    big_port = _coordinator_port(cluster, big_group)
+    port, saved = big_port, port
+    first = join("", 10_000, metadata=b"x" * (2 << 20), gid=big_group)
+    joined = join(first.member_id, 10_000, metadata=b"x" * (2 << 20), gid=big_group)
+    assert int(joined.error_code) == 0
+    sync = _call(port, 14, 3, group_id=big_group, generation_id=joined.generation_id, member_id=first.member_id,
+                 group_instance_id=None, assignments=())  # fmt: skip
+    assert int(sync.error_code) == -1, sync  # UNKNOWN_SERVER_ERROR, as Kafka maps a too-large group record
+    port = saved
+    # The coordinators still serve: a real consumer group works.
+    topic = "grouped-after-bad-input"
+    create_topic(cluster, topic, partitions=2, rf=3)
+    produced = produce(brokers, topic, 2, 5)
+    m = Member(brokers, "confluent", "group-after-bad-input", topic)
+    try:
+        wait_until("every record read", lambda: produced <= {(p, o) for p, o, _ in m.reads()}, 60)
+    finally:
+        m.kill()
