@@ -6,7 +6,8 @@
   isControl: .. deleteHorizonMs: OptionalLong.empty position: .. CreateTime: .. size: ..
   magic: 2 compresscodec: .. crc: .. isvalid: ..`); with `deep_iteration` (implied by
   `print_data_log`) one `| offset: ..` line per record, and with `print_data_log` its
-  `key:` (when it has one) and `payload:` as text. A batch whose CRC does not match says
+  `key:` (when it has one) and `payload:` as text, or as a `parser` (a decoder such as
+  `--offsets-decoder`'s) prints them. A batch whose CRC does not match says
   `isvalid: false`; bytes that do not frame end the dump with Kafka's
   `Found N invalid bytes at the end of <file>`.
 - an offset index (`.index`): `offset: N position: P` per entry; a time index
@@ -22,7 +23,7 @@ Records of compressed batches are decompressed with `broker.log.compression.deco
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from crc32c import crc32c
@@ -44,6 +45,10 @@ from quorum.storage.batch_layout import (
     codec_name,
 )
 
+# (offset, key, value) -> the (key, payload) texts of a record, or None to print nothing:
+# Kafka's MessageParser of kafka-dump-log.sh's decoders (e.g. --offsets-decoder).
+RecordParser = Callable[[int, bytes | None, bytes | None], tuple[str | None, str | None]]
+
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
@@ -52,8 +57,13 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
-def dump_segment(path: Path, *, deep_iteration: bool = False, print_data_log: bool = False) -> Iterator[str]:
+def dump_segment(
+    path: Path, *, deep_iteration: bool = False, print_data_log: bool = False, parser: RecordParser | None = None
+) -> Iterator[str]:
+    """With a `parser` (which implies `print_data_log`), each record's key and payload are
+    its texts, and control batches print none (as Kafka's decoders)."""
     data = path.read_bytes()
+    print_data_log = print_data_log or parser is not None
     stem = path.name.split(".")[0]
     if stem.isdigit():
         yield f"Log starting offset: {int(stem)}"
@@ -90,7 +100,14 @@ def dump_segment(path: Path, *, deep_iteration: bool = False, print_data_log: bo
                         f"valueSize: {-1 if value is None else len(value)} sequence: {seq} "
                         f"headerKeys: [{','.join(hkeys)}]"
                     )
-                    if print_data_log:
+                    if parser is not None:
+                        if not control:
+                            key_text, payload_text = parser(offset, key, value)
+                            if key_text is not None:
+                                line += f" key: {key_text}"
+                            if payload_text is not None:
+                                line += f" payload: {payload_text}"
+                    elif print_data_log:
                         if key is not None:
                             line += f" key: {_text(key)}"
                         line += f" payload: {'' if value is None else _text(value)}"
@@ -176,7 +193,12 @@ def dump_time_index(path: Path, *, verify_index_only: bool = False) -> Iterator[
 
 
 def dump_partition_file(
-    path: Path, *, deep_iteration: bool = False, print_data_log: bool = False, verify_index_only: bool = False
+    path: Path,
+    *,
+    deep_iteration: bool = False,
+    print_data_log: bool = False,
+    verify_index_only: bool = False,
+    parser: RecordParser | None = None,
 ) -> Iterator[str]:
     yield f"Dumping {path}"
     if path.suffix == ".index":
@@ -184,7 +206,7 @@ def dump_partition_file(
     elif path.suffix == ".timeindex":
         yield from dump_time_index(path, verify_index_only=verify_index_only)
     else:
-        yield from dump_segment(path, deep_iteration=deep_iteration, print_data_log=print_data_log)
+        yield from dump_segment(path, deep_iteration=deep_iteration, print_data_log=print_data_log, parser=parser)
 
 
 def is_partition_file(path: Path) -> bool:
