@@ -7,7 +7,8 @@
   magic: 2 compresscodec: .. crc: .. isvalid: ..`); with `deep_iteration` (implied by
   `print_data_log`) one `| offset: ..` line per record, and with `print_data_log` its
   `key:` (when it has one) and `payload:` as text, or as a `parser` (a decoder such as
-  `--offsets-decoder`'s) prints them. A batch whose CRC does not match says
+  `--offsets-decoder`'s) prints them; a control record has neither, but a transaction
+  marker says `endTxnMarker: COMMIT|ABORT coordinatorEpoch: N`. A batch whose CRC does not match says
   `isvalid: false`; bytes that do not frame end the dump with Kafka's
   `Found N invalid bytes at the end of <file>`.
 - an offset index (`.index`): `offset: N position: P` per entry; a time index
@@ -53,6 +54,21 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
 
+# Kafka's ControlRecordType ids of the transaction markers (EndTransactionMarker).
+_END_TXN_MARKERS = {0: "ABORT", 1: "COMMIT"}
+
+
+def _end_txn_marker(key: bytes | None, value: bytes | None) -> str:
+    """` endTxnMarker: COMMIT coordinatorEpoch: N` for a transaction marker (a control record:
+    key = int16 version, int16 type; value = int16 version, int32 coordinator epoch), else ""."""
+    if key is None or value is None or len(key) < 4 or len(value) < 6:
+        return ""
+    marker = _END_TXN_MARKERS.get(struct.unpack_from(">h", key, 2)[0])
+    if marker is None:
+        return ""
+    return f" endTxnMarker: {marker} coordinatorEpoch: {_I32.unpack_from(value, 2)[0]}"
+
+
 def _text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
@@ -61,7 +77,8 @@ def dump_segment(
     path: Path, *, deep_iteration: bool = False, print_data_log: bool = False, parser: RecordParser | None = None
 ) -> Iterator[str]:
     """With a `parser` (which implies `print_data_log`), each record's key and payload are
-    its texts, and control batches print none (as Kafka's decoders)."""
+    its texts. A control record prints no key or payload (as in Kafka), but a transaction
+    marker its `endTxnMarker:`."""
     data = path.read_bytes()
     print_data_log = print_data_log or parser is not None
     stem = path.name.split(".")[0]
@@ -100,13 +117,14 @@ def dump_segment(
                         f"valueSize: {-1 if value is None else len(value)} sequence: {seq} "
                         f"headerKeys: [{','.join(hkeys)}]"
                     )
-                    if parser is not None:
-                        if not control:
-                            key_text, payload_text = parser(offset, key, value)
-                            if key_text is not None:
-                                line += f" key: {key_text}"
-                            if payload_text is not None:
-                                line += f" payload: {payload_text}"
+                    if control:
+                        line += _end_txn_marker(key, value)
+                    elif parser is not None:
+                        key_text, payload_text = parser(offset, key, value)
+                        if key_text is not None:
+                            line += f" key: {key_text}"
+                        if payload_text is not None:
+                            line += f" payload: {payload_text}"
                     elif print_data_log:
                         if key is not None:
                             line += f" key: {_text(key)}"

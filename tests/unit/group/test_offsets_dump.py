@@ -33,6 +33,7 @@ from broker.group.records import (
     encode_value,
 )
 from broker.log.records import BatchHeader, Record, encode_records
+from quorum.storage.batch_layout import ATTR_CONTROL, ATTR_TRANSACTIONAL
 
 TS = 1_700_000_000_000
 
@@ -73,7 +74,7 @@ RECORDS: list[tuple[bytes | None, bytes | None]] = [
     (encode_key(OffsetKey("grp", "orders", 4)), encode_value(OffsetValue(7, -1, "", TS, TS + 60_000))),
     (encode_key(GroupKey("group")), encode_value(group(SUBSCRIPTION, ASSIGNMENT), 4)),
     (encode_key(GroupKey("group")), encode_value(group(b"Subscription", b"Assignment"), 4)),
-    (encode_key(GroupKey("connect-g")), encode_value(group(b"\x00\x01", b"", "connect"))),
+    (encode_key(GroupKey("connect-g")), encode_value(group(b"\x00\x01", b"", "connect"), 2)),
     (encode_key(OffsetKey("grp", "orders", 3)), None),
     (encode_key(GroupKey("group")), None),
     (struct.pack(">h", 32767) + b"\x00\x01g", b"\x00\x00"),
@@ -81,8 +82,15 @@ RECORDS: list[tuple[bytes | None, bytes | None]] = [
     (encode_key(OffsetKey("grp", "orders", 3)), b"\x00\x03\x00"),
     (None, b"no key"),
     (encode_key(GroupKey('ünïcödé "q"')), encode_value(GroupValue("", 0, None, None, -1, ()), 0)),
+    (encode_key(GroupKey("g0")), encode_value(group(SUBSCRIPTION, ASSIGNMENT), 0)),
+    (encode_key(GroupKey("g1")), encode_value(group(SUBSCRIPTION, ASSIGNMENT), 1)),
 ]
 
+SUBSCRIPTION_JSON = (
+    '{"topics":["foo"],"userData":null,"ownedPartitions":[{"topic":"foo","partitions":[0]}],'
+    '"generationId":0,"rackId":"rack"}'
+)
+ASSIGNMENT_JSON = '{"assignedPartitions":[{"topic":"foo","partitions":[0]}],"userData":null}'
 B64_SUB, B64_ASSIGN = base64.b64encode(b"Subscription").decode(), base64.b64encode(b"Assignment").decode()
 EXPECTED_KEYS_AND_PAYLOADS = [
     ' key: {"type":"1","data":{"group":"grp","topic":"orders","partition":3}}'
@@ -105,11 +113,11 @@ EXPECTED_KEYS_AND_PAYLOADS = [
     '"groupInstanceId":"instance","clientId":"client","clientHost":"host",'
     f'"rebalanceTimeout":1000,"sessionTimeout":100,"subscription":"{B64_SUB}",'
     f'"assignment":"{B64_ASSIGN}"}}]}}}}',
-    # Not the consumer protocol: the member's bytes stay bytes.
+    # Not the consumer protocol: the member's bytes stay bytes. Version 2 has no groupInstanceId.
     ' key: {"type":"2","data":{"group":"connect-g"}}'
-    ' payload: {"version":"3","data":{"protocolType":"connect","generation":10,"protocol":"range",'
+    ' payload: {"version":"2","data":{"protocolType":"connect","generation":10,"protocol":"range",'
     '"leader":"member","currentStateTimestamp":-1,"members":[{"memberId":"member",'
-    '"groupInstanceId":"instance","clientId":"client","clientHost":"host",'
+    '"clientId":"client","clientHost":"host",'
     '"rebalanceTimeout":1000,"sessionTimeout":100,"subscription":"AAE=","assignment":""}]}}',
     ' key: {"type":"1","data":{"group":"grp","topic":"orders","partition":3}} payload: <DELETE>',
     ' key: {"type":"2","data":{"group":"group"}} payload: <DELETE>',
@@ -119,11 +127,33 @@ EXPECTED_KEYS_AND_PAYLOADS = [
     " key: Failed to decode message at offset 10 using offset topic decoder (message had a missing key)",
     ' key: {"type":"2","data":{"group":"ünïcödé \\"q\\""}}'
     ' payload: {"version":"0","data":{"protocolType":"","generation":0,"protocol":null,"leader":null,"members":[]}}',
+    # Version 0: no currentStateTimestamp, groupInstanceId or rebalanceTimeout; version 1 adds rebalanceTimeout.
+    ' key: {"type":"2","data":{"group":"g0"}}'
+    ' payload: {"version":"0","data":{"protocolType":"consumer","generation":10,"protocol":"range",'
+    '"leader":"member","members":[{"memberId":"member","clientId":"client","clientHost":"host",'
+    f'"sessionTimeout":100,"subscription":{SUBSCRIPTION_JSON},"assignment":{ASSIGNMENT_JSON}}}]}}}}',
+    ' key: {"type":"2","data":{"group":"g1"}}'
+    ' payload: {"version":"1","data":{"protocolType":"consumer","generation":10,"protocol":"range",'
+    '"leader":"member","members":[{"memberId":"member","clientId":"client","clientHost":"host",'
+    f'"rebalanceTimeout":1000,"sessionTimeout":100,"subscription":{SUBSCRIPTION_JSON},'
+    f'"assignment":{ASSIGNMENT_JSON}}}]}}}}',
+]
+
+
+# A transactional offset commit (producer 9) and its commit marker (control record: key
+# version 0 + type 1 = COMMIT; value version 0 + coordinator epoch 5).
+TXN_COMMIT = (encode_key(OffsetKey("txn-g", "orders", 0)), encode_value(OffsetValue(99, 2, "", TS)))
+COMMIT_MARKER = (b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x05")
+EXPECTED_TXN = [
+    ' key: {"type":"1","data":{"group":"txn-g","topic":"orders","partition":0}}'
+    ' payload: {"version":"3","data":{"offset":99,"leaderEpoch":2,"metadata":"","commitTimestamp":1700000000000}}',
+    " endTxnMarker: COMMIT coordinatorEpoch: 5",
 ]
 
 
 def write_segment(tmp_path: Path) -> Path:
-    """Three batches (2 + 5 + 5 records) of the records above, as the log writes them."""
+    """Three batches (2 + 5 + 7 records) of the records above, then a transactional batch and
+    its commit marker, as the log writes them."""
     d = tmp_path / "__consumer_offsets-7"
     d.mkdir()
     records = [Record(i, TS + i, k, v) for i, (k, v) in enumerate(RECORDS)]
@@ -131,6 +161,11 @@ def write_segment(tmp_path: Path) -> Path:
     with segment.open("wb") as f:
         for batch in (records[:2], records[2:7], records[7:]):
             f.write(encode_records(batch, BatchHeader(partition_leader_epoch=4, attributes=0)))
+        n = len(records)
+        txn = BatchHeader(partition_leader_epoch=4, attributes=ATTR_TRANSACTIONAL, producer_id=9, producer_epoch=0)
+        f.write(encode_records([Record(n, TS + n, *TXN_COMMIT)], txn))
+        marker = BatchHeader(4, ATTR_TRANSACTIONAL | ATTR_CONTROL, producer_id=9, producer_epoch=0)
+        f.write(encode_records([Record(n + 1, TS + n + 1, *COMMIT_MARKER)], marker))
     return segment
 
 
@@ -155,14 +190,30 @@ def test_pykraft_log_dump_offsets_decoder(tmp_path: Path) -> None:
     assert [line.split(" count: ")[0] for line in batch_lines] == [
         "baseOffset: 0 lastOffset: 1",
         "baseOffset: 2 lastOffset: 6",
-        "baseOffset: 7 lastOffset: 11",
+        "baseOffset: 7 lastOffset: 13",
+        "baseOffset: 14 lastOffset: 14",
+        "baseOffset: 15 lastOffset: 15",
     ]
     expected = [
         record_prefix(offset, key, value) + text
-        for offset, ((key, value), text) in enumerate(zip(RECORDS, EXPECTED_KEYS_AND_PAYLOADS, strict=True))
+        for offset, ((key, value), text) in enumerate(
+            zip([*RECORDS, TXN_COMMIT, COMMIT_MARKER], [*EXPECTED_KEYS_AND_PAYLOADS, *EXPECTED_TXN], strict=True)
+        )
     ]
     assert [line for line in lines if line.startswith("| ")] == expected
     assert len(lines) == 2 + len(batch_lines) + len(expected)
+
+
+def test_print_data_log_prints_no_key_or_payload_for_a_control_record(tmp_path: Path) -> None:
+    segment = write_segment(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "api.cli", "log", "dump", "--print-data-log", "--files", str(segment)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    last = out.stdout.splitlines()[-1]
+    assert last == record_prefix(15, *COMMIT_MARKER) + " endTxnMarker: COMMIT coordinatorEpoch: 5"
 
 
 def test_a_subscription_of_an_unknown_version_stays_bytes() -> None:
