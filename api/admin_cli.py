@@ -12,9 +12,12 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from broker.log.dump import RecordParser
 
 DEFAULT_REST_URL = "http://127.0.0.1:18081"
 
@@ -272,6 +275,12 @@ def brokers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _offsets_decoder() -> RecordParser:
+    from broker.group.offsets_dump import parse_offsets_record
+
+    return parse_offsets_record
+
+
 def log_dump(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -290,6 +299,7 @@ def log_dump(args: argparse.Namespace) -> int:
                 deep_iteration=args.deep_iteration,
                 print_data_log=args.print_data_log,
                 verify_index_only=args.verify_index_only,
+                parser=_offsets_decoder() if args.offsets_decoder else None,
             )
         else:
             lines = dump_file(path)
@@ -344,6 +354,11 @@ def add_commands(commands: Any, non_negative: Any) -> None:
     dump.add_argument("--print-data-log", action="store_true", help="print the records' keys and payloads")
     dump.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
     dump.add_argument("--verify-index-only", action="store_true", help="check an index against its segment")
+    dump.add_argument(
+        "--offsets-decoder",
+        action="store_true",
+        help="decode the records of a __consumer_offsets segment (group metadata and committed offsets)",
+    )
     dump.set_defaults(handler=_guard(log_dump))
 
 

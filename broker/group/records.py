@@ -40,11 +40,14 @@ from typing import Final
 from broker.kafka.wire import MalformedRequest, Reader, Writer
 
 __all__ = [
+    "CONSUMER_GROUP_KEY_VERSIONS",
+    "FLEXIBLE_FROM",
     "GROUP_KEY_VERSION",
     "GROUP_VALUE_VERSION",
     "OFFSET_KEY_VERSION",
     "OFFSET_VALUE_VERSION",
     "OFFSET_VALUE_VERSION_WITH_EXPIRE",
+    "VALUE_VERSIONS",
     "GroupKey",
     "GroupValue",
     "MemberValue",
@@ -57,6 +60,7 @@ __all__ = [
     "encode_key",
     "encode_value",
     "java_string_hash",
+    "written_value_version",
 ]
 
 # The versions Kafka 3.9 writes (GroupCoordinatorRecordHelpers with MetadataVersion >= 2.3).

@@ -6,7 +6,9 @@
   isControl: .. deleteHorizonMs: OptionalLong.empty position: .. CreateTime: .. size: ..
   magic: 2 compresscodec: .. crc: .. isvalid: ..`); with `deep_iteration` (implied by
   `print_data_log`) one `| offset: ..` line per record, and with `print_data_log` its
-  `key:` (when it has one) and `payload:` as text. A batch whose CRC does not match says
+  `key:` (when it has one) and `payload:` as text, or as a `parser` (a decoder such as
+  `--offsets-decoder`'s) prints them; a control record has neither, but a transaction
+  marker says `endTxnMarker: COMMIT|ABORT coordinatorEpoch: N`. A batch whose CRC does not match says
   `isvalid: false`; bytes that do not frame end the dump with Kafka's
   `Found N invalid bytes at the end of <file>`.
 - an offset index (`.index`): `offset: N position: P` per entry; a time index
@@ -22,7 +24,7 @@ Records of compressed batches are decompressed with `broker.log.compression.deco
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from crc32c import crc32c
@@ -44,16 +46,41 @@ from quorum.storage.batch_layout import (
     codec_name,
 )
 
+# (offset, key, value) -> the (key, payload) texts of a record, or None to print nothing:
+# Kafka's MessageParser of kafka-dump-log.sh's decoders (e.g. --offsets-decoder).
+RecordParser = Callable[[int, bytes | None, bytes | None], tuple[str | None, str | None]]
+
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+
+
+# Kafka's ControlRecordType ids of the transaction markers (EndTransactionMarker).
+_END_TXN_MARKERS = {0: "ABORT", 1: "COMMIT"}
+
+
+def _end_txn_marker(key: bytes | None, value: bytes | None) -> str:
+    """` endTxnMarker: COMMIT coordinatorEpoch: N` for a transaction marker (a control record:
+    key = int16 version, int16 type; value = int16 version, int32 coordinator epoch), else ""."""
+    if key is None or value is None or len(key) < 4 or len(value) < 6:
+        return ""
+    marker = _END_TXN_MARKERS.get(struct.unpack_from(">h", key, 2)[0])
+    if marker is None:
+        return ""
+    return f" endTxnMarker: {marker} coordinatorEpoch: {_I32.unpack_from(value, 2)[0]}"
 
 
 def _text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
-def dump_segment(path: Path, *, deep_iteration: bool = False, print_data_log: bool = False) -> Iterator[str]:
+def dump_segment(
+    path: Path, *, deep_iteration: bool = False, print_data_log: bool = False, parser: RecordParser | None = None
+) -> Iterator[str]:
+    """With a `parser` (which implies `print_data_log`), each record's key and payload are
+    its texts. A control record prints no key or payload (as in Kafka), but a transaction
+    marker its `endTxnMarker:`."""
     data = path.read_bytes()
+    print_data_log = print_data_log or parser is not None
     stem = path.name.split(".")[0]
     if stem.isdigit():
         yield f"Log starting offset: {int(stem)}"
@@ -90,7 +117,15 @@ def dump_segment(path: Path, *, deep_iteration: bool = False, print_data_log: bo
                         f"valueSize: {-1 if value is None else len(value)} sequence: {seq} "
                         f"headerKeys: [{','.join(hkeys)}]"
                     )
-                    if print_data_log:
+                    if control:
+                        line += _end_txn_marker(key, value)
+                    elif parser is not None:
+                        key_text, payload_text = parser(offset, key, value)
+                        if key_text is not None:
+                            line += f" key: {key_text}"
+                        if payload_text is not None:
+                            line += f" payload: {payload_text}"
+                    elif print_data_log:
                         if key is not None:
                             line += f" key: {_text(key)}"
                         line += f" payload: {'' if value is None else _text(value)}"
@@ -176,7 +211,12 @@ def dump_time_index(path: Path, *, verify_index_only: bool = False) -> Iterator[
 
 
 def dump_partition_file(
-    path: Path, *, deep_iteration: bool = False, print_data_log: bool = False, verify_index_only: bool = False
+    path: Path,
+    *,
+    deep_iteration: bool = False,
+    print_data_log: bool = False,
+    verify_index_only: bool = False,
+    parser: RecordParser | None = None,
 ) -> Iterator[str]:
     yield f"Dumping {path}"
     if path.suffix == ".index":
@@ -184,7 +224,7 @@ def dump_partition_file(
     elif path.suffix == ".timeindex":
         yield from dump_time_index(path, verify_index_only=verify_index_only)
     else:
-        yield from dump_segment(path, deep_iteration=deep_iteration, print_data_log=print_data_log)
+        yield from dump_segment(path, deep_iteration=deep_iteration, print_data_log=print_data_log, parser=parser)
 
 
 def is_partition_file(path: Path) -> bool:
