@@ -290,4 +290,7 @@ def coordinator_config_from(config: NodeConfig) -> CoordinatorConfig:
         group_max_size=get("group_max_size", d.group_max_size),
         offsets_retention_ms=retention_minutes * 60_000,
         offset_metadata_max_bytes=get("offset_metadata_max_bytes", d.offset_metadata_max_bytes),
+        consumer_session_timeout_ms=get("group_consumer_session_timeout_ms", d.consumer_session_timeout_ms),
+        consumer_heartbeat_interval_ms=get("group_consumer_heartbeat_interval_ms", d.consumer_heartbeat_interval_ms),
+        consumer_assignors=tuple(getattr(config, "group_consumer_assignors", d.consumer_assignors)),
     )

@@ -8,6 +8,7 @@ Times are milliseconds; errors are `ErrorCode`s, per item where Kafka has them p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from uuid import UUID
 
 from quorum.kafka_errors import ErrorCode
 
@@ -140,3 +141,54 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: tuple[DescribedMember, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeatRequest:
+    """ConsumerGroupHeartbeat (KIP-848). None fields are "unchanged since the last heartbeat"."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int  # 0: join; -1: leave; -2: a static member leaving for a while
+    instance_id: str | None
+    rack_id: str | None
+    rebalance_timeout_ms: int
+    subscribed: tuple[str, ...] | None
+    server_assignor: str | None
+    owned: tuple[tuple[UUID, int], ...] | None
+    client_id: str
+    client_host: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeatResult:
+    error: ErrorCode
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = -1
+    heartbeat_interval_ms: int = 0
+    assignment: tuple[tuple[UUID, int], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMemberDescription:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed: tuple[str, ...]
+    assignment: tuple[tuple[UUID, int], ...]
+    target: tuple[tuple[UUID, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescription:
+    group_id: str
+    error: ErrorCode
+    state: str = "Dead"
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor: str = ""
+    members: tuple[ConsumerMemberDescription, ...] = ()

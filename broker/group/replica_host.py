@@ -5,6 +5,7 @@ produce path as clients' (so the ISR, `min.insync.replicas` and the HW rules are
 from __future__ import annotations
 
 from collections.abc import Callable
+from uuid import UUID
 
 from broker.group.runtime import OFFSETS_TOPIC, LoggedPartition
 from broker.replica.manager import ReplicaManager
@@ -27,6 +28,14 @@ class ReplicaPartitionHost:
         if hosted is None or not hosted.state.is_leader:
             return None
         return hosted.state.leader_epoch
+
+    def topic(self, name: str) -> tuple[UUID, int] | None:
+        t = self.image().topics.by_name.get(name)
+        return None if t is None else (t.id, len(t.partitions))
+
+    def topic_name(self, topic_id: UUID) -> str | None:
+        t = self.image().topics.by_id.get(topic_id)
+        return None if t is None else t.name
 
     def partition_log(self, partition: int) -> LoggedPartition | None:
         hosted = self.replicas.partitions.get((OFFSETS_TOPIC, partition))

@@ -26,10 +26,14 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
+from uuid import UUID
 
 from broker.group.messages import (
     CommitRequest,
     CommittedOffset,
+    ConsumerGroupDescription,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResult,
     GroupDescription,
     GroupListing,
     HeartbeatRequest,
@@ -91,6 +95,12 @@ class PartitionHost(Protocol):
     async def append(self, partition: int, batch: bytes, timeout_ms: int) -> ErrorCode:
         """Append one batch as leader with acks=-1; the outcome once the HW covers it."""
         ...
+
+    def topic(self, name: str) -> tuple[UUID, int] | None:
+        """A topic's id and partition count, from the metadata image (None: no such topic)."""
+        ...
+
+    def topic_name(self, topic_id: UUID) -> str | None: ...
 
 
 def now_ms() -> int:
@@ -432,6 +442,28 @@ class GroupCoordinator:
         if loaded is None:
             return GroupDescription(group_id, error, "", "", "")
         return loaded.shard.describe(group_id)
+
+    async def consumer_heartbeat(self, req: ConsumerHeartbeatRequest) -> ConsumerHeartbeatResult:
+        loaded, error = self._shard_for(req.group_id)
+        if loaded is None:
+            return ConsumerHeartbeatResult(error)
+        result = loaded.shard.consumer_heartbeat(req, self.host.topic, self.clock())
+        loaded.wake.set()  # a session deadline moved
+        if loaded.last_write is not None and not loaded.last_write.done():
+            await self._dispatch(loaded, Outcome())  # answer after the writes before it
+        return result
+
+    def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
+        loaded, error = self._shard_for(group_id)
+        if loaded is None:
+            return ConsumerGroupDescription(group_id, error)
+        return loaded.shard.describe_consumer_group(group_id)
+
+    def check_fetch_member(self, group_id: str, member_id: str | None, epoch: int) -> ErrorCode:
+        loaded, error = self._shard_for(group_id)
+        if loaded is None:
+            return error
+        return loaded.shard.check_fetch_member(group_id, member_id, epoch)
 
     async def close(self) -> None:
         for loaded in list(self.partitions.values()):

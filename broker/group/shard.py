@@ -33,11 +33,18 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
+from broker.group.assignors import assign
 from broker.group.classic import ClassicGroup, GroupState, Member, Token
+from broker.group.consumer_group import ConsumerGroup, ConsumerMember, MemberState, reconcile
 from broker.group.messages import (
     CommitRequest,
     CommittedOffset,
+    ConsumerGroupDescription,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResult,
+    ConsumerMemberDescription,
     DescribedMember,
     GroupDescription,
     GroupListing,
@@ -74,6 +81,9 @@ class CoordinatorConfig:
     group_max_size: int = 2**31 - 1  # group.max.size
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes (10080)
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    consumer_session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms (KIP-848)
+    consumer_heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors; the first is the default
 
 
 @dataclass(slots=True)
@@ -106,6 +116,7 @@ class GroupShard:
         self.config = config
         self.new_id = new_id
         self.groups: dict[str, ClassicGroup] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (a group id is in one map only)
         self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
         self.deadlines: Deadlines[DeadlineKey] = Deadlines()
 
@@ -170,6 +181,11 @@ class GroupShard:
             return ErrorCode.INVALID_GROUP_ID
         if not c.group_min_session_timeout_ms <= req.session_timeout_ms <= c.group_max_session_timeout_ms:
             return ErrorCode.INVALID_SESSION_TIMEOUT
+        consumer_group = self.consumer_groups.get(req.group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return ErrorCode.INCONSISTENT_GROUP_PROTOCOL  # a group speaks one protocol at a time
+            del self.consumer_groups[req.group_id]  # an empty consumer group becomes a classic one
         group = self.groups.get(req.group_id)
         if group is None:
             if req.member_id:
@@ -570,6 +586,9 @@ class GroupShard:
         out = Outcome()
         for key in self.deadlines.due(now_ms):
             kind, group_id = key[0], key[1]
+            if kind in ("csession", "crevoke"):
+                self._consumer_deadline(key)
+                continue
             group = self.groups.get(group_id)
             if group is None:
                 continue
@@ -605,8 +624,8 @@ class GroupShard:
         if error != ErrorCode.NONE:
             return out, [error] * len(req.partitions)
         group = self.groups.get(req.group_id)
-        created = group is None
-        if group is None:
+        created = group is None and req.group_id not in self.consumer_groups
+        if created:
             group = self.groups[req.group_id] = ClassicGroup(req.group_id, current_state_timestamp=now_ms)
         errors: list[ErrorCode] = []
         offsets = self.offsets.setdefault(req.group_id, {})
@@ -635,7 +654,7 @@ class GroupShard:
                     mine[tp] = old
             if not mine:
                 self.offsets.pop(req.group_id, None)
-                if created and self.groups.get(req.group_id) is group and not group.members:
+                if created and group is not None and self.groups.get(req.group_id) is group and not group.members:
                     del self.groups[req.group_id]
             return {}
 
@@ -648,6 +667,9 @@ class GroupShard:
     def _commit_error(self, req: CommitRequest, now: int) -> ErrorCode:
         if not req.group_id:
             return ErrorCode.INVALID_GROUP_ID
+        consumer_group = self.consumer_groups.get(req.group_id)
+        if consumer_group is not None:
+            return self.check_consumer_member(consumer_group, req.member_id, req.generation, now)
         group = self.groups.get(req.group_id)
         if group is None:
             if req.generation < 0:
@@ -706,6 +728,14 @@ class GroupShard:
     def delete_group(self, group_id: str, now_ms: int) -> tuple[ErrorCode, Outcome]:
         """DeleteGroups, one group: only a group without members."""
         out = Outcome()
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return ErrorCode.NON_EMPTY_GROUP, out
+            del self.consumer_groups[group_id]
+            for t, p in sorted(self.offsets.pop(group_id, {})):
+                out.records.append((OffsetKey(group_id, t, p), None))
+            return ErrorCode.NONE, out
         group = self.groups.get(group_id)
         if group is None or group.state == GroupState.DEAD:
             return ErrorCode.GROUP_ID_NOT_FOUND, out
@@ -727,6 +757,22 @@ class GroupShard:
         from the commit), go; so does an Empty group left with no offsets."""
         out = Outcome()
         retention = self.config.offsets_retention_ms
+        for group_id in list(self.consumer_groups):
+            consumer_group = self.consumer_groups[group_id]
+            mine = self.offsets.get(group_id, {})
+            subscribed_now = consumer_group.subscribed_topics()
+            for tp, v in list(mine.items()):
+                if tp[0] in subscribed_now:
+                    continue
+                if (v.expire_timestamp >= 0 and now_ms >= v.expire_timestamp) or (
+                    v.expire_timestamp < 0 and now_ms - v.commit_timestamp >= retention
+                ):
+                    del mine[tp]
+                    out.records.append((OffsetKey(group_id, tp[0], tp[1]), None))
+            if not mine:
+                self.offsets.pop(group_id, None)
+                if not consumer_group.members:
+                    del self.consumer_groups[group_id]
         for group_id in list(self.groups):
             group = self.groups[group_id]
             mine = self.offsets.get(group_id, {})
@@ -762,13 +808,21 @@ class GroupShard:
 
     def list_groups(self, states: set[str] | None) -> list[GroupListing]:
         wanted = {s.lower() for s in states} if states else None
-        return [
+        classic = [
             GroupListing(g.group_id, g.protocol_type or "", g.state.value)
             for g in self.groups.values()
             if wanted is None or g.state.value.lower() in wanted
         ]
+        consumer = [
+            GroupListing(g.group_id, "consumer", g.state(), "consumer")
+            for g in self.consumer_groups.values()
+            if wanted is None or g.state().lower() in wanted
+        ]
+        return classic + consumer
 
     def describe(self, group_id: str) -> GroupDescription:
+        if group_id in self.consumer_groups:
+            return GroupDescription(group_id, ErrorCode.GROUP_ID_NOT_FOUND, GroupState.DEAD.value, "", "")
         group = self.groups.get(group_id)
         if group is None:
             return GroupDescription(group_id, ErrorCode.NONE, GroupState.DEAD.value, "", "")
@@ -808,3 +862,171 @@ class GroupShard:
         )
         value = GroupValue(group.protocol_type or "", group.generation, group.protocol, group.leader, now, members)
         return (GroupKey(group.group_id), value)
+
+    # ================================================================== KIP-848 consumer groups
+
+    def consumer_heartbeat(
+        self, req: ConsumerHeartbeatRequest, topic: Callable[[str], tuple[UUID, int] | None], now_ms: int
+    ) -> ConsumerHeartbeatResult:
+        """ConsumerGroupHeartbeat: join (epoch 0), leave (-1, -2), or a member's heartbeat;
+        `topic` resolves a topic name to its id and partition count (None: no such topic)."""
+        c = self.config
+        if not req.group_id:
+            return ConsumerHeartbeatResult(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+        classic = self.groups.get(req.group_id)
+        if classic is not None:
+            if classic.members or classic.state not in (GroupState.EMPTY, GroupState.DEAD):
+                return ConsumerHeartbeatResult(
+                    ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group."
+                )
+            del self.groups[req.group_id]  # an empty classic group becomes a consumer group; its offsets stay
+        if req.server_assignor is not None and req.server_assignor not in c.consumer_assignors:
+            return ConsumerHeartbeatResult(
+                ErrorCode.UNSUPPORTED_ASSIGNOR, f"Assignor {req.server_assignor} is not supported."
+            )
+        group = self.consumer_groups.get(req.group_id)
+        if req.member_epoch in (-1, -2):
+            member = None if group is None else group.members.get(req.member_id)
+            if group is not None and member is not None:
+                self._remove_consumer_member(group, member)
+            return ConsumerHeartbeatResult(ErrorCode.NONE, None, req.member_id, req.member_epoch)
+        if req.member_epoch == 0:
+            if req.subscribed is None:
+                return ConsumerHeartbeatResult(
+                    ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request."
+                )
+            if group is None:
+                group = self.consumer_groups[req.group_id] = ConsumerGroup(req.group_id)
+            member_id = req.member_id or self.new_id(req.client_id)
+            old = group.members.get(member_id)
+            if old is not None:
+                self._remove_consumer_member(group, old)  # a member joining again starts afresh
+            if req.instance_id is not None:
+                holder = next((m for m in group.members.values() if m.instance_id == req.instance_id), None)
+                if holder is not None:
+                    return ConsumerHeartbeatResult(
+                        ErrorCode.UNRELEASED_INSTANCE_ID, f"Static member {req.instance_id} is still in the group."
+                    )
+            member = ConsumerMember(
+                member_id, req.instance_id, req.rack_id, req.client_id, req.client_host, req.rebalance_timeout_ms,
+                frozenset(req.subscribed), req.server_assignor,
+            )  # fmt: skip
+            group.members[member_id] = member
+            group.group_epoch += 1
+        else:
+            member = None if group is None else group.members.get(req.member_id)
+            if group is None or member is None:
+                return ConsumerHeartbeatResult(
+                    ErrorCode.UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not in the group."
+                )
+            owned_now = set(req.owned) if req.owned is not None else None
+            if req.member_epoch > member.epoch or (
+                req.member_epoch < member.epoch
+                and not (
+                    req.member_epoch == member.previous_epoch and owned_now is not None and owned_now <= member.assigned
+                )
+            ):
+                return ConsumerHeartbeatResult(
+                    ErrorCode.FENCED_MEMBER_EPOCH, f"The member epoch {req.member_epoch} is not {member.epoch}."
+                )
+            if req.subscribed is not None and frozenset(req.subscribed) != member.subscribed:
+                member.subscribed = frozenset(req.subscribed)
+                group.group_epoch += 1
+            if req.server_assignor is not None and req.server_assignor != member.server_assignor:
+                member.server_assignor = req.server_assignor
+                group.group_epoch += 1
+            member.rebalance_timeout_ms = req.rebalance_timeout_ms or member.rebalance_timeout_ms
+        self.deadlines.set(("csession", group.group_id, member.member_id), now_ms + c.consumer_session_timeout_ms)
+        self._refresh_topics(group, topic)
+        if group.assignment_epoch < group.group_epoch:
+            self._assign(group)
+        owned = None if req.owned is None else set(req.owned)
+        was_revoking = member.state == MemberState.UNREVOKED_PARTITIONS
+        reconcile(group, member, owned)
+        if member.state == MemberState.UNREVOKED_PARTITIONS and not was_revoking:
+            self.deadlines.set(
+                ("crevoke", group.group_id, member.member_id, member.epoch), now_ms + member.rebalance_timeout_ms
+            )
+        return ConsumerHeartbeatResult(
+            ErrorCode.NONE, None, member.member_id, member.epoch, c.consumer_heartbeat_interval_ms,
+            tuple(sorted(member.assigned)),
+        )  # fmt: skip
+
+    def _refresh_topics(self, group: ConsumerGroup, topic: Callable[[str], tuple[UUID, int] | None]) -> None:
+        """A subscribed topic created, deleted or grown moves the group epoch."""
+        now: dict[str, tuple[UUID, int]] = {}
+        for name in sorted(group.subscribed_topics()):
+            found = topic(name)
+            if found is not None:
+                now[name] = found
+        if now != group.topics:
+            group.topics = now
+            group.group_epoch += 1
+
+    def _assign(self, group: ConsumerGroup) -> None:
+        wanted = [m.server_assignor for m in group.members.values() if m.server_assignor]
+        name = max(sorted(set(wanted)), key=wanted.count) if wanted else self.config.consumer_assignors[0]
+        subscriptions = {m.member_id: m.subscribed for m in group.members.values()}
+        current = {m.member_id: set(m.assigned) for m in group.members.values()}
+        group.target = assign(name, subscriptions, group.topics, current)
+        group.assignor = name
+        group.assignment_epoch = group.group_epoch
+
+    def _remove_consumer_member(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        del group.members[member.member_id]
+        group.target.pop(member.member_id, None)
+        self.deadlines.cancel(("csession", group.group_id, member.member_id))
+        group.group_epoch += 1
+
+    def _consumer_deadline(self, key: DeadlineKey) -> None:
+        group = self.consumer_groups.get(key[1])
+        member = None if group is None else group.members.get(key[2])
+        if group is None or member is None:
+            return
+        if key[0] == "csession" or (member.state == MemberState.UNREVOKED_PARTITIONS and member.epoch == key[3]):
+            self._remove_consumer_member(group, member)  # session expired, or revocation took too long: fenced
+
+    def check_consumer_member(self, group: ConsumerGroup, member_id: str, epoch: int, now_ms: int) -> ErrorCode:
+        """May this member (at this epoch) commit offsets of `group`? (Admin commits, with no
+        member and a negative epoch, only to a group without members.)"""
+        if not member_id and epoch < 0:
+            return ErrorCode.NONE if not group.members else ErrorCode.UNKNOWN_MEMBER_ID
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if epoch != member.epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return ErrorCode.NONE
+
+    def check_fetch_member(self, group_id: str, member_id: str | None, epoch: int) -> ErrorCode:
+        """OffsetFetch v9+ from a KIP-848 member: it must be a member at its epoch."""
+        group = self.consumer_groups.get(group_id)
+        if member_id is None or group is None:
+            return ErrorCode.NONE
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return ErrorCode.NONE if epoch == member.epoch else ErrorCode.STALE_MEMBER_EPOCH
+
+    def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
+        group = self.consumer_groups.get(group_id)
+        if group is None:
+            code = ErrorCode.GROUP_ID_NOT_FOUND
+            return ConsumerGroupDescription(group_id, code)
+        members = tuple(
+            ConsumerMemberDescription(
+                m.member_id,
+                m.instance_id,
+                m.rack_id,
+                m.epoch,
+                m.client_id,
+                m.client_host,
+                tuple(sorted(m.subscribed)),
+                tuple(sorted(m.assigned)),
+                tuple(sorted(group.target.get(m.member_id, ()))),
+            )  # fmt: skip
+            for m in group.members.values()
+        )
+        return ConsumerGroupDescription(
+            group_id, ErrorCode.NONE, group.state(), group.group_epoch, group.assignment_epoch, group.assignor, members
+        )

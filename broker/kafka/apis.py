@@ -53,6 +53,8 @@ class ApiKey(IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 # Admin apis relayed as raw frames to the active controller.
@@ -78,12 +80,15 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.DESCRIBE_CLUSTER: (0, 2),
     ApiKey.ALTER_CONFIGS: (0, 2),
-    # The classic group protocol (broker.kafka.group_apis): OffsetCommit 2-8 and OffsetFetch
-    # 1-8 (v9+ are KIP-848's member epochs; below 2/1 Kafka 4 dropped them too), FindCoordinator
+    # The group apis (broker.kafka.group_apis): OffsetCommit 2-9 and OffsetFetch 1-9 (v9:
+    # KIP-848's member epochs; below 2/1 Kafka 4 dropped them too), FindCoordinator
     # 0-4 (v4: batched keys), JoinGroup 0-9, SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5,
-    # DescribeGroups 0-5, ListGroups 0-4, DeleteGroups 0-2, OffsetDelete 0.
-    ApiKey.OFFSET_COMMIT: (2, 8),
-    ApiKey.OFFSET_FETCH: (1, 8),
+    # DescribeGroups 0-5, ListGroups 0-4, DeleteGroups 0-2, OffsetDelete 0; KIP-848's
+    # ConsumerGroupHeartbeat 0-1 (v1: the client names its member id) and ConsumerGroupDescribe 0-1.
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.HEARTBEAT: (0, 4),
@@ -113,6 +118,8 @@ FIRST_FLEXIBLE: Final[dict[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: 5,
     ApiKey.LIST_GROUPS: 3,
     ApiKey.DELETE_GROUPS: 2,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: 0,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
     ApiKey.API_VERSIONS: 3,
     ApiKey.CREATE_TOPICS: 5,
     ApiKey.DELETE_TOPICS: 4,

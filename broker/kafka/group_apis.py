@@ -22,6 +22,9 @@ from typing import Any, Final
 from broker.group.messages import (
     CommitPartition,
     CommitRequest,
+    ConsumerGroupDescription,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResult,
     GroupDescription,
     GroupListing,
     HeartbeatRequest,
@@ -325,6 +328,12 @@ class GroupApis:
             pcls = nested(cls, "OffsetFetchResponsePartitions")
             groups = []
             for g in body.groups:
+                member_error = ErrorCode.NONE
+                if ctx.version >= 9 and self.groups is not None:
+                    member_error = self.groups.check_fetch_member(g.group_id, g.member_id, int(g.member_epoch))
+                if member_error != ErrorCode.NONE:
+                    groups.append(make(gcls, group_id=g.group_id, topics=(), error_code=kio_error(member_error)))
+                    continue
                 error, topics = await self._fetch_group(g.group_id, g.topics, tcls, pcls)
                 groups.append(make(gcls, group_id=g.group_id, topics=topics, error_code=kio_error(error)))
             return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, groups=tuple(groups)))
@@ -445,3 +454,85 @@ class GroupApis:
                 )
                 topics.append(make(tcls, name=t.name, partitions=parts))
         return encode_body(ctx, make(cls, error_code=kio_error(top), throttle_time=_NO_THROTTLE, topics=tuple(topics)))
+
+    # ------------------------------------------------------------------ KIP-848
+
+    async def consumer_group_heartbeat(self, ctx: RequestContext) -> bytes:
+        body = decode_body(ctx)
+        owned = None
+        if body.topic_partitions is not None:
+            owned = tuple((tp.topic_id, int(p)) for tp in body.topic_partitions for p in tp.partitions)
+        req = ConsumerHeartbeatRequest(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            member_epoch=int(body.member_epoch),
+            instance_id=body.instance_id,
+            rack_id=body.rack_id,
+            rebalance_timeout_ms=_ms(body.rebalance_timeout),
+            subscribed=None if body.subscribed_topic_names is None else tuple(body.subscribed_topic_names),
+            server_assignor=body.server_assignor,
+            owned=owned,
+            client_id=ctx.header.client_id or "",
+            client_host="/" + PEER_HOST.get(),
+        )
+        if getattr(body, "subscribed_topic_regex", None):
+            result = ConsumerHeartbeatResult(ErrorCode.INVALID_REQUEST, "SubscribedTopicRegex is not supported.")
+        elif self.groups is None:
+            result = ConsumerHeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        else:
+            result = await self.groups.consumer_heartbeat(req)
+        cls = response_type(ctx.api_key, ctx.version)
+        assignment = None
+        if result.assignment is not None:
+            tcls = nested(cls, "TopicPartitions")
+            by_topic: dict[Any, list[int]] = {}
+            for topic_id, p in result.assignment:
+                by_topic.setdefault(topic_id, []).append(p)
+            assignment = make(
+                nested(cls, "Assignment"),
+                topic_partitions=tuple(make(tcls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            )
+        return encode_body(
+            ctx,
+            make(cls, throttle_time=_NO_THROTTLE, error_code=kio_error(result.error), error_message=result.message,
+                 member_id=result.member_id, member_epoch=result.member_epoch,
+                 heartbeat_interval=timedelta(milliseconds=result.heartbeat_interval_ms), assignment=assignment),
+        )  # fmt: skip
+
+    async def consumer_group_describe(self, ctx: RequestContext) -> bytes:
+        body = decode_body(ctx)
+        cls = response_type(ctx.api_key, ctx.version)
+        gcls, mcls, acls, tcls = (nested(cls, n) for n in ("DescribedGroup", "Member", "Assignment", "TopicPartitions"))
+        image = self.services.image()
+
+        def assignment(tps: tuple[tuple[Any, int], ...]) -> Any:
+            by_topic: dict[Any, list[int]] = {}
+            for topic_id, p in tps:
+                by_topic.setdefault(topic_id, []).append(p)
+            parts = []
+            for t, ps in by_topic.items():
+                topic = image.topics.by_id.get(t)
+                parts.append(make(tcls, topic_id=t, topic_name=topic.name if topic else "", partitions=tuple(ps)))
+            return make(acls, topic_partitions=tuple(parts))
+
+        groups = []
+        for gid in body.group_ids:
+            if self.groups is None:
+                d = ConsumerGroupDescription(gid, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            else:
+                d = self.groups.describe_consumer_group(gid)
+            members = tuple(
+                make(mcls, member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
+                     member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
+                     subscribed_topic_names=m.subscribed,
+                     subscribed_topic_regex=None, assignment=assignment(m.assignment),
+                     target_assignment=assignment(m.target), member_type=-1)
+                for m in d.members
+            )  # fmt: skip
+            message = f"Group {gid} not found." if d.error == ErrorCode.GROUP_ID_NOT_FOUND else None
+            groups.append(
+                make(gcls, error_code=kio_error(d.error), error_message=message, group_id=gid, group_state=d.state,
+                     group_epoch=d.group_epoch, assignment_epoch=d.assignment_epoch, assignor_name=d.assignor,
+                     members=members, authorized_operations=-(2**31))
+            )  # fmt: skip
+        return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, groups=tuple(groups)))

@@ -153,6 +153,10 @@ class KafkaRequestHandler:
                 return await self.groups.delete_groups(ctx)
             case ApiKey.OFFSET_DELETE:
                 return await self.groups.offset_delete(ctx)
+            case ApiKey.CONSUMER_GROUP_HEARTBEAT:
+                return await self.groups.consumer_group_heartbeat(ctx)
+            case ApiKey.CONSUMER_GROUP_DESCRIBE:
+                return await self.groups.consumer_group_describe(ctx)
             case key if key in FORWARDED:
                 return await handle_forwarded(ctx, s, c)
         raise CloseConnection(f"api key {ctx.api_key} has no handler")  # pragma: no cover
