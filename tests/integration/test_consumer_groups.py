@@ -1,7 +1,8 @@
 """Consumer groups on a real 3+3 cluster with the clients people use, each member in its own
 process (tests/integration/group_member.py) so that it can be killed:
 
-- kafka-python and confluent-kafka (classic protocol): three members over a six-partition
+- kafka-python, confluent-kafka (classic protocol) and confluent-kafka with
+  `group.protocol=consumer` (KIP-848, server-side assignment): three members over a six-partition
   topic get two partitions each; one leaves (SIGTERM: LeaveGroup), one is killed (SIGKILL:
   its session expires) and the last takes all six; then every member is restarted and
   resumes from the committed offsets. Every record is read; a record is read twice only if
@@ -46,6 +47,9 @@ cluster = module_cluster(
     {
         "group.initial.rebalance.delay.ms": "0",
         "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
+        # KIP-848 members: heartbeats often enough that partitions move in seconds.
+        "group.consumer.heartbeat.interval.ms": "500",
+        "group.consumer.session.timeout.ms": str(SESSION_MS),
     },
 )
 
@@ -185,6 +189,10 @@ def test_kafka_python_group(cluster: MetadataCluster) -> None:
 
 def test_confluent_kafka_classic_group(cluster: MetadataCluster) -> None:
     group_scenario(cluster, "confluent")
+
+
+def test_confluent_kafka_consumer_protocol_group(cluster: MetadataCluster) -> None:
+    group_scenario(cluster, "confluent", "--protocol", "consumer")
 
 
 @requires_kcat
