@@ -912,7 +912,7 @@ class GroupShard:
                 frozenset(req.subscribed), req.server_assignor,
             )  # fmt: skip
             group.members[member_id] = member
-            group.group_epoch += 1
+            changed = True
         else:
             member = None if group is None else group.members.get(req.member_id)
             if group is None or member is None:
@@ -929,15 +929,17 @@ class GroupShard:
                 return ConsumerHeartbeatResult(
                     ErrorCode.FENCED_MEMBER_EPOCH, f"The member epoch {req.member_epoch} is not {member.epoch}."
                 )
+            changed = False
             if req.subscribed is not None and frozenset(req.subscribed) != member.subscribed:
                 member.subscribed = frozenset(req.subscribed)
-                group.group_epoch += 1
+                changed = True
             if req.server_assignor is not None and req.server_assignor != member.server_assignor:
                 member.server_assignor = req.server_assignor
-                group.group_epoch += 1
+                changed = True
             member.rebalance_timeout_ms = req.rebalance_timeout_ms or member.rebalance_timeout_ms
         self.deadlines.set(("csession", group.group_id, member.member_id), now_ms + c.consumer_session_timeout_ms)
-        self._refresh_topics(group, topic)
+        if self._refresh_topics(group, topic) or changed:
+            group.group_epoch += 1  # one bump for whatever changed in this heartbeat
         if group.assignment_epoch < group.group_epoch:
             self._assign(group)
         owned = None if req.owned is None else set(req.owned)
@@ -952,16 +954,17 @@ class GroupShard:
             tuple(sorted(member.assigned)),
         )  # fmt: skip
 
-    def _refresh_topics(self, group: ConsumerGroup, topic: Callable[[str], tuple[UUID, int] | None]) -> None:
-        """A subscribed topic created, deleted or grown moves the group epoch."""
+    def _refresh_topics(self, group: ConsumerGroup, topic: Callable[[str], tuple[UUID, int] | None]) -> bool:
+        """Whether a subscribed topic was created, deleted or grown (that moves the group epoch)."""
         now: dict[str, tuple[UUID, int]] = {}
         for name in sorted(group.subscribed_topics()):
             found = topic(name)
             if found is not None:
                 now[name] = found
-        if now != group.topics:
-            group.topics = now
-            group.group_epoch += 1
+        if now == group.topics:
+            return False
+        group.topics = now
+        return True
 
     def _assign(self, group: ConsumerGroup) -> None:
         wanted = [m.server_assignor for m in group.members.values() if m.server_assignor]
