@@ -28,7 +28,12 @@ from broker.group.messages import JoinResult, LeaveResult, SyncResult
 from broker.group.shard import Outcome, append_error
 from quorum.kafka_errors import ErrorCode
 
-__all__ = ["Release", "WriteOrder", "error_reply"]
+__all__ = ["MAY_BE_WRITTEN", "Release", "WriteOrder", "error_reply"]
+
+# Append errors after which the batch may still be in the log and commit later: the state
+# keeps what it says (as Kafka's coordinator runtime keeps it: it reverts only an append
+# that failed), else a later coordinator would replay what this one had forgotten.
+MAY_BE_WRITTEN = frozenset({ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +76,15 @@ class WriteOrder:
             return
         entry.done = True
         entry.code = code
-        if code != ErrorCode.NONE and undo and entry.outcome.undo is not None:
+        if code == ErrorCode.NONE:
+            return
+        if undo and code not in MAY_BE_WRITTEN and entry.outcome.undo is not None:
             entry.extra = entry.outcome.undo(code)
+        # Outcomes without records queued behind this one were computed from the state the
+        # undo just put back: they fail with it (they showed what was not written).
+        for later in self._queue:
+            if later.number > number and not later.outcome.records and later.code == ErrorCode.NONE:
+                later.code = code
 
     def pending(self) -> bool:
         """Whether an answer still waits (some append has not completed)."""
