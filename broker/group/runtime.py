@@ -378,8 +378,10 @@ class GroupCoordinator:
         if loaded is None:
             return error, []
         offsets = loaded.shard.fetch_offsets(group_id, partitions)
-        if loaded.order.pending():
-            await self._dispatch(loaded, Outcome())  # answer after the writes before this read
+        if loaded.order.pending():  # answer after the writes before this read; not if one failed
+            written = await self._dispatch(loaded, Outcome())
+            if written != ErrorCode.NONE:
+                return append_error(written), []
         return ErrorCode.NONE, offsets
 
     async def delete_offsets(
