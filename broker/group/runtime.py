@@ -53,6 +53,7 @@ from broker.group.records import (
     encode_value,
 )
 from broker.group.shard import CoordinatorConfig, GroupShard, Outcome, Record, append_error
+from broker.group.write_order import WriteOrder
 from broker.log.records import BatchHeader, batch_records, encode_records
 from broker.log.records import Record as LogRecord
 from quorum.kafka_errors import ErrorCode
@@ -114,7 +115,8 @@ class _Loaded:
     shard: GroupShard
     ready: bool = False
     waiters: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
-    last_write: asyncio.Future[ErrorCode] | None = None
+    order: WriteOrder = field(default_factory=WriteOrder)
+    results: dict[int, asyncio.Future[ErrorCode]] = field(default_factory=dict)  # by WriteOrder entry
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     closed: bool = False
@@ -265,43 +267,36 @@ class GroupCoordinator:
 
     def _dispatch(self, loaded: _Loaded, out: Outcome) -> asyncio.Future[ErrorCode]:
         """Append `out.records` (if any) and answer `out.replies` once they and everything
-        before them committed; the append's outcome."""
+        before them committed (`WriteOrder`'s rules); the append's outcome."""
         loop = asyncio.get_running_loop()
         loaded.wake.set()  # deadlines may have moved earlier
+        entry = loaded.order.submit(out)
+        result: asyncio.Future[ErrorCode] = loop.create_future()
+        loaded.results[entry] = result
         if out.records:
             batch = self._encode(out.records, self.clock())
-            write: asyncio.Future[ErrorCode] = loop.create_task(
-                self.host.append(loaded.partition, batch, self.commit_timeout_ms)
-            )
-            loaded.last_write = write
-        elif loaded.last_write is not None and not loaded.last_write.done():
-            write = loaded.last_write
-        else:
-            self._answer(loaded, out.replies)
-            done: asyncio.Future[ErrorCode] = loop.create_future()
-            done.set_result(ErrorCode.NONE)
-            return done
-        result: asyncio.Future[ErrorCode] = loop.create_future()
+            write = loop.create_task(self.host.append(loaded.partition, batch, self.commit_timeout_ms))
 
-        def finished(w: asyncio.Future[ErrorCode]) -> None:
-            code = ErrorCode.NOT_COORDINATOR if w.cancelled() or w.exception() is not None else w.result()
-            if w is write and not w.cancelled() and w.exception() is not None:
-                log.error("appending to %s-%d failed: %s", OFFSETS_TOPIC, loaded.partition, w.exception())
-            if not out.records:
-                code = ErrorCode.NONE  # an earlier write failed: that one's requests get the error
-            replies = out.replies
-            if code != ErrorCode.NONE:
-                log.warning("broker %d: a group write to %s-%d failed: %s", self.node_id, OFFSETS_TOPIC,
-                            loaded.partition, code.name)  # fmt: skip
-                replies = {t: _error_reply(r, append_error(code)) for t, r in out.replies.items()}
-                if out.undo is not None and not loaded.closed:
-                    replies.update(out.undo(code))
-            self._answer(loaded, replies)
-            if not result.done():
-                result.set_result(code)
+            def finished(w: asyncio.Future[ErrorCode]) -> None:
+                code = ErrorCode.NOT_COORDINATOR if w.cancelled() or w.exception() is not None else w.result()
+                if not w.cancelled() and w.exception() is not None:
+                    log.error("appending to %s-%d failed: %s", OFFSETS_TOPIC, loaded.partition, w.exception())
+                if code != ErrorCode.NONE:
+                    log.warning("broker %d: a group write to %s-%d failed: %s", self.node_id, OFFSETS_TOPIC,
+                                loaded.partition, code.name)  # fmt: skip
+                loaded.order.completed(entry, code, undo=not loaded.closed)
+                self._release(loaded)
 
-        write.add_done_callback(finished)
+            write.add_done_callback(finished)
+        self._release(loaded)
         return result
+
+    def _release(self, loaded: _Loaded) -> None:
+        for released in loaded.order.drain():
+            self._answer(loaded, released.replies)
+            fut = loaded.results.pop(released.entry, None)
+            if fut is not None and not fut.done():
+                fut.set_result(released.code)
 
     def _answer(self, loaded: _Loaded, replies: dict[int, Any]) -> None:
         for token, reply in replies.items():
@@ -395,8 +390,10 @@ class GroupCoordinator:
         if loaded is None:
             return error, []
         offsets = loaded.shard.fetch_offsets(group_id, partitions)
-        if loaded.last_write is not None and not loaded.last_write.done():
-            await self._dispatch(loaded, Outcome())  # answer after the writes before this read
+        if loaded.order.pending():  # answer after the writes before this read; not if one failed
+            written = await self._dispatch(loaded, Outcome())
+            if written != ErrorCode.NONE:
+                return append_error(written), []
         return ErrorCode.NONE, offsets
 
     async def delete_offsets(
@@ -449,8 +446,10 @@ class GroupCoordinator:
             return ConsumerHeartbeatResult(error)
         result = loaded.shard.consumer_heartbeat(req, self.host.topic, self.clock())
         loaded.wake.set()  # a session deadline moved
-        if loaded.last_write is not None and not loaded.last_write.done():
-            await self._dispatch(loaded, Outcome())  # answer after the writes before it
+        if loaded.order.pending():  # answer after the writes before it; not if one failed
+            written = await self._dispatch(loaded, Outcome())
+            if written != ErrorCode.NONE:
+                return ConsumerHeartbeatResult(append_error(written))
         return result
 
     def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
@@ -472,13 +471,3 @@ class GroupCoordinator:
 
 class _NotCoordinator(Exception):
     """The partition was unloaded while a request waited."""
-
-
-def _error_reply(reply: Any, code: ErrorCode) -> Any:
-    if isinstance(reply, JoinResult):
-        return JoinResult(code, member_id=reply.member_id)
-    if isinstance(reply, SyncResult):
-        return SyncResult(code)
-    if isinstance(reply, LeaveResult):
-        return LeaveResult(code)
-    return reply

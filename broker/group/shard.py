@@ -66,6 +66,10 @@ __all__ = ["CoordinatorConfig", "GroupShard", "Outcome", "Record"]
 Record = tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]
 TopicPartition = tuple[str, int]
 
+# What one operation deleted, for its undo: (group, the offsets it removed, the numbers of
+# those changes, the Empty group it dropped or None).
+_Deleted = tuple[str, dict[TopicPartition, OffsetValue], dict[TopicPartition, int], "ClassicGroup | None"]
+
 # Deadline keys: ("session", group, member), ("pending", group, member), ("join", group),
 # ("sync", group, generation).
 DeadlineKey = tuple[Any, ...]
@@ -119,6 +123,10 @@ class GroupShard:
         self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (a group id is in one map only)
         self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
         self.deadlines: Deadlines[DeadlineKey] = Deadlines()
+        # The latest change of each (group, topic, partition) offset since loading, by number:
+        # an undo puts an offset back only over its own change, never over a later one.
+        self._offset_changes: dict[str, dict[TopicPartition, int]] = {}
+        self._changes = 0
 
     # ================================================================== loading
 
@@ -630,6 +638,7 @@ class GroupShard:
         errors: list[ErrorCode] = []
         offsets = self.offsets.setdefault(req.group_id, {})
         before: dict[TopicPartition, OffsetValue | None] = {}
+        changed: dict[TopicPartition, int] = {}
         expire = now_ms + req.retention_ms if req.retention_ms >= 0 else -1
         for p in req.partitions:
             metadata = p.metadata or ""
@@ -640,6 +649,7 @@ class GroupShard:
             value = OffsetValue(p.offset, p.leader_epoch, metadata, now_ms, expire)
             before.setdefault(tp, offsets.get(tp))
             offsets[tp] = value
+            changed[tp] = self._changed(req.group_id, tp)
             out.records.append((OffsetKey(req.group_id, p.topic, p.partition), value))
             errors.append(ErrorCode.NONE)
         if not offsets:
@@ -648,6 +658,9 @@ class GroupShard:
         def undo(code: ErrorCode) -> dict[Token, Any]:
             mine = self.offsets.get(req.group_id, {})
             for tp, old in before.items():
+                if not self._is_last_change(req.group_id, tp, changed[tp]):
+                    continue  # a later commit or delete took its place: that one stands
+                self._changed(req.group_id, tp)
                 if old is None:
                     mine.pop(tp, None)
                 else:
@@ -713,16 +726,20 @@ class GroupShard:
         subscribed = group.subscribed_topics() if group.members else set()
         mine = self.offsets.get(group_id, {})
         errors = []
+        removed: dict[TopicPartition, OffsetValue] = {}
         for t, p in partitions:
             if subscribed is None or t in subscribed:
                 errors.append(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
                 continue
             errors.append(ErrorCode.NONE)
             if (t, p) in mine:
-                del mine[(t, p)]
+                removed[(t, p)] = mine.pop((t, p))
                 out.records.append((OffsetKey(group_id, t, p), None))
+        stamps = {tp: self._changed(group_id, tp) for tp in removed}
         if not mine:
             self.offsets.pop(group_id, None)
+        if removed:
+            out.undo = self._undo_deletes([(group_id, removed, stamps, None)])
         return ErrorCode.NONE, errors, out
 
     def delete_group(self, group_id: str, now_ms: int) -> tuple[ErrorCode, Outcome]:
@@ -741,15 +758,53 @@ class GroupShard:
             return ErrorCode.GROUP_ID_NOT_FOUND, out
         if group.members or group.state != GroupState.EMPTY:
             return ErrorCode.NON_EMPTY_GROUP, out
-        self._drop_group(group, out)
+        removed = self._drop_group(group, out)
+        stamps = {tp: self._changed(group_id, tp) for tp in set(removed) | set(self._offset_changes.get(group_id, {}))}
+        out.undo = self._undo_deletes([(group_id, removed, stamps, group)])
         return ErrorCode.NONE, out
 
-    def _drop_group(self, group: ClassicGroup, out: Outcome) -> None:
-        for t, p in sorted(self.offsets.pop(group.group_id, {})):
+    def _drop_group(self, group: ClassicGroup, out: Outcome) -> dict[TopicPartition, OffsetValue]:
+        """Tombstones for an Empty group and its offsets; the offsets it had.
+
+        Every offset changed since loading gets a tombstone too: one whose delete is still
+        being written (and may yet fail) must not outlive the group in the log."""
+        removed = self.offsets.pop(group.group_id, {})
+        for t, p in sorted(set(removed) | set(self._offset_changes.get(group.group_id, {}))):
             out.records.append((OffsetKey(group.group_id, t, p), None))
         out.records.append((GroupKey(group.group_id), None))
         group.state = GroupState.DEAD
         del self.groups[group.group_id]
+        return removed
+
+    def _undo_deletes(self, deleted: list[_Deleted]) -> Callable[[ErrorCode], dict[Token, Any]]:
+        """The undo of tombstones that were not written: per group, the offsets they removed
+        come back (each unless changed since), and the (Empty) group they dropped (unless one
+        of that name was created since)."""
+
+        def undo(code: ErrorCode) -> dict[Token, Any]:
+            for group_id, removed, stamps, group in deleted:
+                if group is not None and group_id not in self.groups:
+                    group.state = GroupState.EMPTY
+                    self.groups[group_id] = group
+                mine = self.offsets.setdefault(group_id, {})
+                for tp, value in removed.items():
+                    if self._is_last_change(group_id, tp, stamps[tp]):
+                        self._changed(group_id, tp)
+                        mine[tp] = value
+                if not mine:
+                    del self.offsets[group_id]
+            return {}
+
+        return undo
+
+    def _changed(self, group_id: str, tp: TopicPartition) -> int:
+        """Note a change of the group's offset of `tp`; its number."""
+        self._changes += 1
+        self._offset_changes.setdefault(group_id, {})[tp] = self._changes
+        return self._changes
+
+    def _is_last_change(self, group_id: str, tp: TopicPartition, change: int) -> bool:
+        return self._offset_changes.get(group_id, {}).get(tp) == change
 
     def expire_offsets(self, now_ms: int) -> Outcome:
         """offsets.retention.minutes: the offsets of topics no member subscribes to, older than
@@ -757,22 +812,25 @@ class GroupShard:
         from the commit), go; so does an Empty group left with no offsets."""
         out = Outcome()
         retention = self.config.offsets_retention_ms
+        deleted: list[_Deleted] = []
+        removed: dict[TopicPartition, OffsetValue]
         for group_id in list(self.consumer_groups):
             consumer_group = self.consumer_groups[group_id]
             mine = self.offsets.get(group_id, {})
             subscribed_now = consumer_group.subscribed_topics()
+            removed = {}
             for tp, v in list(mine.items()):
                 if tp[0] in subscribed_now:
                     continue
                 if (v.expire_timestamp >= 0 and now_ms >= v.expire_timestamp) or (
                     v.expire_timestamp < 0 and now_ms - v.commit_timestamp >= retention
                 ):
-                    del mine[tp]
+                    removed[tp] = mine.pop(tp)
                     out.records.append((OffsetKey(group_id, tp[0], tp[1]), None))
             if not mine:
                 self.offsets.pop(group_id, None)
-                if not consumer_group.members:
-                    del self.consumer_groups[group_id]
+            if removed:
+                deleted.append((group_id, removed, {tp: self._changed(group_id, tp) for tp in removed}, None))
         for group_id in list(self.groups):
             group = self.groups[group_id]
             mine = self.offsets.get(group_id, {})
@@ -787,7 +845,7 @@ class GroupShard:
                 continue
             if subscribed is None:
                 continue
-            expired = False
+            removed = {}
             for tp, v in list(mine.items()):
                 if tp[0] in subscribed:
                     continue
@@ -795,13 +853,19 @@ class GroupShard:
                 if (v.expire_timestamp >= 0 and now_ms >= v.expire_timestamp) or (
                     v.expire_timestamp < 0 and now_ms - start >= retention
                 ):
-                    del mine[tp]
-                    expired = True
+                    removed[tp] = mine.pop(tp)
                     out.records.append((OffsetKey(group_id, tp[0], tp[1]), None))
             if not mine:
                 self.offsets.pop(group_id, None)
-            if expired and group.state == GroupState.EMPTY and not group.members and group_id not in self.offsets:
+            dropped = None
+            if removed and group.state == GroupState.EMPTY and not group.members and group_id not in self.offsets:
                 self._drop_group(group, out)
+                dropped = group
+            if removed:
+                tombstoned = set(removed) | (set(self._offset_changes.get(group_id, {})) if dropped else set())
+                deleted.append((group_id, removed, {tp: self._changed(group_id, tp) for tp in tombstoned}, dropped))
+        if deleted:
+            out.undo = self._undo_deletes(deleted)
         return out
 
     # ================================================================== describing

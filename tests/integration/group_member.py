@@ -57,7 +57,9 @@ def run_kafka_python(args: argparse.Namespace, stop: list[bool]) -> None:
                 for r in records:
                     emit(event="record", p=tp.partition, o=r.offset, v=(r.value or b"").decode())
                     try:
-                        consumer.commit({TopicPartition(args.topic, tp.partition): OffsetAndMetadata(r.offset + 1, "", -1)})
+                        consumer.commit(
+                            {TopicPartition(args.topic, tp.partition): OffsetAndMetadata(r.offset + 1, "", -1)}
+                        )
                         emit(event="committed", p=tp.partition, o=r.offset + 1)
                     except KafkaError as exc:
                         emit(event="commit_failed", error=repr(exc))

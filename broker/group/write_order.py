@@ -1,0 +1,115 @@
+"""When the answers of a coordinator partition's operations may go: sans-IO, in operation order.
+
+Each operation of a `GroupShard` returns an `Outcome` (records to append, answers, an
+`undo`). The runtime (`broker.group.runtime`) submits every outcome here in the order the
+shard produced them, appends the records of those that have any, and reports each append's
+result with `completed`. `drain` then hands back, in submission order, the answers that may
+be sent. The rules:
+
+- an outcome's answers go only once its own append (if it has records) and the append of
+  every outcome submitted before it have completed, so no answer shows state that a failover
+  could lose (an outcome without records still waits for the appends before it);
+- when an append fails, the outcome's answers become that error (`append_error`'s mapping),
+  and its `undo` runs at once (when asked to: not for a partition already unloaded), which
+  restores the state and may add answers of its own;
+- an outcome without records is never answered with an earlier outcome's error: that
+  error is the earlier outcome's.
+
+Entries are numbered from 1 in submission order; nothing here reads a clock or does IO.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.group.messages import JoinResult, LeaveResult, SyncResult
+from broker.group.shard import Outcome, append_error
+from quorum.kafka_errors import ErrorCode
+
+__all__ = ["MAY_BE_WRITTEN", "Release", "WriteOrder", "error_reply"]
+
+# Append errors after which the batch may still be in the log and commit later: the state
+# keeps what it says (as Kafka's coordinator runtime keeps it: it reverts only an append
+# that failed), else a later coordinator would replay what this one had forgotten.
+MAY_BE_WRITTEN = frozenset({ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """The answers of one submitted outcome, ready to be sent."""
+
+    entry: int  # `submit`'s number for the outcome
+    code: ErrorCode  # its own append's result (NONE for an outcome without records)
+    replies: dict[int, Any]
+
+
+@dataclass(slots=True)
+class _Entry:
+    number: int
+    outcome: Outcome
+    done: bool  # its append completed (or it has none)
+    code: ErrorCode = ErrorCode.NONE
+    extra: dict[int, Any] = field(default_factory=dict)  # answers the undo added
+
+
+class WriteOrder:
+    def __init__(self) -> None:
+        self._queue: deque[_Entry] = deque()  # submitted, not yet released; in submission order
+        self._by_number: dict[int, _Entry] = {}
+        self._next = 1
+
+    def submit(self, out: Outcome) -> int:
+        """Queue `out`; its number (append `out.records` under it when there are any)."""
+        entry = _Entry(self._next, out, done=not out.records)
+        self._next += 1
+        self._queue.append(entry)
+        if out.records:
+            self._by_number[entry.number] = entry
+        return entry.number
+
+    def completed(self, number: int, code: ErrorCode, *, undo: bool = True) -> None:
+        """The append of entry `number` finished with `code`; on an error, run its undo."""
+        entry = self._by_number.pop(number, None)
+        if entry is None or entry.done:
+            return
+        entry.done = True
+        entry.code = code
+        if code == ErrorCode.NONE:
+            return
+        if undo and code not in MAY_BE_WRITTEN and entry.outcome.undo is not None:
+            entry.extra = entry.outcome.undo(code)
+        # Outcomes without records queued behind this one were computed from the state the
+        # undo just put back: they fail with it (they showed what was not written).
+        for later in self._queue:
+            if later.number > number and not later.outcome.records and later.code == ErrorCode.NONE:
+                later.code = code
+
+    def pending(self) -> bool:
+        """Whether an answer still waits (some append has not completed)."""
+        return bool(self._queue)
+
+    def drain(self) -> list[Release]:
+        """The outcomes whose answers may go now, in submission order (each only once)."""
+        out: list[Release] = []
+        while self._queue and self._queue[0].done:
+            entry = self._queue.popleft()
+            replies = entry.outcome.replies
+            if entry.code != ErrorCode.NONE:
+                mapped = append_error(entry.code)
+                replies = {t: error_reply(r, mapped) for t, r in replies.items()}
+                replies.update(entry.extra)
+            out.append(Release(entry.number, entry.code, replies))
+        return out
+
+
+def error_reply(reply: Any, code: ErrorCode) -> Any:
+    """The answer `reply` becomes when its records could not be written."""
+    if isinstance(reply, JoinResult):
+        return JoinResult(code, member_id=reply.member_id)
+    if isinstance(reply, SyncResult):
+        return SyncResult(code)
+    if isinstance(reply, LeaveResult):
+        return LeaveResult(code)
+    return reply

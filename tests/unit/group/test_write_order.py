@@ -1,0 +1,89 @@
+"""`broker.group.write_order.WriteOrder`: when a coordinator partition's answers may go."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.group.messages import JoinResult, SyncResult
+from broker.group.records import GroupKey, OffsetKey, OffsetValue
+from broker.group.shard import Outcome
+from broker.group.write_order import WriteOrder
+from quorum.kafka_errors import ErrorCode
+
+RECORD = (OffsetKey("g", "t", 0), OffsetValue(1, -1, "", 0))
+
+
+def released(order: WriteOrder) -> dict[int, Any]:
+    out: dict[int, Any] = {}
+    for r in order.drain():
+        out.update(r.replies)
+    return out
+
+
+def test_answers_wait_for_their_own_append_and_every_earlier_one() -> None:
+    order = WriteOrder()
+    first = order.submit(Outcome([RECORD], {1: SyncResult(ErrorCode.NONE)}))
+    second = order.submit(Outcome([(GroupKey("g"), None)], {2: SyncResult(ErrorCode.NONE)}))
+    order.submit(Outcome([], {3: SyncResult(ErrorCode.NONE)}))
+    assert released(order) == {}
+    order.completed(second, ErrorCode.NONE)
+    assert released(order) == {}  # the first append is still out
+    order.completed(first, ErrorCode.NONE)
+    assert set(released(order)) == {1, 2, 3}
+    assert not order.pending()
+
+
+def test_a_failed_append_answers_its_error_and_runs_the_undo() -> None:
+    order = WriteOrder()
+    undone: list[ErrorCode] = []
+
+    def undo(code: ErrorCode) -> dict[int, Any]:
+        undone.append(code)
+        return {9: JoinResult(ErrorCode.REBALANCE_IN_PROGRESS)}
+
+    n = order.submit(Outcome([RECORD], {1: SyncResult(ErrorCode.NONE)}, undo))
+    order.completed(n, ErrorCode.NOT_ENOUGH_REPLICAS)
+    assert undone == [ErrorCode.NOT_ENOUGH_REPLICAS]
+    assert released(order) == {
+        1: SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        9: JoinResult(ErrorCode.REBALANCE_IN_PROGRESS),
+    }
+
+
+def test_an_answer_without_records_queued_behind_a_failed_append_fails_with_it() -> None:
+    """A SyncGroup answered from the Stable state the leader's (then refused) group record made
+    must not go out as a success: that generation was never written (found by the group
+    simulation: two members answered the same partition in one generation)."""
+    order = WriteOrder()
+    leader = order.submit(Outcome([RECORD], {1: SyncResult(ErrorCode.NONE, assignment=b"a")}, lambda code: {}))
+    order.submit(Outcome([], {2: SyncResult(ErrorCode.NONE, assignment=b"b")}))
+    order.completed(leader, ErrorCode.NOT_ENOUGH_REPLICAS)
+    answers = released(order)
+    assert answers[2] == SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    # An answer without records submitted after the failure is known goes as it is.
+    order.submit(Outcome([], {3: SyncResult(ErrorCode.NONE)}))
+    assert released(order) == {3: SyncResult(ErrorCode.NONE)}
+
+
+def test_no_undo_when_the_batch_may_still_be_in_the_log() -> None:
+    """A timed-out append may still commit: its state stays, as Kafka's coordinator runtime
+    keeps it (found by the group simulation: an offset the memory had forgotten escaped a
+    later DeleteGroups' tombstones and came back after a coordinator move)."""
+    order = WriteOrder()
+    undone: list[ErrorCode] = []
+    n = order.submit(Outcome([RECORD], {1: SyncResult(ErrorCode.NONE)}, lambda code: undone.append(code) or {}))
+    order.completed(n, ErrorCode.REQUEST_TIMED_OUT)
+    assert undone == []
+    assert released(order) == {1: SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)}
+    m = order.submit(Outcome([RECORD], {}, lambda code: undone.append(code) or {}))
+    order.completed(m, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+    assert undone == []
+
+
+def test_an_unloaded_partition_skips_the_undo() -> None:
+    order = WriteOrder()
+    undone: list[ErrorCode] = []
+    n = order.submit(Outcome([RECORD], {1: SyncResult(ErrorCode.NONE)}, lambda code: undone.append(code) or {}))
+    order.completed(n, ErrorCode.NOT_LEADER_OR_FOLLOWER, undo=False)
+    assert undone == []
+    assert released(order) == {1: SyncResult(ErrorCode.NOT_COORDINATOR)}
