@@ -13,15 +13,15 @@ CurrentAssignmentBuilder), revoking before assigning:
   are handed over on a later heartbeat, once released.
 Invariant: a partition is in at most one member's `assigned` or `revoking` at any time.
 
-The state of these groups is held in memory only (it is not written to `__consumer_offsets`
-yet): when the coordinator moves, members are answered UNKNOWN_MEMBER_ID and join again at
-epoch 0; committed offsets are kept, as for every group.
+The state of these groups is written to `__consumer_offsets` as Kafka's records of types
+3-8 (`broker.group.consumer_records`) and loaded by the next coordinator with the offsets.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 from uuid import UUID
 
 TopicPartition = tuple[UUID, int]
@@ -59,6 +59,7 @@ class ConsumerGroup:
     target: dict[str, set[TopicPartition]] = field(default_factory=dict)
     topics: dict[str, tuple[UUID, int]] = field(default_factory=dict)  # subscribed topics' ids and sizes
     assignor: str = ""
+    persisted: dict[Any, Any] = field(default_factory=dict)  # the records last written: key -> value
 
     def state(self) -> str:
         if not self.members:

@@ -444,12 +444,12 @@ class GroupCoordinator:
         loaded, error = self._shard_for(req.group_id)
         if loaded is None:
             return ConsumerHeartbeatResult(error)
-        result = loaded.shard.consumer_heartbeat(req, self.host.topic, self.clock())
-        loaded.wake.set()  # a session deadline moved
-        if loaded.order.pending():  # answer after the writes before it; not if one failed
-            written = await self._dispatch(loaded, Outcome())
+        result, out = loaded.shard.consumer_heartbeat(req, self.host.topic, self.clock())
+        if out.records or loaded.order.pending():  # answer once it and the writes before it committed
+            written = await self._dispatch(loaded, out)
             if written != ErrorCode.NONE:
                 return ConsumerHeartbeatResult(append_error(written))
+        loaded.wake.set()  # a session deadline moved
         return result
 
     def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:

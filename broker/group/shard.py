@@ -38,6 +38,8 @@ from uuid import UUID
 from broker.group.assignors import assign
 from broker.group.classic import ClassicGroup, GroupState, Member, Token
 from broker.group.consumer_group import ConsumerGroup, ConsumerMember, MemberState, reconcile
+from broker.group.consumer_records import CONSUMER_KEYS, changed_records
+from broker.group.consumer_records import replay as replay_consumer_record
 from broker.group.messages import (
     CommitRequest,
     CommittedOffset,
@@ -130,8 +132,11 @@ class GroupShard:
 
     # ================================================================== loading
 
-    def replay(self, key: OffsetKey | GroupKey, value: OffsetValue | GroupValue | None, now_ms: int) -> None:
+    def replay(self, key: Any, value: Any, now_ms: int) -> None:
         """Apply one record of the partition (in log order) to the state."""
+        if isinstance(key, CONSUMER_KEYS):
+            replay_consumer_record(self.consumer_groups, key, value)
+            return
         if isinstance(key, OffsetKey):
             assert value is None or isinstance(value, OffsetValue)
             tp = (key.topic, key.partition)
@@ -173,6 +178,11 @@ class GroupShard:
         for group in self.groups.values():
             for m in group.members.values():
                 self._touch(group, m, now_ms)
+        for consumer_group in self.consumer_groups.values():
+            for member in consumer_group.members.values():
+                self.deadlines.set(
+                    ("csession", consumer_group.group_id, member.member_id), now_ms + self.config.consumer_session_timeout_ms
+                )
 
     # ================================================================== JoinGroup
 
@@ -194,6 +204,7 @@ class GroupShard:
             if consumer_group.members:
                 return ErrorCode.INCONSISTENT_GROUP_PROTOCOL  # a group speaks one protocol at a time
             del self.consumer_groups[req.group_id]  # an empty consumer group becomes a classic one
+            out.records.extend(changed_records(consumer_group, deleted=True))
         group = self.groups.get(req.group_id)
         if group is None:
             if req.member_id:
@@ -595,7 +606,7 @@ class GroupShard:
         for key in self.deadlines.due(now_ms):
             kind, group_id = key[0], key[1]
             if kind in ("csession", "crevoke"):
-                self._consumer_deadline(key)
+                self._consumer_deadline(key, out)
                 continue
             group = self.groups.get(group_id)
             if group is None:
@@ -752,6 +763,7 @@ class GroupShard:
             del self.consumer_groups[group_id]
             for t, p in sorted(self.offsets.pop(group_id, {})):
                 out.records.append((OffsetKey(group_id, t, p), None))
+            out.records.extend(changed_records(consumer_group, deleted=True))
             return ErrorCode.NONE, out
         group = self.groups.get(group_id)
         if group is None or group.state == GroupState.DEAD:
@@ -931,9 +943,34 @@ class GroupShard:
 
     def consumer_heartbeat(
         self, req: ConsumerHeartbeatRequest, topic: Callable[[str], tuple[UUID, int] | None], now_ms: int
-    ) -> ConsumerHeartbeatResult:
+    ) -> tuple[ConsumerHeartbeatResult, Outcome]:
         """ConsumerGroupHeartbeat: join (epoch 0), leave (-1, -2), or a member's heartbeat;
-        `topic` resolves a topic name to its id and partition count (None: no such topic)."""
+        `topic` resolves a topic name to its id and partition count (None: no such topic). The
+        answer, and the records of what changed (to be committed before it is sent)."""
+        was_classic = req.group_id in self.groups
+        result = self._consumer_heartbeat(req, topic, now_ms)
+        out = Outcome()
+        if was_classic and req.group_id not in self.groups:
+            out.records.append((GroupKey(req.group_id), None))  # the empty classic group became this one
+        group = self.consumer_groups.get(req.group_id)
+        if group is not None:
+            before = dict(group.persisted)
+            out.records.extend(changed_records(group))
+            if out.records:
+                out.undo = self._restore_persisted(group, before)
+        return result, out
+
+    @staticmethod
+    def _restore_persisted(group: ConsumerGroup, before: dict[Any, Any]) -> Callable[[ErrorCode], dict[Token, Any]]:
+        def undo(_code: ErrorCode) -> dict[Token, Any]:
+            group.persisted = before  # not written: the next change writes it again
+            return {}
+
+        return undo
+
+    def _consumer_heartbeat(
+        self, req: ConsumerHeartbeatRequest, topic: Callable[[str], tuple[UUID, int] | None], now_ms: int
+    ) -> ConsumerHeartbeatResult:
         c = self.config
         if not req.group_id:
             return ConsumerHeartbeatResult(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
@@ -1045,13 +1082,14 @@ class GroupShard:
         self.deadlines.cancel(("csession", group.group_id, member.member_id))
         group.group_epoch += 1
 
-    def _consumer_deadline(self, key: DeadlineKey) -> None:
+    def _consumer_deadline(self, key: DeadlineKey, out: Outcome) -> None:
         group = self.consumer_groups.get(key[1])
         member = None if group is None else group.members.get(key[2])
         if group is None or member is None:
             return
         if key[0] == "csession" or (member.state == MemberState.UNREVOKED_PARTITIONS and member.epoch == key[3]):
             self._remove_consumer_member(group, member)  # session expired, or revocation took too long: fenced
+            out.records.extend(changed_records(group))
 
     def check_consumer_member(self, group: ConsumerGroup, member_id: str, epoch: int, now_ms: int) -> ErrorCode:
         """May this member (at this epoch) commit offsets of `group`? (Admin commits, with no

@@ -66,7 +66,7 @@ def hb(s: GroupShard, member: str = "", epoch: int = 0, owned: set[tuple[uuid.UU
         "g", member, epoch, kw.get("instance"), None, 30_000, subscribed, kw.get("assignor"),  # type: ignore[arg-type]
         None if owned is None else tuple(sorted(owned)), "client", "/127.0.0.1",
     )  # fmt: skip
-    return s.consumer_heartbeat(req, TOPICS.get, now)
+    return s.consumer_heartbeat(req, TOPICS.get, now)[0]
 
 
 def test_a_second_member_gets_partitions_only_after_the_first_revoked_them() -> None:
