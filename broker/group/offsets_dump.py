@@ -159,6 +159,8 @@ def parse_offsets_record(offset: int, key: bytes | None, value: bytes | None) ->
         return f"Unknown record type {key_version} at offset {offset}, skipping.", None
     try:
         record_key = decode_key(key)
+        if not isinstance(record_key, OffsetKey | GroupKey):
+            raise RecordSchemaError(f"key version {key_version} is a consumer-group (KIP-848) record, not decoded")
         record_value = decode_value(record_key, value)
     except RecordSchemaError as exc:
         return f"Error at offset {offset}, skipping. {exc}", None

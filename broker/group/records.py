@@ -4,9 +4,9 @@ Every record of that topic has a key and (except tombstones) a value, each an in
 followed by the struct of that version:
 
 - key version 0 or 1: OffsetCommitKey (group: string, topic: string, partition: int32);
-  key version 2: GroupMetadataKey (group: string). Keys are never flexible.
-  Key versions 3..8 are KIP-848's consumer-group records (and later ones other record
-  types): not decoded here, `decode_key` raises `RecordSchemaError` naming the version.
+  key version 2: GroupMetadataKey (group: string); key versions 3..8: KIP-848's
+  consumer-group records (below), keyed by groupId: string (and memberId: string for 5, 7
+  and 8). Keys are never flexible. Later key versions (share groups, ...) are unknown here.
 - OffsetCommitValue versions 0..4 (4 is flexible): offset int64, leaderEpoch int32 (v3+,
   default -1), metadata string, commitTimestamp int64, expireTimestamp int64 (v1 only,
   default -1).
@@ -16,13 +16,33 @@ followed by the struct of that version:
   string, clientHost string, rebalanceTimeout int32 (v1+, default -1), sessionTimeout
   int32, subscription bytes, assignment bytes.
 
+- KIP-848's consumer-group values, each of version 0 only, which is flexible:
+  3 ConsumerGroupMetadataValue: epoch int32.
+  4 ConsumerGroupPartitionMetadataValue: topics [TopicMetadata: topicId uuid, topicName
+    string, numPartitions int32, partitionMetadata [partition int32, racks [string]]].
+  5 ConsumerGroupMemberMetadataValue: instanceId string?, rackId string?, clientId string,
+    clientHost string, subscribedTopicNames [string], subscribedTopicRegex string?,
+    rebalanceTimeoutMs int32, serverAssignor string?, and tagged field 0
+    classicMemberMetadata? (sessionTimeoutMs int32, supportedProtocols [name string,
+    metadata bytes]), null by default.
+  6 ConsumerGroupTargetAssignmentMetadataValue: assignmentEpoch int32.
+  7 ConsumerGroupTargetAssignmentMemberValue: topicPartitions [topicId uuid, partitions [int32]].
+  8 ConsumerGroupCurrentMemberAssignmentValue: memberEpoch int32, previousMemberEpoch int32,
+    state int8, assignedPartitions and partitionsPendingRevocation [topicId uuid,
+    partitions [int32]].
+  partitionMetadata (racks, unused by Kafka's assignors since 4.0) and classicMemberMetadata
+  (members of a consumer group that still speak the classic protocol, which pykraft does not
+  mix in) are read, checked and dropped; they are written as their defaults (an empty list,
+  no tag), as Kafka 4.0 writes the racks.
+
 Legacy versions write strings with an int16 length, bytes and arrays with an int32 length
 (-1 = null); flexible versions (KIP-482) write unsigned-varint lengths + 1 (0 = null) and a
 tagged-field section after every struct (unknown tags are skipped on read, none written).
 
 What Kafka 3.9 writes, and so `encode_*`: key version 1 for offsets, 2 for groups;
 OffsetCommitValue version 3, or 1 when the commit carries an expire timestamp (version 1
-has no leaderEpoch: it is dropped, as Kafka drops it); GroupMetadataValue version 3.
+has no leaderEpoch: it is dropped, as Kafka drops it); GroupMetadataValue version 3; key
+versions 3..8 with value version 0 for the consumer-group records.
 Fields absent from the version written are dropped (all of them are "ignorable" in the
 schemas) and read back as their defaults.
 
@@ -34,13 +54,16 @@ bad UTF-8, a version the schema does not have) raises `RecordSchemaError`, and o
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeAlias, overload
+from uuid import UUID
 
 from broker.kafka.wire import MalformedRequest, Reader, Writer
 
 __all__ = [
     "CONSUMER_GROUP_KEY_VERSIONS",
+    "CONSUMER_GROUP_VALUE_VERSION",
     "FLEXIBLE_FROM",
     "GROUP_KEY_VERSION",
     "GROUP_VALUE_VERSION",
@@ -48,18 +71,38 @@ __all__ = [
     "OFFSET_VALUE_VERSION",
     "OFFSET_VALUE_VERSION_WITH_EXPIRE",
     "VALUE_VERSIONS",
+    "ConsumerGroupCurrentMemberAssignmentKey",
+    "ConsumerGroupCurrentMemberAssignmentValue",
+    "ConsumerGroupKey",
+    "ConsumerGroupMemberMetadataKey",
+    "ConsumerGroupMemberMetadataValue",
+    "ConsumerGroupMetadataKey",
+    "ConsumerGroupMetadataValue",
+    "ConsumerGroupPartitionMetadataKey",
+    "ConsumerGroupPartitionMetadataValue",
+    "ConsumerGroupTargetAssignmentMemberKey",
+    "ConsumerGroupTargetAssignmentMemberValue",
+    "ConsumerGroupTargetAssignmentMetadataKey",
+    "ConsumerGroupTargetAssignmentMetadataValue",
+    "ConsumerGroupValue",
     "GroupKey",
     "GroupValue",
     "MemberValue",
     "OffsetKey",
     "OffsetValue",
+    "RecordKey",
     "RecordSchemaError",
+    "RecordValue",
+    "TopicMetadata",
+    "TopicPartitions",
     "coordinator_partition",
     "decode_key",
     "decode_value",
     "encode_key",
     "encode_value",
+    "group_of",
     "java_string_hash",
+    "key_version",
     "written_value_version",
 ]
 
@@ -70,14 +113,19 @@ OFFSET_VALUE_VERSION: Final = 3
 OFFSET_VALUE_VERSION_WITH_EXPIRE: Final = 1
 GROUP_VALUE_VERSION: Final = 3
 
-# The versions each value schema has; from FLEXIBLE_FROM on they are flexible.
+# The versions the OffsetCommitValue and GroupMetadataValue schemas have; from FLEXIBLE_FROM
+# on they are flexible.
 VALUE_VERSIONS: Final = range(0, 5)
 FLEXIBLE_FROM: Final = 4
 # Key versions of KIP-848's consumer-group records (ConsumerGroupMetadataKey = 3 ..
 # ConsumerGroupCurrentMemberAssignmentKey = 8) in Kafka 3.9.
 CONSUMER_GROUP_KEY_VERSIONS: Final = range(3, 9)
+# The only version of each consumer-group value schema; it is flexible.
+CONSUMER_GROUP_VALUE_VERSION: Final = 0
 
 _MAX_STRING_BYTES: Final = 0x7FFF  # Kafka's limit on a string field's UTF-8 length, both encodings
+_UUID_BYTES: Final = 16
+_CLASSIC_MEMBER_METADATA_TAG: Final = 0  # ConsumerGroupMemberMetadataValue's tagged field
 
 
 class RecordSchemaError(ValueError):
@@ -139,6 +187,165 @@ class GroupValue:
     members: tuple[MemberValue, ...]
 
 
+# ---------------------------------------------------------------- KIP-848 consumer groups
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    """ConsumerGroupPartitionMetadataValue.TopicMetadata: a subscribed topic as the group saw it."""
+
+    topic_id: UUID
+    topic_name: str
+    num_partitions: int  # int32
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitions:
+    """Partitions of one topic (ConsumerGroupTargetAssignmentMemberValue.TopicPartition,
+    ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions)."""
+
+    topic_id: UUID
+    partitions: tuple[int, ...]  # int32 each, in the order given
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataKey:
+    """Key version 3: the group epoch of a consumer group."""
+
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataValue:
+    epoch: int  # int32: the group epoch
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupPartitionMetadataKey:
+    """Key version 4: the metadata of the topics a consumer group subscribes to."""
+
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupPartitionMetadataValue:
+    topics: tuple[TopicMetadata, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMemberMetadataKey:
+    """Key version 5: one member's subscription."""
+
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMemberMetadataValue:
+    instance_id: str | None  # KIP-345 static membership
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]  # Kafka writes them sorted
+    subscribed_topic_regex: str | None
+    server_assignor: str | None  # None = the group's default assignor
+    rebalance_timeout_ms: int  # int32, -1 = none
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMetadataKey:
+    """Key version 6: the epoch of a consumer group's target assignment."""
+
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMetadataValue:
+    assignment_epoch: int  # int32
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMemberKey:
+    """Key version 7: one member's target assignment."""
+
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMemberValue:
+    topic_partitions: tuple[TopicPartitions, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupCurrentMemberAssignmentKey:
+    """Key version 8: one member's current assignment and epochs."""
+
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupCurrentMemberAssignmentValue:
+    member_epoch: int  # int32
+    previous_member_epoch: int  # int32
+    state: int  # int8, Kafka's MemberState: 0 STABLE, 1 UNREVOKED_PARTITIONS, 2 UNRELEASED_PARTITIONS
+    assigned_partitions: tuple[TopicPartitions, ...]
+    partitions_pending_revocation: tuple[TopicPartitions, ...]
+
+
+ConsumerGroupKey: TypeAlias = (
+    ConsumerGroupMetadataKey
+    | ConsumerGroupPartitionMetadataKey
+    | ConsumerGroupMemberMetadataKey
+    | ConsumerGroupTargetAssignmentMetadataKey
+    | ConsumerGroupTargetAssignmentMemberKey
+    | ConsumerGroupCurrentMemberAssignmentKey
+)
+ConsumerGroupValue: TypeAlias = (
+    ConsumerGroupMetadataValue
+    | ConsumerGroupPartitionMetadataValue
+    | ConsumerGroupMemberMetadataValue
+    | ConsumerGroupTargetAssignmentMetadataValue
+    | ConsumerGroupTargetAssignmentMemberValue
+    | ConsumerGroupCurrentMemberAssignmentValue
+)
+RecordKey: TypeAlias = OffsetKey | GroupKey | ConsumerGroupKey
+RecordValue: TypeAlias = OffsetValue | GroupValue | ConsumerGroupValue
+
+# Key version (the record type) of each consumer-group key, and the keys that also name a member.
+_CONSUMER_GROUP_KEY_TYPES: Final[Mapping[int, type[ConsumerGroupKey]]] = {
+    3: ConsumerGroupMetadataKey,
+    4: ConsumerGroupPartitionMetadataKey,
+    5: ConsumerGroupMemberMetadataKey,
+    6: ConsumerGroupTargetAssignmentMetadataKey,
+    7: ConsumerGroupTargetAssignmentMemberKey,
+    8: ConsumerGroupCurrentMemberAssignmentKey,
+}
+_CONSUMER_GROUP_KEY_VERSION: Final[Mapping[type[ConsumerGroupKey], int]] = {
+    t: v for v, t in _CONSUMER_GROUP_KEY_TYPES.items()
+}
+_MEMBER_KEYS: Final = (
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupCurrentMemberAssignmentKey,
+)
+
+
+def group_of(key: RecordKey) -> str:
+    """The group a record of `__consumer_offsets` belongs to (every key type names one)."""
+    return key.group
+
+
+def key_version(key: RecordKey) -> int:
+    """The key version (the record type) Kafka 3.9 writes for `key`."""
+    if isinstance(key, OffsetKey):
+        return OFFSET_KEY_VERSION
+    if isinstance(key, GroupKey):
+        return GROUP_KEY_VERSION
+    return _CONSUMER_GROUP_KEY_VERSION[type(key)]
+
+
 # ---------------------------------------------------------------- encoding
 
 
@@ -195,44 +402,103 @@ def _encode_group_value(w: Writer, v: GroupValue, version: int) -> None:
         w.no_tags()
 
 
-def encode_key(key: OffsetKey | GroupKey) -> bytes:
-    """The record key as Kafka 3.9 writes it (OffsetCommitKey v1, GroupMetadataKey v2)."""
+# The consumer-group values are flexible: compact strings and arrays, tagged fields.
+
+
+def _topic_partitions(w: Writer, items: tuple[TopicPartitions, ...]) -> None:
+    w.length(len(items), True, True)
+    for tp in items:
+        w.buf += tp.topic_id.bytes
+        w.length(len(tp.partitions), True, True)
+        for p in tp.partitions:
+            w.i32(p)
+        w.no_tags()
+
+
+def _encode_consumer_group_value(w: Writer, v: ConsumerGroupValue) -> None:
+    if isinstance(v, ConsumerGroupMetadataValue):
+        w.i32(v.epoch)
+    elif isinstance(v, ConsumerGroupPartitionMetadataValue):
+        w.length(len(v.topics), True, True)
+        for t in v.topics:
+            w.buf += t.topic_id.bytes
+            _string(w, t.topic_name, True)
+            w.i32(t.num_partitions)
+            w.length(0, True, True)  # partitionMetadata: no racks
+            w.no_tags()
+    elif isinstance(v, ConsumerGroupMemberMetadataValue):
+        _string(w, v.instance_id, True)
+        _string(w, v.rack_id, True)
+        _string(w, v.client_id, True)
+        _string(w, v.client_host, True)
+        w.length(len(v.subscribed_topic_names), True, True)
+        for name in v.subscribed_topic_names:
+            _string(w, name, True)
+        _string(w, v.subscribed_topic_regex, True)
+        w.i32(v.rebalance_timeout_ms)
+        _string(w, v.server_assignor, True)
+        # classicMemberMetadata: null, its default, so not written
+    elif isinstance(v, ConsumerGroupTargetAssignmentMetadataValue):
+        w.i32(v.assignment_epoch)
+    elif isinstance(v, ConsumerGroupTargetAssignmentMemberValue):
+        _topic_partitions(w, v.topic_partitions)
+    else:
+        w.i32(v.member_epoch)
+        w.i32(v.previous_member_epoch)
+        w.i8(v.state)
+        _topic_partitions(w, v.assigned_partitions)
+        _topic_partitions(w, v.partitions_pending_revocation)
+    w.no_tags()
+
+
+def _check_value_version(version: int, classic: bool, record: str) -> None:
+    """`version` must be one the value schema has: 0..4 for offsets and classic groups
+    (`classic`), 0 for the consumer-group records."""
+    if version not in (VALUE_VERSIONS if classic else (CONSUMER_GROUP_VALUE_VERSION,)):
+        raise RecordSchemaError(f"unknown value version {version} for {record}")
+
+
+def encode_key(key: RecordKey) -> bytes:
+    """The record key as Kafka 3.9 writes it (OffsetCommitKey v1, GroupMetadataKey v2, the
+    consumer-group keys in their only versions, 3..8)."""
     w = Writer(reserve_length=False)
     try:
+        w.i16(key_version(key))
+        _string(w, key.group, False)
         if isinstance(key, OffsetKey):
-            w.i16(OFFSET_KEY_VERSION)
-            _string(w, key.group, False)
             _string(w, key.topic, False)
             w.i32(key.partition)
-        else:
-            w.i16(GROUP_KEY_VERSION)
-            _string(w, key.group, False)
+        elif isinstance(key, _MEMBER_KEYS):
+            _string(w, key.member_id, False)
     except struct.error as exc:
         raise RecordSchemaError(f"cannot encode {key!r}: {exc}") from exc
     return bytes(w.buf)
 
 
-def written_value_version(value: OffsetValue | GroupValue) -> int:
+def written_value_version(value: RecordValue) -> int:
     """The value version Kafka 3.9 writes for `value` (MetadataVersion >= 2.3)."""
     if isinstance(value, OffsetValue):
         return OFFSET_VALUE_VERSION_WITH_EXPIRE if value.expire_timestamp != -1 else OFFSET_VALUE_VERSION
-    return GROUP_VALUE_VERSION
+    if isinstance(value, GroupValue):
+        return GROUP_VALUE_VERSION
+    return CONSUMER_GROUP_VALUE_VERSION
 
 
-def encode_value(value: OffsetValue | GroupValue, version: int | None = None) -> bytes:
+def encode_value(value: RecordValue, version: int | None = None) -> bytes:
     """The record value in `version` (default: the one Kafka 3.9 writes, see
     `written_value_version`). Fields the version lacks are dropped."""
     if version is None:
         version = written_value_version(value)
-    if version not in VALUE_VERSIONS:
-        raise RecordSchemaError(f"unknown value version {version}")
+    _check_value_version(version, isinstance(value, OffsetValue | GroupValue), type(value).__name__)
     w = Writer(reserve_length=False)
     w.i16(version)
     try:
         if isinstance(value, OffsetValue):
             _encode_offset_value(w, value, version)
-        else:
+        elif isinstance(value, GroupValue):
             _encode_group_value(w, value, version)
+        else:
+            _encode_consumer_group_value(w, value)
     except struct.error as exc:
         raise RecordSchemaError(f"cannot encode {value!r}: {exc}") from exc
     return bytes(w.buf)
@@ -269,6 +535,10 @@ def _read_bytes(r: Reader, flexible: bool, field: str) -> bytes:
     return bytes(b)
 
 
+def _read_uuid(r: Reader) -> UUID:
+    return UUID(bytes=bytes(r.raw(_UUID_BYTES)))
+
+
 def _version(r: Reader, what: str) -> int:
     try:
         return r.i16()
@@ -276,8 +546,8 @@ def _version(r: Reader, what: str) -> int:
         raise RecordSchemaError(f"could not read the version of the {what}") from exc
 
 
-def decode_key(data: bytes | memoryview) -> OffsetKey | GroupKey:
-    """A record key of any version Kafka can have written for the classic protocol."""
+def decode_key(data: bytes | memoryview) -> RecordKey:
+    """A record key of any version Kafka 3.9 can have written (0..8)."""
     r = Reader(memoryview(data))
     version = _version(r, "key")
     try:
@@ -285,10 +555,14 @@ def decode_key(data: bytes | memoryview) -> OffsetKey | GroupKey:
             return OffsetKey(_read_string(r, False, "group"), _read_string(r, False, "topic"), r.i32())
         if version == 2:
             return GroupKey(_read_string(r, False, "group"))
+        key_type = _CONSUMER_GROUP_KEY_TYPES.get(version)
+        if key_type is not None:
+            group = _read_string(r, False, "groupId")
+            if issubclass(key_type, _MEMBER_KEYS):
+                return key_type(group, _read_string(r, False, "memberId"))
+            return key_type(group)
     except MalformedRequest as exc:
         raise RecordSchemaError(f"could not read key version {version}: {exc}") from exc
-    if version in CONSUMER_GROUP_KEY_VERSIONS:
-        raise RecordSchemaError(f"key version {version} is a consumer-group (KIP-848) record, not decoded")
     raise RecordSchemaError(f"unknown key version {version}")
 
 
@@ -334,19 +608,141 @@ def _decode_group_value(r: Reader, version: int) -> GroupValue:
     return GroupValue(protocol_type, generation, protocol, leader, state_ts, members)
 
 
-def decode_value(key: OffsetKey | GroupKey, data: bytes | memoryview | None) -> OffsetValue | GroupValue | None:
-    """The value of the record whose key is `key`: an OffsetValue for an OffsetKey, a
-    GroupValue for a GroupKey, None for a tombstone (a null value)."""
+def _read_tags(r: Reader, known: Mapping[int, Callable[[Reader], object]]) -> None:
+    """A tagged-field section: the tags in `known` are read (each within its size, which it
+    must fill exactly) and dropped; unknown tags are skipped, as Kafka does."""
+    count = r.uvarint()
+    if count > r.end - r.pos:
+        raise MalformedRequest("tagged-field count exceeds the bytes left")
+    for _ in range(count):
+        tag = r.uvarint()
+        data = r.raw(r.uvarint())
+        read = known.get(tag)
+        if read is not None:
+            inner = Reader(data)
+            read(inner)
+            if inner.pos != inner.end:
+                raise RecordSchemaError(f"tagged field {tag} had {inner.end - inner.pos} bytes after its value")
+
+
+def _read_classic_member_metadata(r: Reader) -> None:
+    """ConsumerGroupMemberMetadataValue.ClassicMemberMetadata (a nullable tagged struct: a
+    varint 0 = null, else 1 and the struct), checked and dropped."""
+    if r.uvarint() == 0:
+        return
+    r.i32()  # sessionTimeoutMs
+
+    def protocol() -> None:
+        _read_string(r, True, "name")
+        _read_bytes(r, True, "metadata")
+        r.skip_tags()
+
+    r.array(True, protocol)  # supportedProtocols
+    r.skip_tags()
+
+
+def _read_topic_partitions(r: Reader) -> tuple[TopicPartitions, ...]:
+    def item() -> TopicPartitions:
+        topic_id = _read_uuid(r)
+        partitions = tuple(r.array(True, r.i32))
+        r.skip_tags()
+        return TopicPartitions(topic_id, partitions)
+
+    return tuple(r.array(True, item))
+
+
+def _read_topic_metadata(r: Reader) -> TopicMetadata:
+    topic_id = _read_uuid(r)
+    name = _read_string(r, True, "topicName")
+    num_partitions = r.i32()
+
+    def partition_metadata() -> None:  # racks: read and dropped
+        r.i32()
+        r.array(True, lambda: _read_string(r, True, "racks"))
+        r.skip_tags()
+
+    r.array(True, partition_metadata)
+    r.skip_tags()
+    return TopicMetadata(topic_id, name, num_partitions)
+
+
+def _decode_consumer_group_value(r: Reader, key: ConsumerGroupKey) -> ConsumerGroupValue:
+    value: ConsumerGroupValue
+    tags: Mapping[int, Callable[[Reader], object]] = {}
+    if isinstance(key, ConsumerGroupMetadataKey):
+        value = ConsumerGroupMetadataValue(r.i32())
+    elif isinstance(key, ConsumerGroupPartitionMetadataKey):
+        value = ConsumerGroupPartitionMetadataValue(tuple(r.array(True, lambda: _read_topic_metadata(r))))
+    elif isinstance(key, ConsumerGroupMemberMetadataKey):
+        instance_id = _read_nullable_string(r, True, "instanceId")
+        rack_id = _read_nullable_string(r, True, "rackId")
+        client_id = _read_string(r, True, "clientId")
+        client_host = _read_string(r, True, "clientHost")
+        names = tuple(r.array(True, lambda: _read_string(r, True, "subscribedTopicNames")))
+        regex = _read_nullable_string(r, True, "subscribedTopicRegex")
+        rebalance_timeout = r.i32()
+        assignor = _read_nullable_string(r, True, "serverAssignor")
+        value = ConsumerGroupMemberMetadataValue(
+            instance_id, rack_id, client_id, client_host, names, regex, assignor, rebalance_timeout
+        )
+        tags = {_CLASSIC_MEMBER_METADATA_TAG: _read_classic_member_metadata}
+    elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
+        value = ConsumerGroupTargetAssignmentMetadataValue(r.i32())
+    elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
+        value = ConsumerGroupTargetAssignmentMemberValue(_read_topic_partitions(r))
+    else:
+        epoch, previous, state = r.i32(), r.i32(), r.i8()
+        assigned = _read_topic_partitions(r)
+        value = ConsumerGroupCurrentMemberAssignmentValue(epoch, previous, state, assigned, _read_topic_partitions(r))
+    _read_tags(r, tags)
+    return value
+
+
+@overload
+def decode_value(key: OffsetKey, data: bytes | memoryview | None) -> OffsetValue | None: ...
+@overload
+def decode_value(key: GroupKey, data: bytes | memoryview | None) -> GroupValue | None: ...
+@overload
+def decode_value(
+    key: ConsumerGroupMetadataKey, data: bytes | memoryview | None
+) -> ConsumerGroupMetadataValue | None: ...
+@overload
+def decode_value(
+    key: ConsumerGroupPartitionMetadataKey, data: bytes | memoryview | None
+) -> ConsumerGroupPartitionMetadataValue | None: ...
+@overload
+def decode_value(
+    key: ConsumerGroupMemberMetadataKey, data: bytes | memoryview | None
+) -> ConsumerGroupMemberMetadataValue | None: ...
+@overload
+def decode_value(
+    key: ConsumerGroupTargetAssignmentMetadataKey, data: bytes | memoryview | None
+) -> ConsumerGroupTargetAssignmentMetadataValue | None: ...
+@overload
+def decode_value(
+    key: ConsumerGroupTargetAssignmentMemberKey, data: bytes | memoryview | None
+) -> ConsumerGroupTargetAssignmentMemberValue | None: ...
+@overload
+def decode_value(
+    key: ConsumerGroupCurrentMemberAssignmentKey, data: bytes | memoryview | None
+) -> ConsumerGroupCurrentMemberAssignmentValue | None: ...
+@overload
+def decode_value(key: RecordKey, data: bytes | memoryview | None) -> RecordValue | None: ...
+def decode_value(key: RecordKey, data: bytes | memoryview | None) -> RecordValue | None:
+    """The value of the record whose key is `key` (the value type that goes with the key
+    type: an OffsetValue for an OffsetKey, ..., a ConsumerGroupCurrentMemberAssignmentValue
+    for a ConsumerGroupCurrentMemberAssignmentKey), None for a tombstone (a null value)."""
     if data is None:
         return None
     r = Reader(memoryview(data))
     version = _version(r, "value")
-    if version not in VALUE_VERSIONS:
-        raise RecordSchemaError(f"unknown value version {version} for {type(key).__name__}")
+    _check_value_version(version, isinstance(key, OffsetKey | GroupKey), type(key).__name__)
     try:
         if isinstance(key, OffsetKey):
             return _decode_offset_value(r, version)
-        return _decode_group_value(r, version)
+        if isinstance(key, GroupKey):
+            return _decode_group_value(r, version)
+        return _decode_consumer_group_value(r, key)
     except MalformedRequest as exc:
         raise RecordSchemaError(f"could not read value version {version}: {exc}") from exc
 

@@ -45,6 +45,8 @@ from broker.group.messages import (
     SyncResult,
 )
 from broker.group.records import (
+    GroupKey,
+    OffsetKey,
     RecordSchemaError,
     coordinator_partition,
     decode_key,
@@ -218,6 +220,8 @@ class GroupCoordinator:
                             continue
                         try:
                             key = decode_key(rec.key)
+                            if not isinstance(key, OffsetKey | GroupKey):
+                                continue  # a KIP-848 consumer group's record: the shard does not replay them yet
                             value = decode_value(key, rec.value)
                         except RecordSchemaError as exc:
                             log.warning(

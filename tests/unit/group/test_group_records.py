@@ -225,12 +225,6 @@ def test_golden_group_value() -> None:
 # ------------------------------------------------------------------ bad bytes
 
 
-@pytest.mark.parametrize("version", range(3, 9))
-def test_consumer_group_key_versions_are_refused_by_version(version: int) -> None:
-    with pytest.raises(RecordSchemaError, match=f"key version {version}"):
-        decode_key(struct.pack(">h", version) + b"\x00\x01g")
-
-
 @pytest.mark.parametrize("version", [-1, 9, 32767])
 def test_unknown_key_versions(version: int) -> None:
     with pytest.raises(RecordSchemaError, match=f"unknown key version {version}"):
