@@ -75,7 +75,9 @@ def wanted(group: ConsumerGroup) -> dict[Any, Any]:
         out[ConsumerGroupCurrentMemberAssignmentKey(g, m.member_id)] = ConsumerGroupCurrentMemberAssignmentValue(
             m.epoch, m.previous_epoch, int(m.state), _partitions(m.assigned), _partitions(m.revoking)
         )
-    out[ConsumerGroupTargetAssignmentMetadataKey(g)] = ConsumerGroupTargetAssignmentMetadataValue(group.assignment_epoch)
+    out[ConsumerGroupTargetAssignmentMetadataKey(g)] = ConsumerGroupTargetAssignmentMetadataValue(
+        group.assignment_epoch
+    )
     out[ConsumerGroupMetadataKey(g)] = ConsumerGroupMetadataValue(group.group_epoch)
     return out
 

@@ -45,8 +45,6 @@ from broker.group.messages import (
     SyncResult,
 )
 from broker.group.records import (
-    GroupKey,
-    OffsetKey,
     RecordSchemaError,
     coordinator_partition,
     decode_key,
@@ -220,8 +218,6 @@ class GroupCoordinator:
                             continue
                         try:
                             key = decode_key(rec.key)
-                            if not isinstance(key, OffsetKey | GroupKey):
-                                continue  # a KIP-848 consumer group's record: the shard does not replay them yet
                             value = decode_value(key, rec.value)
                         except RecordSchemaError as exc:
                             log.warning(

@@ -181,7 +181,8 @@ class GroupShard:
         for consumer_group in self.consumer_groups.values():
             for member in consumer_group.members.values():
                 self.deadlines.set(
-                    ("csession", consumer_group.group_id, member.member_id), now_ms + self.config.consumer_session_timeout_ms
+                    ("csession", consumer_group.group_id, member.member_id),
+                    now_ms + self.config.consumer_session_timeout_ms,
                 )
 
     # ================================================================== JoinGroup

@@ -141,3 +141,48 @@ def test_every_partition_is_held_by_at_most_one_member_at_every_step() -> None:
             assert all(n == 1 for n in held.values()), held
     assert sorted(tp for _e, tps in members.values() for tp in tps) == [(T1, p) for p in range(6)]
     assert s.consumer_groups["g"].state() == "Stable"
+
+
+def test_the_records_written_rebuild_the_group_on_a_new_coordinator() -> None:
+    s = shard()
+    log: list[tuple[object, object]] = []
+
+    def beat(*args: object, **kw: object):  # type: ignore[no-untyped-def]
+        req_member, epoch = args[0] if args else "", args[1] if len(args) > 1 else 0
+        owned = kw.get("owned")
+        req = ConsumerHeartbeatRequest(
+            "g", req_member, epoch, None, None, 30_000, kw.get("subscribed", ("t1",)), None,  # type: ignore[arg-type]
+            None if owned is None else tuple(sorted(owned)), "client", "/127.0.0.1",  # type: ignore[arg-type]
+        )  # fmt: skip
+        result, out = s.consumer_heartbeat(req, TOPICS.get, 0)
+        log.extend(out.records)
+        return result
+
+    a = beat()
+    b = beat()
+    a = beat(a.member_id, a.member_epoch, owned=set(a.assignment), subscribed=None)
+    a = beat(a.member_id, a.member_epoch, owned=set(a.assignment), subscribed=None)
+    b = beat(b.member_id, b.member_epoch, owned=set(), subscribed=None)
+    c = beat()
+    beat(c.member_id, -1, subscribed=None)  # c leaves: its records become tombstones
+    again = shard()
+    for key, value in log:
+        again.replay(key, value, 0)
+    again.loaded(0)
+    before, after = s.consumer_groups["g"], again.consumer_groups["g"]
+    assert (after.group_epoch, after.assignment_epoch, after.topics) == (
+        before.group_epoch, before.assignment_epoch, before.topics,
+    )  # fmt: skip
+    assert set(after.members) == {a.member_id, b.member_id}
+    for m in after.members.values():
+        old = before.members[m.member_id]
+        assert (m.epoch, m.state, m.assigned, m.revoking, m.subscribed) == (
+            old.epoch, old.state, old.assigned, old.revoking, old.subscribed,
+        )  # fmt: skip
+    assert after.target == before.target
+    # The members carry on with the new coordinator at their epochs.
+    r = again.consumer_heartbeat(
+        ConsumerHeartbeatRequest("g", a.member_id, a.member_epoch, None, None, 30_000, None, None,
+                                 tuple(sorted(a.assignment)), "client", "/h"), TOPICS.get, 1,
+    )[0]  # fmt: skip
+    assert r.error == E.NONE and r.member_epoch == again.consumer_groups["g"].assignment_epoch >= a.member_epoch
