@@ -229,9 +229,14 @@ class GroupAdmin:
     def delete_offsets(self, group_id: str, partitions: Iterable[TP]) -> dict[TP, GroupAdminError | None]:
         """OffsetDelete (kafka-python: librdkafka's binding lacks it). A group-level error
         (unknown group, a group with members) raises; partition errors are returned."""
-        from kafka import KafkaAdminClient
-        from kafka import TopicPartition as KafkaTopicPartition
-        from kafka.errors import KafkaError as KafkaPythonError
+        try:
+            from kafka import KafkaAdminClient
+            from kafka import TopicPartition as KafkaTopicPartition
+            from kafka.errors import KafkaError as KafkaPythonError
+        except ImportError:
+            raise GroupAdminError(
+                -1, "deleting offsets needs kafka-python (pip install kafka-python): librdkafka's binding lacks it"
+            ) from None
 
         admin = KafkaAdminClient(
             bootstrap_servers=self.bootstrap.split(","),

@@ -158,6 +158,16 @@ def test_describe_and_rest_show_the_lag_of_a_live_group(cluster: MetadataCluster
             in refused.stdout
         )
         assert committed(c, "half", "lagged", 3) == {0: 7, 1: 3}
+        # Nor are the offsets of a topic its members subscribe to deleted.
+        subscribed = groups_cli(c, "--delete-offsets", "--group", "half", "--topic", "lagged:0")
+        assert subscribed.returncode == 1
+        assert table(subscribed.stdout) == [
+            ["Error:", "Encounter", "some", "partition", "level", "error,", "see", "the", "follow-up", "details:"],
+            ["TOPIC", "PARTITION", "STATUS"],
+            ["lagged", "0", *"Error: :Deleting offsets of a topic is forbidden while the consumer group is "
+             "actively subscribed to it.".split()],
+        ]  # fmt: skip
+        assert committed(c, "half", "lagged", 3) == {0: 7, 1: 3}
 
         rest_checks(c, member_id)
 
@@ -293,6 +303,15 @@ def test_reset_to_offset_shift_by_and_to_datetime_set_what_they_say(cluster: Met
     assert committed(c, "mv", "moves", 2) == {0: 0, 1: 0}
     reset("--to-latest", scope=("--all-topics",))
     assert committed(c, "mv", "moves", 2) == {0: 10, 1: 10}
+
+    deleted = groups_cli(c, "--delete-offsets", "--group", "mv", "--topic", "moves:1")
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    assert table(deleted.stdout) == [
+        "Request succeed for deleting offsets with topic moves:1 group mv".split(),
+        ["TOPIC", "PARTITION", "STATUS"],
+        ["moves", "1", "Successful"],
+    ]
+    assert committed(c, "mv", "moves", 2) == {0: 10}
 
 
 # ---------------------------------------------------------------- delete, list
