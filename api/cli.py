@@ -212,6 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_console_commands(commands)
 
+    # kafka-consumer-groups.sh
+    from api.consumer_groups_cli import add_commands as add_consumer_groups_command
+
+    add_consumer_groups_command(commands)
+
     # audit and export of the metadata log (PySpark is imported only when they run)
     from quorum.audit.cli import add_audit_commands
 

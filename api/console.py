@@ -6,8 +6,14 @@ console-producer reads lines from stdin, one record each (`--property parse.key=
 (`acks=all` unless `--producer-property acks=...`). console-consumer prints each record's
 value (`--property print.key=true` prints `key<separator>value`), from the end or, with
 `--from-beginning`, from the start of every partition, until `--max-messages` records or
-`--timeout-ms` without a record. Consumer groups are not served by pykraft yet: `--group`
-is accepted (the consumer reads with assigned partitions and commits nothing) and says so.
+`--timeout-ms` without a record.
+
+With `--group G` the consumer is a member of group G, as kafka-console-consumer.sh's is: it
+subscribes to the topic (or, with `--partition`, reads that partition) and starts where the
+group's committed offsets are (`--from-beginning` only decides where a partition without one
+starts); it commits the offset after each record it printed (librdkafka's auto commit, and
+once more when it stops), so the next run with the same group goes on where this one stopped.
+Without `--group` it reads every partition with nothing committed.
 """
 
 from __future__ import annotations
@@ -75,28 +81,30 @@ def console_consumer(args: argparse.Namespace) -> int:
     props = _properties(args.property)
     print_key = props.get("print.key", "false").lower() == "true"
     separator = _unescape(props.get("key.separator", "\\t"))
-    if args.group:
-        print(
-            f"note: consumer groups are not served by pykraft yet; group {args.group!r} commits nothing",
-            file=sys.stderr,
-        )
+    grouped = args.group is not None
     consumer = Consumer(
         {
             "bootstrap.servers": args.bootstrap_server,
-            "group.id": args.group or "pykraft-console-consumer",
-            "enable.auto.commit": False,
+            "group.id": args.group if grouped else "pykraft-console-consumer",
+            # In a group: commit what was printed (an offset is stored once its record is out).
+            "enable.auto.commit": grouped,
+            "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest" if args.from_beginning else "latest",
         }
     )
+    count = 0
     try:
         metadata = consumer.list_topics(args.topic, timeout=10).topics.get(args.topic)
         if metadata is None or metadata.error is not None or not metadata.partitions:
             print(f"error: topic {args.topic} not found", file=sys.stderr)
             return 1
-        start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
-        partitions = sorted(metadata.partitions) if args.partition is None else [args.partition]
-        consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
-        count = 0
+        if grouped and args.partition is None:
+            consumer.subscribe([args.topic])
+        else:
+            # Without a group, from the start or the end; with one, from its committed offset.
+            start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+            partitions = sorted(metadata.partitions) if args.partition is None else [args.partition]
+            consumer.assign([TopicPartition(args.topic, p, -1001 if grouped else start) for p in partitions])
         last = time.monotonic()
         while args.max_messages is None or count < args.max_messages:
             msg = consumer.poll(0.2)
@@ -113,11 +121,26 @@ def console_consumer(args: argparse.Namespace) -> int:
                 print(f"{'null' if key is None else key.decode(errors='replace')}{separator}{value}", flush=True)
             else:
                 print(value, flush=True)
+            if grouped:
+                consumer.store_offsets(msg)
             count += 1
+        if grouped and count:
+            _commit(consumer)
         print(f"Processed a total of {count} messages", file=sys.stderr)
         return 0
     finally:
         consumer.close()
+
+
+def _commit(consumer: Any) -> None:
+    """Commit the stored offsets now (nothing to commit is not an error)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    try:
+        consumer.commit(asynchronous=False)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError._NO_OFFSET:
+            print(f"error: committing the group's offsets failed: {exc}", file=sys.stderr)
 
 
 def add_commands(commands: Any) -> None:

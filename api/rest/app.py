@@ -23,7 +23,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.context import NodeContext
-from api.rest import routes_cluster, routes_configs, routes_records, routes_topics
+from api.rest import routes_cluster, routes_configs, routes_groups, routes_records, routes_topics
 from api.rest.common import error_response
 from api.rest.errors import KAFKA_ERROR, ApiError
 
@@ -153,7 +153,7 @@ def create_app(ctx: NodeContext) -> FastAPI:
     # The routes go straight into the app's router (the same routes, paths and OpenAPI
     # document as include_router): FastAPI matches an included router's routes through a
     # per-request wrapper that cost a quarter of the framework's time per request.
-    for module in (routes_cluster, routes_configs, routes_topics, routes_records):
+    for module in (routes_cluster, routes_configs, routes_topics, routes_records, routes_groups):
         app.router.routes.extend(module.router.routes)
     _document_cluster_id(app, ctx.cluster_id)
     return app

@@ -80,6 +80,7 @@ class ClusterData(BaseModel):
     brokers: Relationship
     topics: Relationship
     partition_reassignments: Relationship
+    consumer_groups: Relationship
     quorum_replication: Relationship = Field(description="pykraft: the quorum's replication state.")
 
 
@@ -413,3 +414,99 @@ class PartitionWithOffsetsData(BaseModel):
     partition_id: int
     earliest_offset: int = Field(description="The log start offset.")
     latest_offset: int = Field(description="The high watermark: the offset the next record gets.")
+
+
+# ====================================================================== consumer groups
+
+
+class ConsumerGroupData(BaseModel):
+    kind: Literal["KafkaConsumerGroup"] = "KafkaConsumerGroup"
+    metadata: ResourceMetadata
+    cluster_id: str
+    consumer_group_id: str
+    is_simple: bool
+    partition_assignor: str
+    state: str = Field(description="EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD, ...")
+    type: str = Field(description="CLASSIC or CONSUMER (KIP-848).")
+    is_mixed_consumer_group: bool
+    coordinator: Relationship
+    consumers: Relationship
+    lag_summary: Relationship
+
+
+class ConsumerGroupDataList(BaseModel):
+    kind: Literal["KafkaConsumerGroupList"] = "KafkaConsumerGroupList"
+    metadata: CollectionMetadata
+    data: list[ConsumerGroupData]
+
+
+class ConsumerData(BaseModel):
+    kind: Literal["KafkaConsumer"] = "KafkaConsumer"
+    metadata: ResourceMetadata
+    cluster_id: str
+    consumer_group_id: str
+    consumer_id: str
+    instance_id: str | None
+    client_id: str
+    assignments: Relationship
+
+
+class ConsumerDataList(BaseModel):
+    kind: Literal["KafkaConsumerList"] = "KafkaConsumerList"
+    metadata: CollectionMetadata
+    data: list[ConsumerData]
+
+
+class ConsumerAssignmentData(BaseModel):
+    kind: Literal["KafkaConsumerAssignment"] = "KafkaConsumerAssignment"
+    metadata: ResourceMetadata
+    cluster_id: str
+    consumer_group_id: str
+    consumer_id: str
+    topic_name: str
+    partition_id: int
+    partition: Relationship
+    lag: Relationship
+
+
+class ConsumerAssignmentDataList(BaseModel):
+    kind: Literal["KafkaConsumerAssignmentList"] = "KafkaConsumerAssignmentList"
+    metadata: CollectionMetadata
+    data: list[ConsumerAssignmentData]
+
+
+class ConsumerLagData(BaseModel):
+    kind: Literal["KafkaConsumerLag"] = "KafkaConsumerLag"
+    metadata: ResourceMetadata
+    cluster_id: str
+    consumer_group_id: str
+    topic_name: str
+    partition_id: int
+    current_offset: int = Field(description="The group's committed offset.")
+    log_end_offset: int = Field(description="The partition's high watermark.")
+    lag: int = Field(description="log_end_offset - current_offset, never below 0.")
+    consumer_id: str = Field(description="The member that holds the partition, or empty.")
+    instance_id: str | None
+    client_id: str
+
+
+class ConsumerLagDataList(BaseModel):
+    kind: Literal["KafkaConsumerLagList"] = "KafkaConsumerLagList"
+    metadata: CollectionMetadata
+    data: list[ConsumerLagData]
+
+
+class ConsumerGroupLagSummaryData(BaseModel):
+    kind: Literal["KafkaConsumerGroupLagSummary"] = "KafkaConsumerGroupLagSummary"
+    metadata: ResourceMetadata
+    cluster_id: str
+    consumer_group_id: str
+    max_lag_consumer_id: str
+    max_lag_instance_id: str | None
+    max_lag_client_id: str
+    max_lag_topic_name: str
+    max_lag_partition_id: int
+    max_lag: int
+    total_lag: int
+    max_lag_consumer: Relationship
+    max_lag_partition: Relationship

@@ -76,6 +76,33 @@ class Links:
     def all_reassignments(self) -> str:
         return f"{self.cluster}/topics/-/partitions/-/reassignment"
 
+    def consumer_groups(self) -> str:
+        return f"{self.cluster}/consumer-groups"
+
+    def consumer_group(self, group: str) -> str:
+        return f"{self.consumer_groups()}/{_seg(group)}"
+
+    def consumers(self, group: str) -> str:
+        return f"{self.consumer_group(group)}/consumers"
+
+    def consumer(self, group: str, consumer: str) -> str:
+        return f"{self.consumers(group)}/{_seg(consumer)}"
+
+    def assignments(self, group: str, consumer: str) -> str:
+        return f"{self.consumer(group, consumer)}/assignments"
+
+    def assignment(self, group: str, consumer: str, topic: str, partition_id: int) -> str:
+        return f"{self.assignments(group, consumer)}/{_seg(topic)}/partitions/{partition_id}"
+
+    def lags(self, group: str) -> str:
+        return f"{self.consumer_group(group)}/lags"
+
+    def lag(self, group: str, topic: str, partition_id: int) -> str:
+        return f"{self.lags(group)}/{_seg(topic)}/partitions/{partition_id}"
+
+    def crn_group(self, group: str) -> str:
+        return f"{self.crn}/consumer-group={group}"
+
     def crn_topic(self, topic: str) -> str:
         return f"{self.crn}/topic={topic}"
 
@@ -106,6 +133,7 @@ def cluster_data(links: Links) -> m.ClusterData:
         brokers=links.rel(links.brokers()),
         topics=links.rel(links.topics()),
         partition_reassignments=links.rel(links.all_reassignments()),
+        consumer_groups=links.rel(links.consumer_groups()),
         quorum_replication=links.rel(f"{links.cluster}/quorum/replication"),
     )
 

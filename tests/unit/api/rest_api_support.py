@@ -93,7 +93,25 @@ ROUTES = {
     ("post", "/v3/clusters/{cluster_id}/elect-leaders"),
     ("get", "/v3/clusters/{cluster_id}/quorum/status"),
     ("get", "/v3/clusters/{cluster_id}/quorum/replication"),
+    ("get", "/v3/clusters/{cluster_id}/consumer-groups"),
+    ("get", "/v3/clusters/{cluster_id}/consumer-groups/{consumer_group_id}"),
+    ("get", "/v3/clusters/{cluster_id}/consumer-groups/{consumer_group_id}/consumers"),
+    ("get", "/v3/clusters/{cluster_id}/consumer-groups/{consumer_group_id}/consumers/{consumer_id}"),
+    ("get", "/v3/clusters/{cluster_id}/consumer-groups/{consumer_group_id}/consumers/{consumer_id}/assignments"),
+    (
+        "get",
+        "/v3/clusters/{cluster_id}/consumer-groups/{consumer_group_id}/consumers/{consumer_id}/assignments"
+        "/{topic_name}/partitions/{partition_id}",
+    ),
+    ("get", "/v3/clusters/{cluster_id}/consumer-groups/{consumer_group_id}/lags"),
+    (
+        "get",
+        "/v3/clusters/{cluster_id}/consumer-groups/{consumer_group_id}/lags/{topic_name}/partitions/{partition_id}",
+    ),
+    ("get", "/v3/clusters/{cluster_id}/consumer-groups/{consumer_group_id}/lag-summary"),
 }
+"""Every documented operation. The consumer-group ones ask live brokers (no image holds
+groups): their JSON is tested against a real cluster (tests/integration/test_consumer_group_tools.py)."""
 ORDERS_ID = uuid.UUID("8f1c6b52-5d0a-4c47-9a57-0c2a3e0a4f11")
 EVENTS_ID = uuid.UUID("1d2e3f40-5a6b-4c7d-8e9f-a0b1c2d3e4f5")
 OFFSETS_ID = uuid.UUID("00000000-0000-4000-8000-00000000000c")

@@ -49,13 +49,14 @@ CONFIG = {
 
 STATUSES: Counter[tuple[str, str, int]] = Counter()
 
-# Producing records and reading a partition's offsets take a Kafka client talking to live
-# brokers, which this in-process app has none of: those operations are fuzzed against a
-# real cluster (tests/integration/test_metadata_schemathesis_live.py) instead.
-DATA_PATHS = r"/(records|offset)$"
+# Producing records, reading a partition's offsets and the consumer groups take a Kafka
+# client talking to live brokers, which this in-process app has none of: those operations
+# are fuzzed against a real cluster (tests/integration/test_metadata_schemathesis_live.py).
+DATA_PATHS = r"(/(records|offset)$)|/consumer-groups"
 DATA_ROUTES = {
     ("POST", "/v3/clusters/{cluster_id}/topics/{topic_name}/records"),
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/offset"),
+    *((m.upper(), p) for m, p in ROUTES if "/consumer-groups" in p),
 }
 
 
