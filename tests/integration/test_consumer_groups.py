@@ -11,8 +11,9 @@ process (tests/integration/group_member.py) so that it can be killed:
 - kcat -G: three kcat members split the topic; one is killed and the rest take over.
 - Static membership (KIP-345): a member restarted with the same group.instance.id within
   its session timeout gets its partitions back without a rebalance (same generation).
-- The coordinator is killed with kill -9 while a member commits: the group finds the new
-  coordinator, and the last acknowledged commit is there.
+- The coordinator is killed with kill -9 while a member commits (classic and KIP-848): the
+  group finds the new coordinator, which loaded the group, and the last acknowledged
+  commit is there.
 - Bad input: absurd session timeouts, an unknown generation, commits for unknown topics and
   huge protocol metadata get Kafka's error codes, and the coordinator keeps serving.
 """
@@ -306,15 +307,20 @@ def coordinator_of(cluster: MetadataCluster, group: str, not_via: int = -1) -> i
     return int(state[coordinator_partition(group, OFFSETS_PARTITIONS)]["leader"])
 
 
-def test_coordinator_killed_while_a_group_commits_keeps_every_acknowledged_commit(cluster: MetadataCluster) -> None:
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_coordinator_killed_while_a_group_commits_keeps_every_acknowledged_commit(
+    cluster: MetadataCluster, protocol: str
+) -> None:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     brokers = bootstrap(cluster)
-    topic, group = "committed", "group-committing"
+    topic, group = f"committed-{protocol}", f"group-committing-{protocol}"
     create_topic(cluster, topic, partitions=1, rf=3)
     produce(brokers, topic, 1, 1)
-    consumer = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})  # fmt: skip
+    conf = {"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+    if protocol == "consumer":
+        conf["group.protocol"] = "consumer"
+    consumer = Consumer(conf)
     consumer.subscribe([topic])
     wait_until("the consumer has its partition", lambda: consumer.poll(0.2) is not None or consumer.assignment(), 60)
     acked: list[int] = []
@@ -351,7 +357,7 @@ def test_coordinator_killed_while_a_group_commits_keeps_every_acknowledged_commi
         if victim >= 0:
             cluster.start(victim)
     last_acked, last_tried = acked[-1], attempted[0]
-    reader = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False})
+    reader = Consumer({**conf, "group.protocol": "classic"})
     try:
         (tp,) = reader.committed([TopicPartition(topic, 0)], timeout=30)
     finally:
