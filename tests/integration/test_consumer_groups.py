@@ -317,7 +317,8 @@ def test_coordinator_killed_while_a_group_commits_keeps_every_acknowledged_commi
     topic, group = f"committed-{protocol}", f"group-committing-{protocol}"
     create_topic(cluster, topic, partitions=1, rf=3)
     produce(brokers, topic, 1, 1)
-    conf = {"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+    conf = {"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False}
+    conf["auto.offset.reset"] = "earliest"
     if protocol == "consumer":
         conf["group.protocol"] = "consumer"
     consumer = Consumer(conf)
