@@ -9,9 +9,13 @@
 - in a group whose protocolType is `consumer`, each member's subscription and assignment
   are decoded (ConsumerProtocolSubscription / ConsumerProtocolAssignment, versions 0..3) and
   printed as JSON, or kept as base64 bytes when they do not decode (as Kafka does);
+- KIP-848's consumer-group records (key versions 3..8) as Kafka's JsonConverters write them:
+  keys `{"groupId":..}` (and `"memberId"`), topic ids as Kafka's Uuid strings (URL-safe
+  base64, no padding); the partition metadata's racks and a member's classicMemberMetadata
+  are not kept by `broker.group.records`, so they print as pykraft writes them (an empty
+  `partitionMetadata`, no `classicMemberMetadata`) even for a record Kafka 3.9 wrote with them;
 - a key version no record type has: (`Unknown record type N at offset O, skipping.`, None);
-  a record that does not decode, or one of KIP-848's consumer-group records (key versions
-  3..8, which pykraft does not decode): (`Error at offset O, skipping. <why>`, None);
+  a record that does not decode: (`Error at offset O, skipping. <why>`, None);
 - a record without a key: Kafka's message for it (Kafka stops the dump there; this goes on).
 """
 
@@ -34,14 +38,24 @@ from kio.schema.consumer_protocol_subscription import v3 as subscription_v3
 
 from broker.group.records import (
     CONSUMER_GROUP_KEY_VERSIONS,
+    MEMBER_KEY_TYPES,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    ConsumerGroupValue,
     GroupKey,
     GroupValue,
     OffsetKey,
     OffsetValue,
+    RecordKey,
     RecordSchemaError,
+    TopicPartitions,
     decode_key,
     decode_value,
 )
+from broker.log.checkpoints import kafka_uuid
 from quorum.wire._reader import MalformedError, entity_reader
 
 __all__ = ["parse_offsets_record"]
@@ -101,10 +115,14 @@ def _embedded(data: bytes, schemas: dict[int, Any]) -> object:
     return _b64(data)
 
 
-def _key_json(key: OffsetKey | GroupKey) -> dict[str, object]:
+def _key_json(key: RecordKey) -> dict[str, object]:
     if isinstance(key, OffsetKey):
         return {"group": key.group, "topic": key.topic, "partition": key.partition}
-    return {"group": key.group}
+    if isinstance(key, GroupKey):
+        return {"group": key.group}
+    if isinstance(key, MEMBER_KEY_TYPES):
+        return {"groupId": key.group, "memberId": key.member_id}
+    return {"groupId": key.group}
 
 
 def _offset_value_json(v: OffsetValue, version: int) -> dict[str, object]:
@@ -145,6 +163,49 @@ def _group_value_json(v: GroupValue, version: int) -> dict[str, object]:
     return node
 
 
+def _topic_partitions_json(items: tuple[TopicPartitions, ...]) -> list[object]:
+    return [{"topicId": kafka_uuid(tp.topic_id), "partitions": list(tp.partitions)} for tp in items]
+
+
+def _consumer_group_value_json(v: ConsumerGroupValue) -> dict[str, object]:
+    """A consumer-group value (version 0, the only one) with Kafka's field names, in schema order."""
+    if isinstance(v, ConsumerGroupMetadataValue):
+        return {"epoch": v.epoch}
+    if isinstance(v, ConsumerGroupPartitionMetadataValue):
+        topics = [
+            {
+                "topicId": kafka_uuid(t.topic_id),
+                "topicName": t.topic_name,
+                "numPartitions": t.num_partitions,
+                "partitionMetadata": [],
+            }
+            for t in v.topics
+        ]
+        return {"topics": topics}
+    if isinstance(v, ConsumerGroupMemberMetadataValue):
+        return {
+            "instanceId": v.instance_id,
+            "rackId": v.rack_id,
+            "clientId": v.client_id,
+            "clientHost": v.client_host,
+            "subscribedTopicNames": list(v.subscribed_topic_names),
+            "subscribedTopicRegex": v.subscribed_topic_regex,
+            "rebalanceTimeoutMs": v.rebalance_timeout_ms,
+            "serverAssignor": v.server_assignor,
+        }
+    if isinstance(v, ConsumerGroupTargetAssignmentMetadataValue):
+        return {"assignmentEpoch": v.assignment_epoch}
+    if isinstance(v, ConsumerGroupTargetAssignmentMemberValue):
+        return {"topicPartitions": _topic_partitions_json(v.topic_partitions)}
+    return {
+        "memberEpoch": v.member_epoch,
+        "previousMemberEpoch": v.previous_member_epoch,
+        "state": v.state,
+        "assignedPartitions": _topic_partitions_json(v.assigned_partitions),
+        "partitionsPendingRevocation": _topic_partitions_json(v.partitions_pending_revocation),
+    }
+
+
 def parse_offsets_record(offset: int, key: bytes | None, value: bytes | None) -> tuple[str | None, str | None]:
     """(key text, payload text) of the record at `offset`; None = print nothing for it."""
     if key is None:
@@ -159,8 +220,6 @@ def parse_offsets_record(offset: int, key: bytes | None, value: bytes | None) ->
         return f"Unknown record type {key_version} at offset {offset}, skipping.", None
     try:
         record_key = decode_key(key)
-        if not isinstance(record_key, OffsetKey | GroupKey):
-            raise RecordSchemaError(f"key version {key_version} is a consumer-group (KIP-848) record, not decoded")
         record_value = decode_value(record_key, value)
     except RecordSchemaError as exc:
         return f"Error at offset {offset}, skipping. {exc}", None
@@ -170,6 +229,8 @@ def parse_offsets_record(offset: int, key: bytes | None, value: bytes | None) ->
     (value_version,) = _VERSION.unpack_from(value, 0)
     if isinstance(record_value, OffsetValue):
         data = _offset_value_json(record_value, value_version)
-    else:
+    elif isinstance(record_value, GroupValue):
         data = _group_value_json(record_value, value_version)
+    else:
+        data = _consumer_group_value_json(record_value)
     return key_text, _json({"version": str(value_version), "data": data})

@@ -67,6 +67,7 @@ __all__ = [
     "FLEXIBLE_FROM",
     "GROUP_KEY_VERSION",
     "GROUP_VALUE_VERSION",
+    "MEMBER_KEY_TYPES",
     "OFFSET_KEY_VERSION",
     "OFFSET_VALUE_VERSION",
     "OFFSET_VALUE_VERSION_WITH_EXPIRE",
@@ -313,7 +314,8 @@ ConsumerGroupValue: TypeAlias = (
 RecordKey: TypeAlias = OffsetKey | GroupKey | ConsumerGroupKey
 RecordValue: TypeAlias = OffsetValue | GroupValue | ConsumerGroupValue
 
-# Key version (the record type) of each consumer-group key, and the keys that also name a member.
+# Key version (the record type) of each consumer-group key; MEMBER_KEY_TYPES: the keys that
+# also name a member (memberId after groupId).
 _CONSUMER_GROUP_KEY_TYPES: Final[Mapping[int, type[ConsumerGroupKey]]] = {
     3: ConsumerGroupMetadataKey,
     4: ConsumerGroupPartitionMetadataKey,
@@ -325,7 +327,7 @@ _CONSUMER_GROUP_KEY_TYPES: Final[Mapping[int, type[ConsumerGroupKey]]] = {
 _CONSUMER_GROUP_KEY_VERSION: Final[Mapping[type[ConsumerGroupKey], int]] = {
     t: v for v, t in _CONSUMER_GROUP_KEY_TYPES.items()
 }
-_MEMBER_KEYS: Final = (
+MEMBER_KEY_TYPES: Final = (
     ConsumerGroupMemberMetadataKey,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupCurrentMemberAssignmentKey,
@@ -468,7 +470,7 @@ def encode_key(key: RecordKey) -> bytes:
         if isinstance(key, OffsetKey):
             _string(w, key.topic, False)
             w.i32(key.partition)
-        elif isinstance(key, _MEMBER_KEYS):
+        elif isinstance(key, MEMBER_KEY_TYPES):
             _string(w, key.member_id, False)
     except struct.error as exc:
         raise RecordSchemaError(f"cannot encode {key!r}: {exc}") from exc
@@ -558,7 +560,7 @@ def decode_key(data: bytes | memoryview) -> RecordKey:
         key_type = _CONSUMER_GROUP_KEY_TYPES.get(version)
         if key_type is not None:
             group = _read_string(r, False, "groupId")
-            if issubclass(key_type, _MEMBER_KEYS):
+            if issubclass(key_type, MEMBER_KEY_TYPES):
                 return key_type(group, _read_string(r, False, "memberId"))
             return key_type(group)
     except MalformedRequest as exc:

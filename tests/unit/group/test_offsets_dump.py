@@ -2,8 +2,13 @@
 project's batch encoder, printed as `kafka-dump-log.sh --offsets-decoder` prints it.
 
 The consumer-protocol subscription and assignment are serialized with kio (independently of
-the decoder, which reads them back); the expected text of the group record is the one
-Kafka's own DumpLogSegmentsTest expects for the same group."""
+the decoder, which reads them back); the expected texts of the group record and of the
+ConsumerGroupMetadata record (type 3) are the ones Kafka's own DumpLogSegmentsTest expects for
+the same records, and its value that does not match its key fails with the same figures
+(a tagged field of 536870911 bytes, 1 byte left), in pykraft's words. The texts of the other
+KIP-848 records follow Kafka's generated JsonConverters: the schema's camelCase field names in
+schema order, uuids as Kafka's Uuid.toString() (URL-safe base64 without padding), an int8 as a
+number, null for a null string."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from uuid import UUID
 
 from kio.schema.consumer_protocol_assignment.v3.data import ConsumerProtocolAssignment
 from kio.schema.consumer_protocol_assignment.v3.data import TopicPartition as AssignedPartition
@@ -24,11 +30,25 @@ from kio.static.primitive import i32
 
 from broker.group.offsets_dump import parse_offsets_record
 from broker.group.records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
     GroupKey,
     GroupValue,
     MemberValue,
     OffsetKey,
     OffsetValue,
+    TopicMetadata,
+    TopicPartitions,
     encode_key,
     encode_value,
 )
@@ -36,6 +56,7 @@ from broker.log.records import BatchHeader, Record, encode_records
 from quorum.storage.batch_layout import ATTR_CONTROL, ATTR_TRANSACTIONAL
 
 TS = 1_700_000_000_000
+TOPIC_ID = UUID("00010203-0405-0607-0809-0a0b0c0d0e0f")  # Kafka's Uuid.toString(): AAECAwQFBgcICQoLDA0ODw
 
 
 def consumer_protocol(entity: object, version: int = 3) -> bytes:
@@ -78,12 +99,44 @@ RECORDS: list[tuple[bytes | None, bytes | None]] = [
     (encode_key(OffsetKey("grp", "orders", 3)), None),
     (encode_key(GroupKey("group")), None),
     (struct.pack(">h", 32767) + b"\x00\x01g", b"\x00\x00"),
-    (struct.pack(">h", 3) + b"\x00\x01g", b"\x00\x00\x00\x00\x00\x0a"),
+    (encode_key(ConsumerGroupMetadataKey("group")), encode_value(ConsumerGroupMetadataValue(10))),
     (encode_key(OffsetKey("grp", "orders", 3)), b"\x00\x03\x00"),
     (None, b"no key"),
     (encode_key(GroupKey('ünïcödé "q"')), encode_value(GroupValue("", 0, None, None, -1, ()), 0)),
     (encode_key(GroupKey("g0")), encode_value(group(SUBSCRIPTION, ASSIGNMENT), 0)),
     (encode_key(GroupKey("g1")), encode_value(group(SUBSCRIPTION, ASSIGNMENT), 1)),
+    # KIP-848's consumer-group records, types 4..8, a tombstone, and (as in Kafka's test) a
+    # ConsumerGroupMemberMetadataValue with Java's defaults ("" for every string) under a type 3 key.
+    (
+        encode_key(ConsumerGroupPartitionMetadataKey("group")),
+        encode_value(ConsumerGroupPartitionMetadataValue((TopicMetadata(TOPIC_ID, "foo", 3),))),
+    ),
+    (
+        encode_key(ConsumerGroupMemberMetadataKey("group", "member")),
+        encode_value(
+            ConsumerGroupMemberMetadataValue(
+                None, "rack", "client", "/127.0.0.1", ("bar", "foo"), None, "uniform", 45000
+            )
+        ),
+    ),
+    (
+        encode_key(ConsumerGroupTargetAssignmentMetadataKey("group")),
+        encode_value(ConsumerGroupTargetAssignmentMetadataValue(10)),
+    ),
+    (
+        encode_key(ConsumerGroupTargetAssignmentMemberKey("group", "member")),
+        encode_value(ConsumerGroupTargetAssignmentMemberValue((TopicPartitions(TOPIC_ID, (0, 2)),))),
+    ),
+    (
+        encode_key(ConsumerGroupCurrentMemberAssignmentKey("group", "member")),
+        encode_value(
+            ConsumerGroupCurrentMemberAssignmentValue(
+                10, 9, 1, (TopicPartitions(TOPIC_ID, (0,)),), (TopicPartitions(TOPIC_ID, (2,)),)
+            )
+        ),
+    ),
+    (encode_key(ConsumerGroupMemberMetadataKey("group", "member")), None),
+    (encode_key(ConsumerGroupMetadataKey("group")), bytes.fromhex("0000 01 01 01 01 01 01 ffffffff 01 00")),
 ]
 
 SUBSCRIPTION_JSON = (
@@ -122,7 +175,8 @@ EXPECTED_KEYS_AND_PAYLOADS = [
     ' key: {"type":"1","data":{"group":"grp","topic":"orders","partition":3}} payload: <DELETE>',
     ' key: {"type":"2","data":{"group":"group"}} payload: <DELETE>',
     " key: Unknown record type 32767 at offset 7, skipping.",
-    " key: Error at offset 8, skipping. key version 3 is a consumer-group (KIP-848) record, not decoded",
+    # Kafka's DumpLogSegmentsTest.testOffsetsMessageParser expects exactly this for this record:
+    ' key: {"type":"3","data":{"groupId":"group"}} payload: {"version":"0","data":{"epoch":10}}',
     " key: Error at offset 9, skipping. could not read value version 3: need 8 bytes at 2, 1 left",
     " key: Failed to decode message at offset 10 using offset topic decoder (message had a missing key)",
     ' key: {"type":"2","data":{"group":"ünïcödé \\"q\\""}}'
@@ -137,6 +191,23 @@ EXPECTED_KEYS_AND_PAYLOADS = [
     '"leader":"member","members":[{"memberId":"member","clientId":"client","clientHost":"host",'
     f'"rebalanceTimeout":1000,"sessionTimeout":100,"subscription":{SUBSCRIPTION_JSON},'
     f'"assignment":{ASSIGNMENT_JSON}}}]}}}}',
+    ' key: {"type":"4","data":{"groupId":"group"}}'
+    ' payload: {"version":"0","data":{"topics":[{"topicId":"AAECAwQFBgcICQoLDA0ODw","topicName":"foo",'
+    '"numPartitions":3,"partitionMetadata":[]}]}}',
+    ' key: {"type":"5","data":{"groupId":"group","memberId":"member"}}'
+    ' payload: {"version":"0","data":{"instanceId":null,"rackId":"rack","clientId":"client",'
+    '"clientHost":"/127.0.0.1","subscribedTopicNames":["bar","foo"],"subscribedTopicRegex":null,'
+    '"rebalanceTimeoutMs":45000,"serverAssignor":"uniform"}}',
+    ' key: {"type":"6","data":{"groupId":"group"}} payload: {"version":"0","data":{"assignmentEpoch":10}}',
+    ' key: {"type":"7","data":{"groupId":"group","memberId":"member"}}'
+    ' payload: {"version":"0","data":{"topicPartitions":[{"topicId":"AAECAwQFBgcICQoLDA0ODw","partitions":[0,2]}]}}',
+    ' key: {"type":"8","data":{"groupId":"group","memberId":"member"}}'
+    ' payload: {"version":"0","data":{"memberEpoch":10,"previousMemberEpoch":9,"state":1,'
+    '"assignedPartitions":[{"topicId":"AAECAwQFBgcICQoLDA0ODw","partitions":[0]}],'
+    '"partitionsPendingRevocation":[{"topicId":"AAECAwQFBgcICQoLDA0ODw","partitions":[2]}]}}',
+    ' key: {"type":"5","data":{"groupId":"group","memberId":"member"}} payload: <DELETE>',
+    # Kafka: "... due to: Error reading byte array of 536870911 byte(s): only 1 byte(s) available."
+    " key: Error at offset 20, skipping. could not read value version 0: need 536870911 bytes at 13, 1 left",
 ]
 
 
@@ -152,7 +223,7 @@ EXPECTED_TXN = [
 
 
 def write_segment(tmp_path: Path) -> Path:
-    """Three batches (2 + 5 + 7 records) of the records above, then a transactional batch and
+    """Three batches (2, 5 and the rest) of the records above, then a transactional batch and
     its commit marker, as the log writes them."""
     d = tmp_path / "__consumer_offsets-7"
     d.mkdir()
@@ -187,12 +258,13 @@ def test_pykraft_log_dump_offsets_decoder(tmp_path: Path) -> None:
     lines = out.stdout.splitlines()
     assert lines[:2] == [f"Dumping {segment}", "Log starting offset: 0"]
     batch_lines = [line for line in lines if line.startswith("baseOffset: ")]
+    n = len(RECORDS)
     assert [line.split(" count: ")[0] for line in batch_lines] == [
         "baseOffset: 0 lastOffset: 1",
         "baseOffset: 2 lastOffset: 6",
-        "baseOffset: 7 lastOffset: 13",
-        "baseOffset: 14 lastOffset: 14",
-        "baseOffset: 15 lastOffset: 15",
+        f"baseOffset: 7 lastOffset: {n - 1}",
+        f"baseOffset: {n} lastOffset: {n}",
+        f"baseOffset: {n + 1} lastOffset: {n + 1}",
     ]
     expected = [
         record_prefix(offset, key, value) + text
@@ -213,7 +285,7 @@ def test_print_data_log_prints_no_key_or_payload_for_a_control_record(tmp_path: 
         check=True,
     )
     last = out.stdout.splitlines()[-1]
-    assert last == record_prefix(15, *COMMIT_MARKER) + " endTxnMarker: COMMIT coordinatorEpoch: 5"
+    assert last == record_prefix(len(RECORDS) + 1, *COMMIT_MARKER) + " endTxnMarker: COMMIT coordinatorEpoch: 5"
 
 
 def test_a_subscription_of_an_unknown_version_stays_bytes() -> None:
