@@ -8,7 +8,9 @@ process (tests/integration/group_member.py) so that it can be killed:
   resumes from the committed offsets. Every record is read; a record is read twice only if
   one of its reads was not followed by a successful commit (each member commits after
   each record, synchronously).
-- kcat -G: three kcat members split the topic; one is killed and the rest take over.
+- kcat -G: three kcat members split the topic; one leaves, one is killed and the last takes
+  over; every member restarts and resumes from the committed offsets (only what the killed
+  one printed after its last auto-commit is read twice).
 - Static membership (KIP-345): a member restarted with the same group.instance.id within
   its session timeout gets its partitions back without a rebalance (same generation).
 - The coordinator is killed with kill -9 while a member commits (classic and KIP-848): the
@@ -196,55 +198,83 @@ def test_confluent_kafka_consumer_protocol_group(cluster: MetadataCluster) -> No
     group_scenario(cluster, "confluent", "--protocol", "consumer")
 
 
+class KcatMember:
+    """`kcat -G` as a group member (auto commit every second); the (partition, offset) of each
+    record it printed."""
+
+    def __init__(self, brokers: str, group: str, topic: str) -> None:
+        exe = kcat()
+        assert exe is not None
+        self.proc = subprocess.Popen(
+            [exe, "-b", brokers, "-G", group, topic, "-f", "%p %o\\n", "-q", "-u", "-X", "auto.offset.reset=earliest",
+             "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=1000", "-X", "auto.commit.interval.ms=1000"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.read: list[tuple[int, int]] = []
+        self._thread = threading.Thread(target=self._reader, daemon=True)
+        self._thread.start()
+
+    def _reader(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            p, o = raw.split()
+            self.read.append((int(p), int(o)))
+
+    def partitions(self) -> set[int]:
+        return {p for p, _ in self.read}
+
+    def stop(self) -> None:  # SIGTERM: kcat commits what it printed and leaves the group
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(30)
+        self._thread.join(5)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        self._thread.join(5)
+
+
 @requires_kcat
-def test_kcat_group_members_split_the_topic_and_take_over(cluster: MetadataCluster) -> None:
+def test_kcat_group_members_split_the_topic_take_over_and_resume(cluster: MetadataCluster) -> None:
     brokers = bootstrap(cluster)
     topic, group = "grouped-kcat", "group-kcat"
     create_topic(cluster, topic, partitions=6, rf=3)
-    exe = kcat()
-    assert exe is not None
-    procs = [
-        subprocess.Popen(
-            [exe, "-b", brokers, "-G", group, topic, "-X", "auto.offset.reset=earliest", "-f", "%p %o\\n", "-q", "-u",
-             "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=1000"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        for _ in range(3)
-    ]
-    lines: list[list[tuple[int, int]]] = [[] for _ in procs]
-
-    def reader(i: int) -> None:
-        out = procs[i].stdout
-        assert out is not None
-        for raw in out:
-            p, o = raw.split()
-            lines[i].append((int(p), int(o)))
-
-    threads = [threading.Thread(target=reader, args=(i,), daemon=True) for i in range(3)]
-    for t in threads:
-        t.start()
+    members = [KcatMember(brokers, group, topic) for _ in range(3)]
+    everyone = list(members)
     try:
         time.sleep(0.5)
         produced = produce(brokers, topic, 6, 20)
-
-        def owners() -> dict[int, set[int]]:
-            return {i: {p for p, _ in lines[i]} for i in range(3)}
-
-        wait_until("every record read", lambda: produced <= {r for ls in lines for r in ls}, 60)
-        parts = owners()
-        assert sorted(p for s in parts.values() for p in s) == list(range(6)), parts
-        assert all(len(s) == 2 for s in parts.values()), f"not two partitions each: {parts}"
-        procs[0].kill()
-        procs[0].wait(10)
+        wait_until("every record read", lambda: produced <= {r for m in everyone for r in m.read}, 60)
+        parts = [m.partitions() for m in members]
+        assert sorted(p for ps in parts for p in ps) == list(range(6)), parts
+        assert all(len(ps) == 2 for ps in parts), f"not two partitions each: {parts}"
+        leaving, killed, last = members
+        leaving.stop()
+        killed.kill()
         more = produce(brokers, topic, 6, 20, start=20)
-        wait_until(
-            "the killed member's records read by the others", lambda: more <= {r for ls in lines[1:] for r in ls}, 60
-        )
+        wait_until("the last member read every new record", lambda: more <= set(last.read), 60)
+        time.sleep(1.5)  # one auto-commit interval
+        last.stop()
+        # Every member restarts: the group resumes from its committed offsets.
+        members = [KcatMember(brokers, group, topic) for _ in range(3)]
+        everyone += members
+        time.sleep(0.5)
+        final = produce(brokers, topic, 6, 10, start=40)
+        wait_until("every record read after the restart", lambda: final <= {r for m in members for r in m.read}, 60)
+        for m in members:
+            m.stop()
+        all_read = Counter(r for m in everyone for r in m.read)
+        assert produced | more | final <= set(all_read), "a record was never read"
+        # Read twice: only what the killed member printed after its last auto-commit (at most
+        # its partitions' records of about one commit interval) is read again.
+        again = {r for r, n in all_read.items() if n > 1}
+        assert {p for p, _ in again} <= parts[1], f"re-read outside the killed member's partitions: {sorted(again)}"
+        restarted = Counter(r for m in members for r in m.read)
+        assert set(restarted) - final <= again, "the restarted members re-read records committed before"
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
+        for m in everyone:
+            if m.proc.poll() is None:
+                m.kill()
 
 
 def test_static_member_restart_keeps_its_partitions_without_a_rebalance(cluster: MetadataCluster) -> None:
