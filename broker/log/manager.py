@@ -385,7 +385,7 @@ class LogManager:
                 with contextlib.suppress(OSError):
                     plog.close()
             else:
-                plog.close()
+                plog.close(snapshot=True)
         self.purge_deleted(force=True)
         for queue in self._disk.values():
             queue.close()

@@ -52,6 +52,15 @@ from broker.log.dir_failure import LogDirFailures, storage_op
 from broker.log.disk_queue import INLINE, DiskQueue
 from broker.log.epoch_cache import end_offset_for
 from broker.log.errors import LogError
+from broker.log.producer_state import (
+    NO_PRODUCER_ID,
+    ProducerBatch,
+    ProducerStateManager,
+    SnapshotError,
+    decode_snapshot,
+    snapshot_name,
+    snapshot_offset,
+)
 from broker.log.records import RecordsError, batch_records
 from broker.log.segment import LogSegment
 from broker.log.validation import assign
@@ -70,6 +79,9 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 _I32_MAX = 2**31 - 1
 _READ_CHUNK_MIN = 64 * 1024
+_REPLAY_CHUNK = 1024 * 1024  # bytes of batch headers read at a time when producer state is rebuilt
+# producer.id.expiration.check.interval.ms: how often expired producers are forgotten (ms).
+PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +159,12 @@ class PartitionLog:
         self.dir_failures: LogDirFailures | None = None
         # The topic id in partition.metadata (None: unknown, no file yet).
         self.topic_id: UUID | None = None
+        # Idempotent producers' sequences (broker.log.producer_state), kept by every append,
+        # leader's or follower's; `_snapshots` are the offsets of the `<offset>.snapshot`
+        # files in the directory, rising.
+        self.producers = ProducerStateManager(f"{topic}-{partition}")
+        self._snapshots: list[int] = []
+        self._last_expiry_check_ms = _now_ms()
 
     # ------------------------------------------------------------------ opening
 
@@ -271,6 +289,8 @@ class PartitionLog:
         if clean:
             plog.recovery_point = end
         plog.recovery = RecoveryReport(recovered, cut_total, reason, len(segments))
+        plog._snapshots = sorted(o for p in directory.glob("*.snapshot") if (o := snapshot_offset(p.name)) is not None)
+        plog._reload_producer_state()
         plog.topic_id = topic_id if topic_id is not None else stored
         if topic_id is not None and stored != topic_id:
             plog.write_partition_metadata()
@@ -466,12 +486,14 @@ class PartitionLog:
         )
         self.segments.append(seg)
         self._bases.append(seg.base_offset)
+        self._take_producer_snapshot()  # Kafka's: the new segment's base, for recovery to start at
         self.flush_in_background(seg.base_offset)
 
     def _write(self, data: bytes | bytearray | memoryview, frames: list, now_ms: int) -> None:  # type: ignore[type-arg]
         last = frames[-1].last_offset
         self.maybe_roll(now_ms, len(data), last)
         self.active.append(data, frames)
+        self.producers.on_append(_producer_batches(data, frames), last + 1)
         for f in frames:
             if f.leader_epoch >= 0 and (not self._epochs or f.leader_epoch > self._epochs[-1][0]):
                 self._assign(f.leader_epoch, f.base_offset)
@@ -482,7 +504,23 @@ class PartitionLog:
 
     @storage_op("append")
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int) -> AppendInfo:
+        """A client's batches: validated, given offsets, checked against their producers'
+        sequences and epochs (LogError: OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH),
+        and written, unless they repeat one of their producer's last 5 batches: then nothing is
+        written and the answer holds the original batch's offsets (Kafka's duplicate rule)."""
         a = assign(records, self.config, next_offset=self.log_end_offset, leader_epoch=leader_epoch, now_ms=now_ms)
+        batches = _producer_batches(a.data, a.frames)
+        if batches:
+            self._maybe_expire_producers(now_ms)
+            duplicate = self.producers.check_client_append(batches)
+            if duplicate is not None:
+                # Kafka answers the original batch's timestamp as its append time; pykraft does
+                # so only where the topic uses LogAppendTime (a CreateTime ack keeps -1).
+                append_time = duplicate.timestamp if a.log_append_time_ms >= 0 else -1
+                return AppendInfo(
+                    duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, duplicate.last_offset,
+                    append_time, self.log_start_offset, 0, 0,
+                )  # fmt: skip
         self._write(a.data, a.frames, now_ms)
         return AppendInfo(
             a.first_offset, a.last_offset, a.max_timestamp, a.offset_of_max_timestamp, a.log_append_time_ms,
@@ -531,6 +569,81 @@ class PartitionLog:
             frames[0].base_offset, frames[-1].last_offset, max_f.max_timestamp, max_f.last_offset, -1,
             self.log_start_offset, sum(f.record_count for f in frames), stop - start,
         )  # fmt: skip
+
+    # ------------------------------------------------------------------ producer state
+
+    def _take_producer_snapshot(self, *, sync: bool = False) -> None:
+        """`<log end>.snapshot`: the producers' state as of the log end. Written now (small;
+        Kafka writes it in the roll too) and fsynced on the disk queue, or now with `sync`.
+        Nothing to do when that offset has one already (no batch was appended since)."""
+        offset = self.log_end_offset
+        if offset in self._snapshots:
+            return
+        path = self.directory / snapshot_name(offset)
+        with open(path, "wb") as fh:
+            fh.write(self.producers.snapshot_bytes())
+            if sync:
+                os.fsync(fh.fileno())
+        bisect.insort(self._snapshots, offset)
+        if not sync:
+            self.disk.submit(f"fsync of {self.directory.name}/{path.name}", lambda: _fsync_path(path))
+
+    def _delete_snapshots(self, keep: Callable[[int], bool]) -> None:
+        gone = [o for o in self._snapshots if not keep(o)]
+        if gone:
+            self._snapshots = [o for o in self._snapshots if keep(o)]
+            for o in gone:
+                (self.directory / snapshot_name(o)).unlink(missing_ok=True)
+
+    def _reload_producer_state(self) -> None:
+        """Rebuild the producers' state from the newest readable snapshot at or below the log
+        end and the batches after it (from the first segment without one), as Kafka's
+        `truncateAndReload` does after a recovery or a truncation. Snapshots above the log end
+        (a truncation or a torn tail cut them off) or below the first segment go."""
+        end, first = self.log_end_offset, self.segments[0].base_offset
+        self._delete_snapshots(lambda o: first <= o <= end)
+        now = _now_ms()
+        for offset in reversed(list(self._snapshots)):
+            path = self.directory / snapshot_name(offset)
+            try:
+                entries = decode_snapshot(path.read_bytes())
+            except (FileNotFoundError, SnapshotError) as exc:
+                log.warning("%s: ignoring producer snapshot %s: %s", self.directory.name, path.name, exc)
+                self._snapshots.remove(offset)
+                (self.directory / snapshot_name(offset)).unlink(missing_ok=True)
+                continue
+            self.producers.load(entries, offset, now)
+            break
+        else:
+            self.producers.reset(first)
+        self._replay_producers(self.producers.map_end_offset)
+        self._last_expiry_check_ms = now
+
+    def _replay_producers(self, start: int) -> None:
+        """Apply the producer fields of every batch from offset `start` to the log end."""
+        end = self.log_end_offset
+        for seg in self.segments[self._segment_for(start) :] if start < end else []:
+            position = seg.offset_index.lookup(start) if seg.base_offset <= start else 0
+            while position < seg.size:
+                frames = seg.frames_from(position, _REPLAY_CHUNK)
+                if not frames:
+                    break
+                batches = [
+                    ProducerBatch.from_header(seg.read(f.position, BATCH_HEADER_SIZE), 0, f.base_offset,
+                                              f.last_offset_delta, f.max_timestamp)
+                    for f in frames
+                    if f.producer_id != NO_PRODUCER_ID and f.base_offset >= start
+                ]  # fmt: skip
+                self.producers.on_append(batches, frames[-1].last_offset + 1)
+                position = frames[-1].position + frames[-1].size
+        self.producers.map_end_offset = end
+
+    def _maybe_expire_producers(self, now_ms: int) -> None:
+        """producer.id.expiration.ms, checked every producer.id.expiration.check.interval.ms
+        (lazily, before a client's producer batch is checked: only then does it matter)."""
+        if now_ms - self._last_expiry_check_ms >= PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS:
+            self._last_expiry_check_ms = now_ms
+            self.producers.remove_expired(now_ms)
 
     # ------------------------------------------------------------------ reading
 
@@ -651,6 +764,7 @@ class PartitionLog:
         self._trim_epochs_to(self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self._reload_producer_state()
 
     @storage_op("truncate")
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -668,6 +782,8 @@ class PartitionLog:
         self._persist_epochs()
         self.log_start_offset = offset
         self.recovery_point = offset
+        self._delete_snapshots(lambda _offset: False)
+        self.producers.reset(offset)
 
     @storage_op("delete records")
     def delete_records_before(self, offset: int) -> int:
@@ -688,6 +804,9 @@ class PartitionLog:
                 self._dirty.remove(seg)
             seg.delete()
             dropped += 1
+        if dropped:
+            first = self.segments[0].base_offset
+            self._delete_snapshots(lambda o: o >= first)
         return dropped
 
     @storage_op("retention")
@@ -831,7 +950,14 @@ class PartitionLog:
     def update_config(self, config: LogConfig) -> None:
         self.config = config
 
-    def close(self) -> None:
+    def close(self, *, snapshot: bool = False) -> None:
+        """With `snapshot` (a clean shutdown) the producers' state is written and fsynced
+        as of the log end first, so the next start replays nothing."""
+        if snapshot and not self._closed:
+            try:
+                self._take_producer_snapshot(sync=True)
+            except OSError as exc:  # the next start replays from an older snapshot instead
+                log.warning("%s: could not write the producer snapshot: %s", self.directory.name, exc)
         self._closed = True
         for seg in self.segments:
             seg.close()
@@ -840,6 +966,15 @@ class PartitionLog:
         """Close and remove the whole directory."""
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _producer_batches(data: bytes | bytearray | memoryview, frames: list[BatchFrame]) -> list[ProducerBatch]:
+    """The producer fields of the batches of `data` that carry a producer id."""
+    return [
+        ProducerBatch.from_header(data, f.position, f.base_offset, f.last_offset_delta, f.max_timestamp)
+        for f in frames
+        if f.producer_id != NO_PRODUCER_ID
+    ]
 
 
 def write_unless_deleted(directory: Path, write: Callable[[], object]) -> None:

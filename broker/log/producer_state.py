@@ -1,0 +1,320 @@
+"""Idempotent producers' state of one partition: the rules, sans IO (Kafka's
+ProducerStateManager, ProducerStateEntry and ProducerAppendInfo, Kafka 3.9).
+
+Per producer id the partition keeps the producer epoch, the timestamp of its last batch
+and the metadata of its last `NUM_BATCHES_TO_RETAIN` (5) batches: last sequence, last
+offset, offset delta (records - 1) and max timestamp. A client's append is checked
+against that state before it is written:
+
+- a batch whose producer epoch and exact (first, last) sequence range equal one of the 5
+  kept batches is a **duplicate**: it is not appended again and the producer is answered
+  NONE with the original batch's offsets (Kafka never answers DUPLICATE_SEQUENCE_NUMBER);
+- an epoch below the producer's: INVALID_PRODUCER_EPOCH;
+- a new (higher) epoch must start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER, unless
+  the producer had no epoch yet;
+- the same epoch: the first sequence must follow the last one (`last + 1`, and 0 after
+  2**31 - 1), else OUT_OF_ORDER_SEQUENCE_NUMBER;
+- an unknown producer (never seen, or expired, or its batches deleted by retention) may
+  start at any sequence. Kafka 3.9's broker never answers UNKNOWN_PRODUCER_ID (the client
+  infers it); neither does this one.
+
+Batches a follower copies from its leader are not checked (the leader did it): a lower
+epoch is accepted too, and the state follows whatever the log holds, so that a follower
+that becomes leader knows every producer's sequences already.
+
+Snapshots (`<20-digit offset>.snapshot`, Kafka's ProducerSnapshot v1 layout) hold the
+state of every producer as of that offset, the last batch of each only (as Kafka's):
+
+    Version int16 (=1) | Crc uint32 (CRC-32C of everything after it) |
+    ProducerEntries int32 count, then per producer: ProducerId int64 | Epoch int16 |
+    LastSequence int32 | LastOffset int64 | OffsetDelta int32 | Timestamp int64 |
+    CoordinatorEpoch int32 | CurrentTxnFirstOffset int64 (-1: none)
+
+Units: offsets are Kafka offsets, timestamps and durations epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Final
+
+from crc32c import crc32c
+
+from broker.log.errors import LogError
+from quorum.kafka_errors import ErrorCode
+from quorum.storage.batch_layout import BASE_SEQUENCE_AT, PRODUCER_EPOCH_AT, PRODUCER_ID_AT
+
+NUM_BATCHES_TO_RETAIN: Final = 5
+NO_PRODUCER_ID: Final = -1
+NO_PRODUCER_EPOCH: Final = -1
+NO_SEQUENCE: Final = -1
+SEQUENCE_MAX: Final = 2**31 - 1
+SNAPSHOT_SUFFIX: Final = ".snapshot"
+SNAPSHOT_VERSION: Final = 1
+DEFAULT_PRODUCER_ID_EXPIRATION_MS: Final = 86_400_000  # producer.id.expiration.ms
+
+_PRODUCER_FIELDS: Final = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+_SNAPSHOT_HEAD: Final = struct.Struct(">hIi")  # version, crc, entry count
+_SNAPSHOT_ENTRY: Final = struct.Struct(">qhiqiqiq")
+_SNAPSHOT_CRC_COVERS_FROM: Final = 6  # the CRC covers the bytes after version and crc
+
+assert PRODUCER_EPOCH_AT == PRODUCER_ID_AT + 8 and BASE_SEQUENCE_AT == PRODUCER_EPOCH_AT + 2
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Kafka's sequence arithmetic: sequences wrap from 2**31 - 1 to 0."""
+    if sequence > SEQUENCE_MAX - increment:
+        return increment - (SEQUENCE_MAX - sequence) - 1
+    return sequence + increment
+
+
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    if sequence < decrement:
+        return SEQUENCE_MAX - (decrement - sequence) + 1
+    return sequence - decrement
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == SEQUENCE_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerBatch:
+    """What the producer state needs of one batch header (offsets as written or to be)."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    base_offset: int
+    last_offset_delta: int  # records in the batch - 1
+    max_timestamp: int
+
+    @property
+    def last_sequence(self) -> int:
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @classmethod
+    def from_header(
+        cls, data: bytes | bytearray | memoryview, position: int, base_offset: int, last_offset_delta: int,
+        max_timestamp: int,
+    ) -> ProducerBatch:  # fmt: skip
+        """From the batch header at `position` of `data` (its producer fields)."""
+        pid, epoch, seq = _PRODUCER_FIELDS.unpack_from(data, position + PRODUCER_ID_AT)
+        return cls(pid, epoch, seq, base_offset, last_offset_delta, max_timestamp)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_seq(self) -> int:
+        return decrement_sequence(self.last_seq, self.offset_delta)
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerEntry:
+    """One producer's state in this partition; `batches` oldest first, at most 5."""
+
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: tuple[BatchMetadata, ...] = ()
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1  # -1: no open transaction (transactions are not served yet)
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    def duplicate_of(self, batch: ProducerBatch) -> BatchMetadata | None:
+        """The kept batch with this batch's epoch and exact sequence range, if any."""
+        if batch.producer_epoch != self.producer_epoch:
+            return None
+        last_seq = batch.last_sequence
+        for kept in self.batches:
+            if kept.first_seq == batch.base_sequence and kept.last_seq == last_seq:
+                return kept
+        return None
+
+    def with_batch(self, batch: ProducerBatch) -> ProducerEntry:
+        """After appending `batch` (a new epoch forgets the older epoch's batches)."""
+        kept = self.batches if batch.producer_epoch == self.producer_epoch else ()
+        added = BatchMetadata(batch.last_sequence, batch.last_offset, batch.last_offset_delta, batch.max_timestamp)
+        return replace(
+            self,
+            producer_epoch=batch.producer_epoch,
+            batches=(*kept, added)[-NUM_BATCHES_TO_RETAIN:],
+            last_timestamp=batch.max_timestamp,
+        )
+
+
+def check_client_batch(entry: ProducerEntry | None, batch: ProducerBatch, where: str) -> None:
+    """A client's (non-duplicate) batch against its producer's state: LogError with
+    INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER where Kafka raises them."""
+    current = entry if entry is not None else ProducerEntry(batch.producer_id)
+    pid, epoch, first_seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
+    if epoch < current.producer_epoch:
+        raise LogError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"Epoch of producer {pid} at offset {batch.base_offset} in {where} is {epoch}, "
+            f"which is smaller than the last seen epoch {current.producer_epoch}",
+        )
+    if epoch != current.producer_epoch:
+        if first_seq != 0 and current.producer_epoch != NO_PRODUCER_EPOCH:
+            raise LogError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"Invalid sequence number for new epoch of producer {pid} at offset {batch.base_offset} in "
+                f"{where}: {epoch} (request epoch), {first_seq} (seq. number), "
+                f"{current.producer_epoch} (current producer epoch)",
+            )
+        return
+    if current.producer_epoch != NO_PRODUCER_EPOCH and not in_sequence(current.last_seq, first_seq):
+        raise LogError(
+            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+            f"Out of order sequence number for producer {pid} at offset {batch.base_offset} in {where}: "
+            f"{first_seq} (incoming seq. number), {current.last_seq} (current end sequence number)",
+        )
+
+
+class SnapshotError(ValueError):
+    """A snapshot file that does not parse or whose CRC does not match."""
+
+
+class ProducerStateManager:
+    """The producers of one partition, as of the batches below `map_end_offset`.
+
+    Invariant: `entries` is the result of applying, in offset order, every batch with a
+    producer id below `map_end_offset` (starting from a snapshot's state, which is that
+    result for the batches below its offset, last batch per producer only), minus the
+    producers expired since."""
+
+    def __init__(self, where: str, *, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+        self.where = where  # "<topic>-<partition>", for messages
+        self.expiration_ms = expiration_ms
+        self.entries: dict[int, ProducerEntry] = {}
+        self.map_end_offset = 0
+
+    # ------------------------------------------------------------------ the client path
+
+    def check_client_append(self, batches: list[ProducerBatch]) -> BatchMetadata | None:
+        """Before a leader writes a client's batches (offsets already assigned): the
+        original of the first duplicate among them (then nothing is written, as Kafka's
+        `analyzeAndValidateProducerState`), else None once every batch passes the sequence
+        and epoch rules in order (LogError otherwise); the state is not changed."""
+        working: dict[int, ProducerEntry] = {}
+        for batch in batches:
+            if batch.producer_id == NO_PRODUCER_ID:
+                continue
+            current = self.entries.get(batch.producer_id)
+            if batch.producer_id not in working and current is not None:
+                duplicate = current.duplicate_of(batch)
+                if duplicate is not None:
+                    return duplicate
+            entry = working.get(batch.producer_id, current)
+            check_client_batch(entry, batch, self.where)
+            working[batch.producer_id] = (entry or ProducerEntry(batch.producer_id)).with_batch(batch)
+        return None
+
+    # ------------------------------------------------------------------ every append
+
+    def on_append(self, batches: Iterable[ProducerBatch], end_offset: int) -> None:
+        """Batches written to the log (by the leader after `check_client_append`, or copied
+        by a follower: not checked), in offset order; `end_offset` is the log end after them."""
+        for batch in batches:
+            if batch.producer_id == NO_PRODUCER_ID:
+                continue
+            entry = self.entries.get(batch.producer_id) or ProducerEntry(batch.producer_id)
+            self.entries[batch.producer_id] = entry.with_batch(batch)
+        self.map_end_offset = max(self.map_end_offset, end_offset)
+
+    def last_entry(self, producer_id: int) -> ProducerEntry | None:
+        return self.entries.get(producer_id)
+
+    # ------------------------------------------------------------------ expiry and resets
+
+    def is_expired(self, entry: ProducerEntry, now_ms: int) -> bool:
+        return entry.current_txn_first_offset < 0 and now_ms - entry.last_timestamp >= self.expiration_ms
+
+    def remove_expired(self, now_ms: int) -> int:
+        """Forget producers idle for producer.id.expiration.ms (by their last batch's max
+        timestamp); returns how many."""
+        expired = [pid for pid, e in self.entries.items() if self.is_expired(e, now_ms)]
+        for pid in expired:
+            del self.entries[pid]
+        return len(expired)
+
+    def reset(self, offset: int) -> None:
+        """No producer is known; the state covers nothing below `offset` (an empty log)."""
+        self.entries.clear()
+        self.map_end_offset = offset
+
+    def load(self, entries: Iterable[ProducerEntry], offset: int, now_ms: int) -> None:
+        """Start from a snapshot's state as of `offset` (expired producers are dropped)."""
+        self.entries = {e.producer_id: e for e in entries if not self.is_expired(e, now_ms)}
+        self.map_end_offset = offset
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot_bytes(self) -> bytes:
+        return encode_snapshot(self.entries.values())
+
+
+def snapshot_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def snapshot_offset(name: str) -> int | None:
+    """The offset of a `<20 digits>.snapshot` file name, else None."""
+    stem = name[: -len(SNAPSHOT_SUFFIX)]
+    if name.endswith(SNAPSHOT_SUFFIX) and len(stem) == 20 and stem.isdigit():
+        return int(stem)
+    return None
+
+
+def encode_snapshot(entries: Iterable[ProducerEntry]) -> bytes:
+    rows = [e for e in entries if e.batches]
+    body = bytearray(_SNAPSHOT_HEAD.pack(SNAPSHOT_VERSION, 0, len(rows)))
+    for e in rows:
+        last = e.batches[-1]
+        body += _SNAPSHOT_ENTRY.pack(
+            e.producer_id, e.producer_epoch, last.last_seq, last.last_offset, last.offset_delta, last.timestamp,
+            e.coordinator_epoch, e.current_txn_first_offset,
+        )  # fmt: skip
+    struct.pack_into(">I", body, 2, crc32c(memoryview(body)[_SNAPSHOT_CRC_COVERS_FROM:]))
+    return bytes(body)
+
+
+def decode_snapshot(data: bytes) -> list[ProducerEntry]:
+    if len(data) < _SNAPSHOT_HEAD.size:
+        raise SnapshotError(f"a snapshot of {len(data)} bytes is shorter than its header")
+    version, crc, count = _SNAPSHOT_HEAD.unpack_from(data, 0)
+    if version != SNAPSHOT_VERSION:
+        raise SnapshotError(f"snapshot version {version} is not {SNAPSHOT_VERSION}")
+    if crc32c(memoryview(data)[_SNAPSHOT_CRC_COVERS_FROM:]) != crc:
+        raise SnapshotError("snapshot CRC mismatch")
+    if count < 0 or len(data) != _SNAPSHOT_HEAD.size + count * _SNAPSHOT_ENTRY.size:
+        raise SnapshotError(f"snapshot of {len(data)} bytes does not hold {count} entries")
+    out = []
+    for i in range(count):
+        pid, epoch, last_seq, last_offset, delta, ts, coordinator_epoch, txn_first = _SNAPSHOT_ENTRY.unpack_from(
+            data, _SNAPSHOT_HEAD.size + i * _SNAPSHOT_ENTRY.size
+        )
+        out.append(
+            ProducerEntry(pid, epoch, (BatchMetadata(last_seq, last_offset, delta, ts),), ts, coordinator_epoch,
+                          txn_first)
+        )  # fmt: skip
+    return out
