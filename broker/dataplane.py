@@ -41,6 +41,7 @@ from broker.isr import IsrSender
 from broker.kafka.server import KafkaListeners, start_kafka_listener, stop_kafka_listener
 from broker.log import LogManager
 from broker.log.dir_failure import LogDirFailures
+from broker.producer_ids import ProducerIdManager
 from broker.replica.fetcher import FetcherManager
 from broker.replica.manager import HostedPartition, ReplicaManager, now_ms
 from broker.serving import LocalBrokerServices
@@ -93,7 +94,8 @@ class DataPlane:
         )
         self.fetchers = FetcherManager(self.replicas, config, self.endpoint)
         self.isr = IsrSender(self.replicas, client, image, lambda: self.broker_epoch())
-        self.services = LocalBrokerServices(config.node_id, cluster_id, image, self.replicas, client)
+        self.producer_ids = ProducerIdManager(client, config.node_id, lambda: self.broker_epoch())
+        self.services = LocalBrokerServices(config.node_id, cluster_id, image, self.replicas, client, self.producer_ids)
         self.groups = GroupCoordinator(
             config.node_id,
             ReplicaPartitionHost(self.replicas, image),
@@ -232,6 +234,7 @@ class DataPlane:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         await self.isr.stop()
+        await self.producer_ids.stop()
         await self.fetchers.stop()
         self.replicas.close()
         try:

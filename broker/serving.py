@@ -22,7 +22,9 @@ from broker.kafka.services import (
     ProduceParams,
     ProducePartitionResult,
 )
+from broker.producer_ids import ProducerIdManager
 from broker.replica.manager import ReplicaManager
+from quorum.kafka_errors import ErrorCode
 from quorum.metadata.image import MetadataImage
 from quorum.node.controller_client import ControllerClient
 
@@ -35,12 +37,14 @@ class LocalBrokerServices:
         image: Callable[[], MetadataImage],
         replicas: ReplicaManager,
         controller: ControllerClient,
+        producer_ids: ProducerIdManager,
     ) -> None:
         self._node_id = node_id
         self._cluster_id = cluster_id
         self._image = image
         self.replicas = replicas
         self.controller = controller
+        self.producer_ids = producer_ids
 
     @property
     def node_id(self) -> int:
@@ -77,6 +81,9 @@ class LocalBrokerServices:
 
     def describe_log_dirs(self, topics: Mapping[str, Sequence[int]] | None) -> list[LogDirDescription]:
         return self.replicas.describe_log_dirs(topics)
+
+    async def new_producer_id(self) -> tuple[ErrorCode, int]:
+        return await self.producer_ids.generate()
 
     async def forward_to_controller(self, frame: bytes, api_key: int, api_version: int, timeout_ms: int) -> bytes:
         return await forward_frame(self.controller, frame, api_key, api_version, timeout_ms)

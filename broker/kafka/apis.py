@@ -10,6 +10,7 @@ Ranges, with the reason for each bound:
   v12 when topic ids are not offered.
 - ListOffsets 1-7 (v7: max timestamp), Metadata 0-12, OffsetForLeaderEpoch 2-4,
   ApiVersions 0-3, DeleteRecords 0-2, DescribeLogDirs 1-4, DescribeCluster 0-2.
+- InitProducerId 0-5 (Kafka 3.9's range), idempotent producers only (`init_producer_id`).
 - AlterConfigs 0-2: translated to IncrementalAlterConfigs for the controller (`alter_configs`).
 - The admin apis forwarded to the active controller: exactly the controller's ranges
   (`quorum.wire.admin_codec.ADMIN_API_VERSIONS`), so a forwarded frame always decodes there.
@@ -43,6 +44,7 @@ class ApiKey(IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
@@ -98,6 +100,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
     **{int(key): ADMIN_API_VERSIONS[AdminApiKey(int(key))] for key in FORWARDED},
 }
 
@@ -124,6 +127,7 @@ FIRST_FLEXIBLE: Final[dict[int, int]] = {
     ApiKey.CREATE_TOPICS: 5,
     ApiKey.DELETE_TOPICS: 4,
     ApiKey.DELETE_RECORDS: 2,
+    ApiKey.INIT_PRODUCER_ID: 2,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.ALTER_CONFIGS: 2,

@@ -35,6 +35,7 @@ from broker.kafka.context import RequestContext
 from broker.kafka.fetch import handle_fetch
 from broker.kafka.fetch_session import FetchSessionCache
 from broker.kafka.group_apis import GroupApis
+from broker.kafka.init_producer_id import handle_init_producer_id
 from broker.kafka.log_apis import handle_delete_records, handle_describe_log_dirs
 from broker.kafka.metadata import AutoTopicCreator, handle_metadata
 from broker.kafka.offsets import handle_list_offsets, handle_offset_for_leader_epoch
@@ -129,6 +130,8 @@ class KafkaRequestHandler:
                 return await handle_describe_log_dirs(ctx, s)
             case ApiKey.DESCRIBE_CLUSTER:
                 return await handle_describe_cluster(ctx, s, c)
+            case ApiKey.INIT_PRODUCER_ID:
+                return await handle_init_producer_id(ctx, s)
             case ApiKey.ALTER_CONFIGS:
                 return await handle_alter_configs(ctx, s, c)
             case ApiKey.FIND_COORDINATOR:

@@ -56,6 +56,7 @@ from broker.replica.requests import (
     RecordError,
     ReplicaView,
 )
+from quorum.kafka_errors import ErrorCode
 from quorum.metadata.image import MetadataImage
 from quorum.wire.limits import ConnectionLimits
 
@@ -147,6 +148,11 @@ class BrokerServices(Protocol):
 
     def describe_log_dirs(self, topics: Mapping[str, Sequence[int]] | None) -> list[LogDirDescription]:
         """Every log dir of this broker with the partitions asked (None = all)."""
+        ...
+
+    async def new_producer_id(self) -> tuple[ErrorCode, int]:
+        """InitProducerId without a transactional id: (NONE, an id never handed out before in
+        the cluster), or (COORDINATOR_LOAD_IN_PROGRESS, -1) while no id block is at hand."""
         ...
 
     async def forward_to_controller(self, frame: bytes, api_key: int, api_version: int, timeout_ms: int) -> bytes:

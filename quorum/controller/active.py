@@ -30,7 +30,9 @@ from typing import TypeVar
 from quorum.controller import replication_control as rc
 from quorum.controller.errors import ErrorCode
 from quorum.controller.partition_change import brokers_over_threshold
+from quorum.controller.producer_ids import allocate_producer_ids
 from quorum.controller.requests import (
+    AllocateProducerIdsRequest,
     AlterPartitionRequest,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
@@ -352,6 +354,8 @@ class QuorumController:
                 return await self._write(lambda img: self._register(img, request))
             case BrokerHeartbeatRequest():
                 return await self._heartbeat(request)
+            case AllocateProducerIdsRequest():
+                return await self._write(lambda img: allocate_producer_ids(img, request))
         raise TypeError(f"unknown controller request {type(request).__name__}")
 
     # --------------------------------------------------------------- brokers

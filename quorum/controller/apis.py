@@ -1,7 +1,8 @@
 """`ControllerApis`: the non-quorum Kafka APIs a controller serves on its listener.
 
 Writes (CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
-ElectLeaders, BrokerRegistration, BrokerHeartbeat, AlterPartition) go to the
+ElectLeaders, BrokerRegistration, BrokerHeartbeat, AlterPartition,
+AllocateProducerIds) go to the
 QuorumController and are answered NOT_CONTROLLER on a standby. Reads
 (DescribeCluster, DescribeConfigs) are answered from this node's committed
 image on any controller.

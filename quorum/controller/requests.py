@@ -2,7 +2,7 @@
 
 They mirror Kafka's RPCs (CreateTopics, DeleteTopics, CreatePartitions,
 IncrementalAlterConfigs, DescribeConfigs, ElectLeaders, BrokerRegistration,
-BrokerHeartbeat, AlterPartition) with the fields pykraft uses. The controller
+BrokerHeartbeat, AlterPartition, AllocateProducerIds) with the fields pykraft uses. The controller
 takes and returns these; `quorum.wire.admin_codec` maps them to the Kafka
 protocol; the REST API builds them from JSON. Error codes are Kafka's numbers;
 `message` is the human text Kafka would send (or None).
@@ -268,6 +268,21 @@ class AlterPartitionResponse:
     partitions: tuple[AlterPartitionResult, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class AllocateProducerIdsRequest:
+    """KIP-730 (api 67): a broker asks for a block of producer ids."""
+
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class AllocateProducerIdsResponse:
+    error_code: int
+    producer_id_start: int = -1  # the block's first id
+    producer_id_len: int = 0  # ids in the block: [start, start + len)
+
+
 AdminRequest = (
     CreateTopicsRequest
     | DeleteTopicsRequest
@@ -282,5 +297,17 @@ AdminResponse = (
     | IncrementalAlterConfigsResponse
     | ElectLeadersResponse
 )
-ControllerRequest = AdminRequest | BrokerRegistrationRequest | BrokerHeartbeatRequest | AlterPartitionRequest
-ControllerResponse = AdminResponse | BrokerRegistrationResponse | BrokerHeartbeatResponse | AlterPartitionResponse
+ControllerRequest = (
+    AdminRequest
+    | BrokerRegistrationRequest
+    | BrokerHeartbeatRequest
+    | AlterPartitionRequest
+    | AllocateProducerIdsRequest
+)
+ControllerResponse = (
+    AdminResponse
+    | BrokerRegistrationResponse
+    | BrokerHeartbeatResponse
+    | AlterPartitionResponse
+    | AllocateProducerIdsResponse
+)

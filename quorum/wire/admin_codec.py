@@ -5,7 +5,8 @@ UnregisterBroker and DescribeCluster, defined here) to Kafka frames and back:
 
     CreateTopics 19, DeleteTopics 20, DescribeConfigs 32, CreatePartitions 37,
     ElectLeaders 43, IncrementalAlterConfigs 44, AlterPartition 56,
-    DescribeCluster 60, BrokerRegistration 62, BrokerHeartbeat 63, UnregisterBroker 64
+    DescribeCluster 60, BrokerRegistration 62, BrokerHeartbeat 63, UnregisterBroker 64,
+    AllocateProducerIds 67
 
 Server side: `decode_admin_request` (a frame without its length prefix) ->
 `DecodedAdmin`; `encode_admin_response` / `encode_admin_error` -> a complete frame
@@ -41,6 +42,8 @@ from typing import Any, Final, TypeAlias
 
 from quorum.controller.config_entry import ConfigEntry, ConfigSource, ConfigSynonym, ConfigType
 from quorum.controller.requests import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterConfigOp,
     AlterConfigOpType,
     AlterConfigsResource,
@@ -205,6 +208,7 @@ AdminCall: TypeAlias = (
     | AlterPartitionRequest
     | UnregisterBrokerRequest
     | DescribeClusterRequest
+    | AllocateProducerIdsRequest
 )
 AdminReply: TypeAlias = (
     CreateTopicsResponse
@@ -218,6 +222,7 @@ AdminReply: TypeAlias = (
     | AlterPartitionResponse
     | UnregisterBrokerResponse
     | DescribeClusterResponse
+    | AllocateProducerIdsResponse
 )
 
 
@@ -1034,6 +1039,34 @@ def _err_describe_cluster(r: DescribeClusterRequest | None, code: int, message: 
     return DescribeClusterResponse(cluster_id="", error_code=code, message=message, endpoint_type=endpoint_type)
 
 
+# --------------------------------------------------------------------------- AllocateProducerIds (67)
+
+
+def _enc_allocate_producer_ids(cls: type[Any], r: AllocateProducerIdsRequest, version: int) -> Any:
+    return cls(broker_id=r.broker_id, broker_epoch=r.broker_epoch)
+
+
+def _dec_allocate_producer_ids(body: Any, version: int) -> AllocateProducerIdsRequest:
+    return AllocateProducerIdsRequest(body.broker_id, body.broker_epoch)
+
+
+def _enc_allocate_producer_ids_response(cls: type[Any], r: AllocateProducerIdsResponse, version: int) -> Any:
+    return cls(
+        throttle_time=_ZERO_MS,
+        error_code=_kio_error(r.error_code),
+        producer_id_start=r.producer_id_start,
+        producer_id_len=r.producer_id_len,
+    )
+
+
+def _dec_allocate_producer_ids_response(body: Any, version: int) -> AllocateProducerIdsResponse:
+    return AllocateProducerIdsResponse(_code(body.error_code), body.producer_id_start, body.producer_id_len)
+
+
+def _err_allocate_producer_ids(r: Any, code: int, message: str | None) -> AllocateProducerIdsResponse:
+    return AllocateProducerIdsResponse(code)
+
+
 # --------------------------------------------------------------------------- the table
 
 
@@ -1161,6 +1194,16 @@ _APIS: Final[dict[int, _Api]] = {
             _enc_describe_cluster_response,
             _dec_describe_cluster_response,
             _err_describe_cluster,
+        ),
+        _Api(
+            AdminApiKey.ALLOCATE_PRODUCER_IDS,
+            AllocateProducerIdsRequest,
+            AllocateProducerIdsResponse,
+            _enc_allocate_producer_ids,
+            _dec_allocate_producer_ids,
+            _enc_allocate_producer_ids_response,
+            _dec_allocate_producer_ids_response,
+            _err_allocate_producer_ids,
         ),
     )
 }

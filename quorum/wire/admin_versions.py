@@ -25,6 +25,7 @@ class AdminApiKey(IntEnum):
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
     UNREGISTER_BROKER = 64
+    ALLOCATE_PRODUCER_IDS = 67
 
 
 # (min, max) version served per api key: every version kio 0.6.5 has a schema for (a
@@ -48,4 +49,5 @@ ADMIN_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     AdminApiKey.BROKER_REGISTRATION: (0, 4),
     AdminApiKey.BROKER_HEARTBEAT: (0, 2),
     AdminApiKey.UNREGISTER_BROKER: (0, 0),
+    AdminApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
 }

@@ -107,6 +107,7 @@ class FakeServices:
         self.responder: Callable[[int, int, bytes], bytes] | None = None
         self.fetch_calls: list[FetchParams] = []
         self.views: dict[tuple[str, int], PartitionView] = {}
+        self.producer_ids_given = 0
         for topic in image.topics.by_id.values():
             for pid in topic.partitions:
                 self.parts[(topic.name, pid)] = FakePartition()
@@ -272,6 +273,10 @@ class FakeServices:
             if topics is None or p in topics.get(t, ())
         )
         return [LogDirDescription("/fake/log-dir", ErrorCode.NONE, parts, 1 << 30, 1 << 29)]
+
+    async def new_producer_id(self) -> tuple[ErrorCode, int]:
+        self.producer_ids_given += 1
+        return ErrorCode.NONE, 1000 + self.producer_ids_given - 1
 
     async def forward_to_controller(self, frame: bytes, api_key: int, api_version: int, timeout_ms: int) -> bytes:
         self.forwarded.append((api_key, api_version, frame))

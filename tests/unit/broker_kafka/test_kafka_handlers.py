@@ -14,6 +14,7 @@ from kafka.protocol.consumer.offsets import ListOffsetsRequest, OffsetForLeaderE
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.metadata.metadata import MetadataRequest
 from kafka.protocol.producer.produce import ProduceRequest
+from kafka.protocol.producer.transaction import InitProducerIdRequest
 
 from broker.kafka.apis import SUPPORTED
 from broker.kafka.server import KafkaRequestHandler
@@ -36,7 +37,7 @@ def test_api_versions_lists_every_supported_range(handler: KafkaRequestHandler, 
     got = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert got == SUPPORTED
     assert got[0] == (0, 10) and got[1] == (4, 12) and got[18] == (0, 3)
-    assert 22 not in got  # InitProducerId: not implemented, not advertised
+    assert got[22] == (0, 5)  # InitProducerId, idempotent producers (Kafka 3.9's range)
 
 
 def test_api_versions_unknown_version_gets_35_with_v0_body(handler: KafkaRequestHandler) -> None:
@@ -55,6 +56,35 @@ def test_api_versions_v3_invalid_software_name(handler: KafkaRequestHandler) -> 
     req = ApiVersionsRequest(client_software_name="bad name!", client_software_version="1.0")
     resp = asyncio.run(call(handler, req, 3))
     assert resp.error_code == ErrorCode.INVALID_REQUEST
+
+
+# --------------------------------------------------------------------------- InitProducerId
+
+
+@pytest.mark.parametrize("version", [0, 2, 3, 5])
+def test_init_producer_id_gives_a_new_id_at_epoch_0(
+    handler: KafkaRequestHandler, services: FakeServices, version: int
+) -> None:
+    fresh = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000)
+    first = asyncio.run(call(handler, fresh, version))
+    # v3+ (KIP-360): a producer sending its id and epoch gets a fresh id (Kafka's answer without
+    # a transactional id).
+    again = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000)
+    if version >= 3:
+        again = InitProducerIdRequest(
+            transactional_id=None, transaction_timeout_ms=60000, producer_id=first.producer_id, producer_epoch=0
+        )
+    second = asyncio.run(call(handler, again, version))
+    assert (first.error_code, first.producer_id, first.producer_epoch) == (0, 1000, 0)
+    assert (second.error_code, second.producer_id, second.producer_epoch) == (0, 1001, 0)
+
+
+def test_init_producer_id_with_a_transactional_id_is_coordinator_not_available(
+    handler: KafkaRequestHandler, services: FakeServices
+) -> None:
+    resp = asyncio.run(call(handler, InitProducerIdRequest(transactional_id="tx", transaction_timeout_ms=60000), 4))
+    assert (resp.error_code, resp.producer_id, resp.producer_epoch) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1)
+    assert services.producer_ids_given == 0
 
 
 # --------------------------------------------------------------------------- Metadata

@@ -169,19 +169,18 @@ def test_confluent_kafka_produce_and_consume(broker: Running) -> None:
     assert got == [b"c%d" % i for i in range(100)]
 
 
-def test_kafka_python_default_idempotent_producer_without_init_producer_id(broker: Running) -> None:
-    """kafka-python 3.x enables idempotence by default and needs InitProducerId, which this
-    listener does not advertise (transactions/idempotence are another issue): the producer
-    does not fall back to non-idempotent sends; its sends fail."""
+def test_kafka_python_default_idempotent_producer_gets_a_producer_id(broker: Running) -> None:
+    """kafka-python 3.x enables idempotence by default: it asks InitProducerId first, then
+    sends batches carrying that producer id, epoch 0 and sequences from 0."""
     from kafka import KafkaProducer
-    from kafka.errors import KafkaError
 
     producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{broker.port}", max_block_ms=3000)
     try:
-        with pytest.raises(KafkaError):
-            producer.send("t", b"x").get(5)
+        metadata = producer.send("t", b"x", partition=0).get(5)
+        assert metadata.offset >= 0
     finally:
         producer.close(2)
+    assert broker.services is not None and broker.services.producer_ids_given == 1
 
 
 # --------------------------------------------------------------------------- ordering

@@ -17,6 +17,8 @@ from kio.index import UnknownEntity, load_request_schema, load_response_schema
 from kio.serial import entity_reader as kio_native_reader
 
 from quorum.controller.requests import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterConfigOpType,
     AlterConfigsResource,
     AlterConfigsResult,
@@ -110,7 +112,7 @@ def decoded_request(request: Any, version: int, correlation_id: int = 7) -> Deco
 
 
 def test_version_table():
-    assert set(ADMIN_API_VERSIONS) == {19, 20, 32, 37, 43, 44, 56, 60, 62, 63, 64}
+    assert set(ADMIN_API_VERSIONS) == {19, 20, 32, 37, 43, 44, 56, 60, 62, 63, 64, 67}
     assert ADMIN_REQUEST_VERSIONS == {k: hi for k, (_, hi) in ADMIN_API_VERSIONS.items()}
     for key in ADMIN_API_VERSIONS:
         assert is_admin_api(key)
@@ -122,7 +124,8 @@ def test_version_table():
 @pytest.mark.parametrize("key", sorted(ADMIN_API_VERSIONS))
 def test_served_range_is_every_version_kio_has(key):
     low, high = ADMIN_API_VERSIONS[key]
-    assert low < high or key == AdminApiKey.UNREGISTER_BROKER  # a range wherever Kafka has one
+    # a range wherever Kafka has one
+    assert low < high or key in (AdminApiKey.UNREGISTER_BROKER, AdminApiKey.ALLOCATE_PRODUCER_IDS)
 
     def has(version: int) -> bool:
         try:
@@ -258,6 +261,8 @@ def expected_blanket(request: Any, code: int, message: str | None, version: int)
             return AlterPartitionResponse(code, ())
         case UnregisterBrokerRequest():
             return UnregisterBrokerResponse(code, message)
+        case AllocateProducerIdsRequest():
+            return AllocateProducerIdsResponse(code)
         case DescribeClusterRequest():
             endpoint_type = request.endpoint_type if version >= 1 else 1
             return DescribeClusterResponse("", -1, (), code, message, endpoint_type)

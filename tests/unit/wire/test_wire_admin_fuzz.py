@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from kio.index import load_request_schema
 
 from quorum.controller.requests import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterConfigOp,
     AlterConfigOpType,
     AlterConfigsResource,
@@ -245,6 +247,7 @@ def test_every_single_byte_corruption_of_one_request_and_response_per_api():
         ),
         63: (BrokerHeartbeatRequest(1, 2, 3, False, False), BrokerHeartbeatResponse(0, True, False, False)),
         64: (UnregisterBrokerRequest(1), UnregisterBrokerResponse(0, None)),
+        67: (AllocateProducerIdsRequest(4, 17), AllocateProducerIdsResponse(0, 1000, 1000)),
     }
     assert set(samples) == set(ADMIN_API_VERSIONS)
     for key, (request, response) in samples.items():

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode as KioErrorCode
 
 from quorum.controller.requests import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterConfigOp,
     AlterConfigOpType,
     AlterConfigsResource,
@@ -198,6 +200,7 @@ REQUESTS: dict[int, st.SearchStrategy[Any]] = {
     62: broker_registration_requests,
     63: broker_heartbeat_requests,
     64: unregister_broker_requests,
+    67: st.builds(AllocateProducerIdsRequest, broker_id=i32, broker_epoch=i64),
 }
 
 # --------------------------------------------------------------------------- responses
@@ -332,6 +335,7 @@ RESPONSES: dict[int, st.SearchStrategy[Any]] = {
     62: broker_registration_responses,
     63: broker_heartbeat_responses,
     64: unregister_broker_responses,
+    67: st.builds(AllocateProducerIdsResponse, error_code=error_codes, producer_id_start=i64, producer_id_len=i32),
 }
 
 # --------------------------------------------------------------------------- version projections
