@@ -55,6 +55,7 @@ from broker.log.config import LogConfig
 from broker.log.dir_failure import KafkaStorageError, LogDirFailures
 from broker.log.disk_queue import INLINE, DiskQueue
 from broker.log.partition_log import PartitionLog
+from broker.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from quorum.controller.topic_configs import default_configs
 from quorum.storage.durable import atomic_write
 
@@ -89,6 +90,10 @@ class LogManager:
         self.broker_defaults = dict(broker_defaults)
         # The broker's value of every topic config, parsed once (they come from its static config).
         self.config_defaults = default_configs(self.broker_defaults)
+        # producer.id.expiration.ms: how long a partition remembers an idle producer (ms).
+        self.producer_id_expiration_ms = int(
+            self.broker_defaults.get("producer.id.expiration.ms", DEFAULT_PRODUCER_ID_EXPIRATION_MS)
+        )
         self.logs: dict[TopicPartition, PartitionLog] = {}
         # Invariant: _by_topic[t] is exactly {p for (t', p) in logs if t' == t}; no empty sets.
         self._by_topic: dict[str, set[int]] = {}
@@ -107,6 +112,8 @@ class LogManager:
 
     def _add(self, tp: TopicPartition, plog: PartitionLog, root: Path) -> None:
         plog.dir_failures = self.failures
+        plog.producers.expiration_ms = self.producer_id_expiration_ms
+        plog.producers.remove_expired(int(time.time() * 1000))  # it was loaded with the default
         plog.on_epochs_dirty = self._epochs_dirty.add
         self.logs[tp] = plog
         self._by_topic.setdefault(tp[0], set()).add(tp[1])

@@ -45,6 +45,7 @@ KAFKA_ONLY_KEYS = frozenset(
         "num.replica.fetchers",
         "offsets.topic.num.partitions",
         "offsets.topic.replication.factor",
+        "producer.id.expiration.ms",
         "replica.fetch.max.bytes",
         "replica.fetch.wait.max.ms",
         "replica.socket.timeout.ms",

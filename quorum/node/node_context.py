@@ -47,6 +47,7 @@ _BROKER_DEFAULT_KEYS = (
     "log.cleanup.policy",
     "message.max.bytes",
     "compression.type",
+    "producer.id.expiration.ms",  # not a topic config: the partition logs' producer expiry
 )
 
 

@@ -270,3 +270,19 @@ def test_any_retry_order_appends_each_batch_at_most_once_and_answers_duplicates_
         # After its first batch (an unknown producer may start anywhere), a producer's batches
         # are in the log in order and without a gap.
         assert mine == list(range(mine[0], mine[0] + len(mine))) if mine else True
+
+
+def test_an_idle_producer_expires_after_the_brokers_producer_id_expiration_ms(tmp_path: Path) -> None:
+    """producer.id.expiration.ms from the broker's config, checked every
+    producer.id.expiration.check.interval.ms (10 min): once expired, the producer is unknown
+    and may start at any sequence; before, a gap is out of order."""
+    from broker.log import LogManager
+    from broker.log.partition_log import PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS
+
+    logs = LogManager([tmp_path], {"producer.id.expiration.ms": "1000"}, background=False)
+    plog = logs.get_or_create("t", 0, uuid.uuid4(), {})
+    plog.append_as_leader(pbatch(7, 0, 0, ts=NOW), 0, NOW)
+    assert refused(plog, pbatch(7, 0, 5, ts=NOW)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    later = int(time.time() * 1000) + PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS + 1
+    assert plog.append_as_leader(pbatch(7, 0, 5, ts=later), 0, later).first_offset == 1
+    logs.close()
