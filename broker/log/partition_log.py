@@ -21,7 +21,11 @@ Invariants:
   flushed on the log dir's `DiskQueue` (Kafka's flush on roll) and the recovery point
   moves to its end once that flush is done (`recovery_point` applies finished flushes);
 - disk work that needs no answer (the leader-epoch checkpoint, flushes of rolled
-  segments, unlinks of deleted segments) runs on the `DiskQueue`, in submission order.
+  segments, unlinks of deleted segments) runs on the `DiskQueue`, in submission order;
+- `producers` (broker.log.producer_state) always describes every producer batch below the
+  log end: every append updates it, and a truncation or an open reloads it from the newest
+  `<offset>.snapshot` at or below the log end plus the batches after it; a snapshot's offset
+  is never above the log end nor below the first segment.
 """
 
 from __future__ import annotations
