@@ -2,6 +2,8 @@
 
 - Producer ids come from the active controller in blocks (AllocateProducerIds) and are never
   handed out twice, across a kill -9 of the active controller too.
+- Producer batches that break the sequence rules get Kafka's error codes over the wire, and a
+  repeated batch its original offset; the broker keeps serving.
 - kafka-python's default producer (idempotent since 3.0) and confluent-kafka with
   `enable.idempotence=true` write a numbered sequence while the partition leader is killed
   with kill -9, comes back and gets its leadership back by a preferred election (a leader that
@@ -101,6 +103,52 @@ def test_producer_ids_never_repeat_across_an_active_controller_kill9(cluster: Me
     assert {r.broker_id for r in records} == set(cluster.broker_ids)
     assert max(ids) < nexts[-1]
     cluster.wait_unfenced()
+
+
+# --------------------------------------------------------------------------- the rules over the wire
+
+
+def produce_raw(port: int, topic: str, pid: int, epoch: int, seq: int, n: int = 2) -> tuple[int, int]:
+    """One Produce v9 (acks=all) of an idempotent batch of `n` records to partition 0:
+    (error code, base offset) of the answer."""
+    from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    b = DefaultRecordBatchBuilder(2, 0, False, pid, epoch, seq, batch_size=1 << 20)
+    for i in range(n):
+        b.append(i, timestamp=int(time.time() * 1000), key=None, value=b"%d" % (seq + i), headers=[])
+    partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=bytes(b.build()))
+    req = ProduceRequest(
+        transactional_id=None, acks=-1, timeout_ms=10000,
+        topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[partition])],
+    )  # fmt: skip
+    req.with_header(correlation_id=1, client_id="idempotence-rules")
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as s:
+        s.sendall(bytes(req.encode(version=9, header=True, framed=True)))
+        f = s.makefile("rb")
+        size = struct.unpack(">i", f.read(4))[0]
+        resp = ProduceResponse.decode(f.read(size), version=9, header=True)
+    answer = resp.responses[0].partition_responses[0]
+    return int(answer.error_code), int(answer.base_offset)
+
+
+def test_sequence_and_epoch_rules_answer_kafkas_error_codes(cluster: MetadataCluster) -> None:
+    topic = "idem-rules"
+    create_topic(cluster, topic, partitions=1, rf=3)
+    leader = leader_of(cluster, topic, 0, cluster.broker_ids[0])
+    port = broker_port(cluster, leader)
+    [pid] = producer_ids(cluster, leader, 1)
+    assert produce_raw(port, topic, pid, 0, 0) == (0, 0)
+    assert produce_raw(port, topic, pid, 0, 2) == (0, 2)
+    assert produce_raw(port, topic, pid, 0, 0) == (0, 0)  # a retry: its original offset, not written again
+    assert produce_raw(port, topic, pid, 0, 5)[0] == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER: a gap
+    assert produce_raw(port, topic, pid, 0, 3)[0] == 45  # overlapping, not an exact repeat
+    assert produce_raw(port, topic, pid, 3, 7)[0] == 45  # a new epoch must start at 0
+    assert produce_raw(port, topic, pid, 3, 0) == (0, 4)  # ...and may
+    assert produce_raw(port, topic, pid, 2, 0)[0] == 47  # INVALID_PRODUCER_EPOCH: an older epoch
+    assert produce_raw(port, topic, pid + 1, 0, 1234) == (0, 6)  # an unknown producer starts anywhere
+    msgs = confluent_consume_all(bootstrap(cluster), topic, [0], expected=8, timeout=30)
+    assert [int(m.value()) for m in msgs] == [0, 1, 2, 3, 0, 1, 1234, 1235]
 
 
 # --------------------------------------------------------------------------- exactly once across a leader kill
