@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final
 
 from crc32c import crc32c
@@ -154,12 +154,10 @@ class ProducerEntry:
         """After appending `batch` (a new epoch forgets the older epoch's batches)."""
         kept = self.batches if batch.producer_epoch == self.producer_epoch else ()
         added = BatchMetadata(batch.last_sequence, batch.last_offset, batch.last_offset_delta, batch.max_timestamp)
-        return replace(
-            self,
-            producer_epoch=batch.producer_epoch,
-            batches=(*kept, added)[-NUM_BATCHES_TO_RETAIN:],
-            last_timestamp=batch.max_timestamp,
-        )
+        return ProducerEntry(
+            self.producer_id, batch.producer_epoch, (*kept, added)[-NUM_BATCHES_TO_RETAIN:], batch.max_timestamp,
+            self.coordinator_epoch, self.current_txn_first_offset,
+        )  # fmt: skip
 
 
 def check_client_batch(entry: ProducerEntry | None, batch: ProducerBatch, where: str) -> None:
@@ -216,7 +214,8 @@ class ProducerStateManager:
         `analyzeAndValidateProducerState`), else None once every batch passes the sequence
         and epoch rules in order (LogError otherwise); the state is not changed."""
         working: dict[int, ProducerEntry] = {}
-        for batch in batches:
+        last = len(batches) - 1
+        for i, batch in enumerate(batches):
             if batch.producer_id == NO_PRODUCER_ID:
                 continue
             current = self.entries.get(batch.producer_id)
@@ -226,7 +225,8 @@ class ProducerStateManager:
                     return duplicate
             entry = working.get(batch.producer_id, current)
             check_client_batch(entry, batch, self.where)
-            working[batch.producer_id] = (entry or ProducerEntry(batch.producer_id)).with_batch(batch)
+            if i < last:  # later batches of the request are checked against this one
+                working[batch.producer_id] = (entry or ProducerEntry(batch.producer_id)).with_batch(batch)
         return None
 
     # ------------------------------------------------------------------ every append
