@@ -7,7 +7,8 @@ coordinator answers it: a client that sends its current id and epoch (v3+, KIP-3
 OUT_OF_ORDER_SEQUENCE_NUMBER or an expired producer) gets a fresh id too. While this broker
 waits for a block of ids from the controller: COORDINATOR_LOAD_IN_PROGRESS (retriable).
 
-With a transactional id: COORDINATOR_NOT_AVAILABLE. Transactions (issue 21, item 3) need a
+An empty transactional id is INVALID_REQUEST (Kafka's coordinator rule). With a
+transactional id: COORDINATOR_NOT_AVAILABLE. Transactions (issue 21, item 3) need a
 transaction coordinator, which this broker does not run yet; Kafka answers so while its
 coordinator is not available, and clients retry (FindCoordinator is not served either).
 """
@@ -25,7 +26,9 @@ __all__ = ["handle_init_producer_id"]
 
 async def handle_init_producer_id(ctx: RequestContext, services: BrokerServices) -> bytes:
     body = decode_body(ctx)
-    if body.transactional_id is not None:
+    if body.transactional_id == "":
+        error, producer_id, epoch = ErrorCode.INVALID_REQUEST, -1, -1
+    elif body.transactional_id is not None:
         error, producer_id, epoch = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1
     else:
         error, producer_id = await services.new_producer_id()

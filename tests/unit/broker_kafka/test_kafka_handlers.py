@@ -84,6 +84,8 @@ def test_init_producer_id_with_a_transactional_id_is_coordinator_not_available(
 ) -> None:
     resp = asyncio.run(call(handler, InitProducerIdRequest(transactional_id="tx", transaction_timeout_ms=60000), 4))
     assert (resp.error_code, resp.producer_id, resp.producer_epoch) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1)
+    empty = asyncio.run(call(handler, InitProducerIdRequest(transactional_id="", transaction_timeout_ms=60000), 4))
+    assert (empty.error_code, empty.producer_id) == (ErrorCode.INVALID_REQUEST, -1)
     assert services.producer_ids_given == 0
 
 
