@@ -286,3 +286,29 @@ def test_an_idle_producer_expires_after_the_brokers_producer_id_expiration_ms(tm
     later = int(time.time() * 1000) + PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS + 1
     assert plog.append_as_leader(pbatch(7, 0, 5, ts=later), 0, later).first_offset == 1
     logs.close()
+
+
+def _always_in_sequence(last_seq: int, next_seq: int) -> bool:
+    return True
+
+
+def _no_duplicates(self: ProducerEntry, batch: ProducerBatch) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("target", "name", "mutant"),
+    [
+        ("broker.log.producer_state", "in_sequence", _always_in_sequence),  # no sequence check
+        ("broker.log.producer_state.ProducerEntry", "duplicate_of", _no_duplicates),  # no duplicate detection
+        ("broker.log.producer_state", "NUM_BATCHES_TO_RETAIN", 1),  # remembers one batch, not five
+    ],
+    ids=["no-sequence-check", "no-duplicate-detection", "one-batch-kept"],
+)
+def test_the_property_catches_single_rule_mutants(
+    monkeypatch: pytest.MonkeyPatch, target: str, name: str, mutant: object
+) -> None:
+    """The property above can fail: each broken rule is caught."""
+    monkeypatch.setattr(f"{target}.{name}", mutant)
+    with pytest.raises(AssertionError):
+        test_any_retry_order_appends_each_batch_at_most_once_and_answers_duplicates_with_its_offset()
