@@ -8,10 +8,13 @@
   `enable.idempotence=true` write a numbered sequence while the partition leader is killed
   with kill -9, comes back and gets its leadership back by a preferred election (a leader that
   loses its leadership answers waiting acks=all writes NOT_LEADER_OR_FOLLOWER, and the clients
-  send those batches again): every record is acknowledged and read back exactly once, at its
-  acknowledged offset, in order, with no gap.
+  send those batches again), and while network faults drop Produce answers after the broker
+  wrote the records (the clients send them again): every record is acknowledged and read back
+  exactly once, at its acknowledged offset, in order, with no gap.
 
 One cluster for the module; each test uses its own topic and leaves every broker running.
+Clients reach the brokers through TCP proxies (each broker advertises its proxy's port), so
+that a test can break a connection right after the broker answered.
 """
 
 from __future__ import annotations
@@ -20,15 +23,51 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from dataplane_support import bootstrap, broker_port, confluent_consume_all, create_topic, module_cluster
+from dataplane_support import DATAPLANE_TIMINGS, bootstrap, broker_port, confluent_consume_all, create_topic
 from metadata_cluster import MetadataCluster, wait_until
+from tcp_proxy import Proxy, ProxyGroup
 
 pytestmark = pytest.mark.integration
 
-cluster = module_cluster("idempotence")
+PRODUCE = 0  # api key
+
+
+@pytest.fixture(scope="module")
+def proxy_group() -> Iterator[ProxyGroup]:
+    group = ProxyGroup()
+    yield group
+    group.close()
+
+
+@pytest.fixture(scope="module")
+def broker_proxies() -> dict[int, Proxy]:
+    """broker id -> the proxy clients reach it through (filled by `cluster`)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, proxy_group: ProxyGroup, broker_proxies: dict[int, Proxy]
+) -> Iterator[MetadataCluster]:
+    c = MetadataCluster(Path(tmp_path_factory.mktemp("idempotence")), properties=dict(DATAPLANE_TIMINGS))
+    for b in c.broker_ids:
+        broker_proxies[b] = proxy_group.add(broker_port(c, b))
+        c.nodes[b].plan.properties["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{broker_proxies[b].port}"
+    try:
+        c.start_all()
+        assert not c.wait_started(timeout=60), c.diagnostics()
+        c.wait_ready(timeout=60)
+        yield c
+    except BaseException:
+        print(c.diagnostics())
+        raise
+    finally:
+        c.close()
 
 COORDINATOR_LOAD_IN_PROGRESS = 14
 
@@ -247,9 +286,40 @@ def in_sync_everywhere(cluster: MetadataCluster, topic: str, broker: int, observ
     return True
 
 
+class AnswerDropper:
+    """Network faults: every `interval_s`, the next Produce connection through each broker's
+    proxy is closed as soon as the broker answered, the answer dropped (the records are written;
+    the client does not know and sends them again)."""
+
+    def __init__(self, group: ProxyGroup, proxies: dict[int, Proxy], interval_s: float = 0.5) -> None:
+        self.group, self.proxies, self.interval_s = group, proxies, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.broken_before = sum(p.broken for p in proxies.values())
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for proxy in self.proxies.values():
+                self.group.break_response_to(proxy, PRODUCE)
+
+    def __enter__(self) -> AnswerDropper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for proxy in self.proxies.values():
+            self.group.break_response_to(proxy, -1)  # disarm: no request has api key -1
+
+    @property
+    def broken(self) -> int:
+        return sum(p.broken for p in self.proxies.values()) - self.broken_before
+
+
 @pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka"])
 def test_idempotent_producer_writes_exactly_once_while_the_leader_is_killed(
-    cluster: MetadataCluster, client: str
+    cluster: MetadataCluster, client: str, proxy_group: ProxyGroup, broker_proxies: dict[int, Proxy]
 ) -> None:
     brokers = bootstrap(cluster)
     topic = f"idem-{client}"
@@ -259,6 +329,12 @@ def test_idempotent_producer_writes_exactly_once_while_the_leader_is_killed(
     sender = NumberedSender(client, brokers, topic, partitions).start()
     try:
         wait_until("records flowing", lambda: len(sender.acked) > 300, 30)
+        # Produce answers lost after the write: the clients send those batches again.
+        with AnswerDropper(proxy_group, broker_proxies) as faults:
+            more = len(sender.acked)
+            wait_until("writes through dropped answers", lambda: len(sender.acked) > more + 300, 60)
+        print(f"{client}: {faults.broken} produce connections broken after the broker answered")
+        assert faults.broken > 0
         victim = leader_of(cluster, topic, 0, observer)
         observer = next(b for b in cluster.broker_ids if b != victim)
         cluster.kill9(victim)
