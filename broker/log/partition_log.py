@@ -294,7 +294,16 @@ class PartitionLog:
             plog.recovery_point = end
         plog.recovery = RecoveryReport(recovered, cut_total, reason, len(segments))
         plog._snapshots = sorted(o for p in directory.glob("*.snapshot") if (o := snapshot_offset(p.name)) is not None)
-        plog._reload_producer_state()
+        if clean and not plog._snapshots and end > plog.log_start_offset:
+            # Kafka's upgrade rule: a cleanly closed log without any snapshot was written before
+            # producer state was kept (pykraft served no producer ids then), so there is nothing
+            # to replay; empty snapshots at the last two segments' bases and at the log end spare
+            # a later truncation or crash the scan of the whole log.
+            plog.producers.reset(end)
+            for offset in sorted({s.base_offset for s in segments[-2:]} | {end}):
+                plog._take_producer_snapshot(at=offset)
+        else:
+            plog._reload_producer_state()
         plog.topic_id = topic_id if topic_id is not None else stored
         if topic_id is not None and stored != topic_id:
             plog.write_partition_metadata()
@@ -576,11 +585,11 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ producer state
 
-    def _take_producer_snapshot(self, *, fsync: bool = True) -> None:
-        """`<log end>.snapshot`: the producers' state as of the log end. Written now (small;
-        Kafka writes it in the roll too), fsynced on the disk queue unless not `fsync`.
-        Nothing to do when that offset has one already (no batch was appended since)."""
-        offset = self.log_end_offset
+    def _take_producer_snapshot(self, *, fsync: bool = True, at: int | None = None) -> None:
+        """`<log end>.snapshot` (or `<at>.snapshot`): the producers' state as of that offset.
+        Written now (small; Kafka writes it in the roll too), fsynced on the disk queue unless
+        not `fsync`. Nothing to do when that offset has one already (no batch was appended since)."""
+        offset = self.log_end_offset if at is None else at
         if offset in self._snapshots:
             return
         path = self.directory / snapshot_name(offset)

@@ -312,3 +312,21 @@ def test_the_property_catches_single_rule_mutants(
     monkeypatch.setattr(f"{target}.{name}", mutant)
     with pytest.raises(AssertionError):
         test_any_retry_order_appends_each_batch_at_most_once_and_answers_duplicates_with_its_offset()
+
+
+def test_a_clean_log_from_before_producer_state_is_not_scanned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka's upgrade rule: a cleanly closed log with no snapshot at all holds no producer
+    state to rebuild; empty snapshots at the last two segments' bases and the log end are
+    written instead of reading the log."""
+    plog = open_log(tmp_path, segment_bytes=400)
+    for _ in range(12):
+        plog.append_as_leader(pbatch(-1, -1, -1), 0, NOW)
+    bases = [s.base_offset for s in plog.segments]
+    plog.close()
+    for path in (tmp_path / "t-0").glob("*.snapshot"):
+        path.unlink()  # as a log written before this version
+    monkeypatch.setattr(PartitionLog, "_replay_producers", lambda self, start: pytest.fail("the log was scanned"))
+    again = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_bytes=400), topic_id=None, clean=True)
+    assert not again.producers.entries
+    names = sorted(p.name for p in (tmp_path / "t-0").glob("*.snapshot"))
+    assert names == [f"{o:020d}.snapshot" for o in sorted({*bases[-2:], 12})]
