@@ -19,14 +19,15 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafka.protocol.consumer.fetch import FetchRequest
-from kafka.protocol.metadata.api_versions import ApiVersionsRequest
-from kafka.protocol.metadata.metadata import MetadataRequest
-from kafka.protocol.producer.produce import ProduceRequest
+from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
-from broker.kafka.apis import SUPPORTED
+from broker.kafka.apis import SUPPORTED, ApiKey
 from broker.kafka.server import KafkaListener
 from broker.kafka.services import ListenerConfig
+from quorum.kafka_errors import ErrorCode
 from tests.unit.broker_kafka.conftest import batch
 from tests.unit.broker_kafka.fake_services import FakeServices, make_image
 
@@ -216,7 +217,9 @@ def test_oversized_and_negative_frames_close_only_that_connection(broker: Runnin
         _still_serving(broker.port)
 
 
-def _valid_frames() -> list[bytes]:
+def _valid_requests() -> list[tuple[bytes, Any, int]]:
+    """(frame without length prefix, kafka-python response class, version) of well-formed
+    requests that the fuzzer mutates."""
     produce = ProduceRequest(
         transactional_id=None,
         acks=1,
@@ -259,20 +262,40 @@ def _valid_frames() -> list[bytes]:
     metadata = MetadataRequest(topics=None, allow_auto_topic_creation=False)
     metadata.with_header(correlation_id=13, client_id="f")
     out = []
-    for req, versions in ((produce, (3, 9)), (fetch, (4, 12)), (metadata, (1, 12))):
+    for req, answer, versions in (
+        (produce, ProduceResponse, (3, 9)),
+        (fetch, FetchResponse, (4, 12)),
+        (metadata, MetadataResponse, (1, 12)),
+    ):
         for v in versions:
-            out.append(bytes(req.encode(version=v, header=True)))
-    out.append(_api_versions_frame(14)[4:])
+            out.append((bytes(req.encode(version=v, header=True)), answer, v))
+    out.append((_api_versions_frame(14)[4:], ApiVersionsResponse, 3))
     return out
 
 
-VALID = _valid_frames()
+VALID_REQUESTS = _valid_requests()
+VALID = [frame for frame, _, _ in VALID_REQUESTS]
+ANSWER_OF = {frame[:8]: (answer, version) for frame, answer, version in VALID_REQUESTS}  # by key, version, corr id
+
+
+def test_each_valid_request_gets_its_answer(broker: Running) -> None:
+    """The frames the fuzzer starts from, unmutated: each answered, decodable at its version."""
+    for frame, answer, version in VALID_REQUESTS:
+        body = _roundtrip(broker.port, struct.pack(">i", len(frame)) + frame)
+        assert body is not None, (answer, version)
+        answer.decode(body, version=version, header=True)
 
 
 @st.composite
-def hostile_frames(draw: st.DrawFn) -> bytes:
-    kind = draw(st.sampled_from(["random", "header+random", "truncated", "flipped", "lying-prefix"]))
-    if kind == "random":
+def hostile_frames(draw: st.DrawFn) -> tuple[str, bytes]:
+    kind = draw(st.sampled_from(["random", "header+random", "truncated", "flipped", "lying-prefix", "bad-version"]))
+    if kind == "bad-version":  # a well-formed request relabelled with a version we do not serve
+        valid = draw(st.sampled_from(VALID))
+        key = struct.unpack_from(">h", valid)[0]
+        low, high = SUPPORTED[key]
+        version = draw(st.sampled_from([low - 1, high + 1, high + 7, -1]))
+        body = valid[:2] + struct.pack(">h", version) + valid[4:]
+    elif kind == "random":
         body = draw(st.binary(max_size=200))
     elif kind == "header+random":
         key = draw(st.sampled_from(sorted(SUPPORTED) + [4, 22, 999, -1]))
@@ -290,20 +313,55 @@ def hostile_frames(draw: st.DrawFn) -> bytes:
                 data[i] = draw(st.integers(min_value=0, max_value=255))
             body = bytes(data)
         else:  # a length prefix larger than the bytes that follow: the peer then goes away
-            return struct.pack(">i", len(valid) + draw(st.integers(min_value=1, max_value=1000))) + valid
-    return struct.pack(">i", len(body)) + body
+            return kind, struct.pack(">i", len(valid) + draw(st.integers(min_value=1, max_value=1000))) + valid
+    return kind, struct.pack(">i", len(body)) + body
+
+
+def closed_by_its_header(body: bytes) -> bool:
+    """Kafka closes the connection on a frame too short for (key, version, correlation id),
+    an api it does not serve, or a version outside its range, ApiVersions excepted
+    (KIP-511: answered UNSUPPORTED_VERSION)."""
+    if len(body) < 8:
+        return True
+    key, version = struct.unpack_from(">hh", body)
+    if key not in SUPPORTED:
+        return True
+    low, high = SUPPORTED[key]
+    return key != ApiKey.API_VERSIONS and not low <= version <= high
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(frame=hostile_frames())
-def test_hostile_frames_get_an_answer_or_a_closed_connection(broker: Running, frame: bytes) -> None:
+@given(case=hostile_frames())
+def test_hostile_frames_get_an_answer_or_a_closed_connection(broker: Running, case: tuple[str, bytes]) -> None:
+    """A closed connection exactly where Kafka closes one (the header, a lying length, a
+    truncated body); an answer carries the request's correlation id, an ApiVersions at a
+    version not ours is answered UNSUPPORTED_VERSION, and the answer to a frame whose
+    header is intact decodes as that request's response."""
+    kind, frame = case
+    body = frame[4:]
     with socket.create_connection(("127.0.0.1", broker.port), timeout=2) as s:
         s.sendall(frame)
         s.shutdown(socket.SHUT_WR)  # a lying prefix waits for bytes that never come
         try:
-            body = _read_frame(s)
+            answer = _read_frame(s)
         except TimeoutError:
-            body = None  # e.g. a mutated fetch now long-polling; the broker is still fine
-        if body is not None:
-            assert len(body) >= 4
+            # e.g. a mutated fetch now long-polling: only a request that was accepted may wait
+            assert not closed_by_its_header(body) and kind not in ("truncated", "lying-prefix")
+            answer = None
+    must_close = closed_by_its_header(body) or kind == "lying-prefix"
+    if kind == "truncated" and struct.unpack_from(">h", body.ljust(2, b"\xff"))[0] != ApiKey.API_VERSIONS:
+        must_close = True  # every field of these requests is required: a cut body is malformed
+    if must_close:
+        assert answer is None
+    if answer is not None:
+        key, version, correlation_id = struct.unpack_from(">hhi", body)
+        assert struct.unpack_from(">i", answer)[0] == correlation_id
+        if key == ApiKey.API_VERSIONS:
+            error = struct.unpack_from(">h", answer, 4)[0]
+            low, high = SUPPORTED[key]
+            if not low <= version <= high:
+                assert error == ErrorCode.UNSUPPORTED_VERSION
+        if body[:8] in ANSWER_OF:
+            response, at = ANSWER_OF[body[:8]]
+            response.decode(answer, version=at, header=True)
     _still_serving(broker.port)
