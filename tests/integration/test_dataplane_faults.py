@@ -26,11 +26,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from dataplane_support import (
     bootstrap,
     confluent_consume_all,
     create_topic,
+    log_dir,
     partition_state,
     records_in,
     start_dataplane_cluster,
@@ -138,24 +140,57 @@ def leaders(cluster: MetadataCluster, topic: str, observer: int) -> dict[int, in
     }
 
 
-def unclean_elections_in_metadata_log(cluster: MetadataCluster, *, topic_leader: int) -> bool:
-    from quorum.metadata.records import PartitionChangeRecord, decode_record_with_version, is_unclean_election
+def leader_elections_in_metadata_log(
+    cluster: MetadataCluster, topic: str, partition: int = 0
+) -> list[tuple[int, bool]]:
+    """(leader, unclean) of every leader the metadata log gives `topic`-`partition`, in log
+    order, from its PartitionRecord on: -1 when it lost its leader; `unclean` when the record
+    marks the election unclean (KIP-704: leader recovery state RECOVERING)."""
+    from quorum.metadata.records import (
+        NO_LEADER_CHANGE,
+        PartitionChangeRecord,
+        PartitionRecord,
+        TopicRecord,
+        decode_record_with_version,
+        is_unclean_election,
+    )
     from quorum.storage.record_batch import scan_batches
 
-    node = cluster.nodes[cluster.controller_ids[0]]
+    node = cluster.nodes[cluster.active_controller()]
+    topic_id = None
+    out: list[tuple[int, bool]] = []
     for seg in sorted(node.partition_dir.glob("*.log")):
         for batch in scan_batches(seg.read_bytes()).batches:
             if batch.control_type is not None:
                 continue
             for value in batch.records:
                 record, _ = decode_record_with_version(value)
-                if (
+                if isinstance(record, TopicRecord) and record.name == topic:
+                    topic_id = record.topic_id
+                elif topic_id is None or getattr(record, "topic_id", None) != topic_id:
+                    continue
+                elif isinstance(record, PartitionRecord) and record.partition_id == partition:
+                    out.append((record.leader, False))
+                elif (
                     isinstance(record, PartitionChangeRecord)
-                    and record.leader == topic_leader
-                    and is_unclean_election(record)
+                    and record.partition_id == partition
+                    and record.leader != NO_LEADER_CHANGE
                 ):
-                    return True
-    return False
+                    out.append((record.leader, is_unclean_election(record)))
+    return out
+
+
+def log_end_on_disk(cluster: MetadataCluster, broker: int, topic: str, partition: int = 0) -> int:
+    """The log end offset a stopped broker's replica restarts with: the end of its last
+    whole batch (recovery cuts a torn tail, as this scan stops at one)."""
+    from quorum.storage.record_batch import scan_frames
+
+    end = 0
+    for seg in sorted((log_dir(cluster, broker) / f"{topic}-{partition}").glob("*.log")):
+        frames = scan_frames(seg.read_bytes()).frames
+        if frames:
+            end = frames[-1].base_offset + frames[-1].last_offset_delta + 1
+    return end
 
 
 @pytest.fixture
@@ -286,8 +321,27 @@ def test_sigstopped_follower_leaves_isr_and_returns(cluster: MetadataCluster) ->
     check_read_back(brokers, producer)
 
 
+# How long after the follower is unfenced the partition must still be offline (unclean
+# election off): brokers heartbeat every 0.5 s here (metadata_cluster.FAST_TIMINGS), so
+# this is six heartbeats, each a chance to elect.
+OFFLINE_WINDOW_S = 3.0
+
+
+def no_leader(cluster: MetadataCluster, topic: str, observer: int) -> bool:
+    return partition_state(cluster, topic, observer)[0]["leader"] in ("", "-1", None)
+
+
 @pytest.mark.parametrize("unclean", [False, True])
 def test_unclean_election(tmp_path: Path, unclean: bool) -> None:
+    """rf=2, min.insync.replicas=1: the follower dies, acks=all writes go on with the leader
+    alone, then the leader dies and the follower comes back, the only live replica.
+
+    Off (Kafka's default): the partition stays offline the whole time the follower is back,
+    and the metadata log never gives it a leader; the old leader's return brings every
+    acknowledged record back. On: the follower is elected, the metadata log marks the
+    election unclean, and exactly the acknowledged records it never had are lost: those
+    at or above its log end when it died (every record acknowledged while it was in the
+    ISR survives); the rest are at their acknowledged offsets."""
     c = start_dataplane_cluster(tmp_path, properties={"min.insync.replicas": "1"})
     try:
         brokers = bootstrap(c)
@@ -295,34 +349,62 @@ def test_unclean_election(tmp_path: Path, unclean: bool) -> None:
         create_topic(c, topic, partitions=1, rf=2, unclean_leader_election_enable=str(unclean).lower())
         producer = NumberedProducer(brokers, topic, 1).start()
         wait_until("records flowing", lambda: len(producer.acked) > 100, 30)
-        producer.stop()
         state = partition_state(c, topic, c.broker_ids[0])[0]
         lead = int(state["leader"])
         other = next(b for b in state["replicas"] if b != lead)
         observer = next(b for b in c.broker_ids if b not in state["replicas"])
         # The follower goes first (ISR shrinks to the leader), then the leader: no ISR member left.
+        acked_with_both = dict(producer.acked)  # acknowledged by the ISR {lead, other}
         c.kill9(other)
         wait_until("ISR = leader only", lambda: partition_state(c, topic, observer)[0]["isr"] == [lead], 30)
+        shrunk = len(producer.acked)
+        wait_until("acks=all writes on the leader alone", lambda: len(producer.acked) > shrunk + 100, 30)
+        producer.stop()
         c.kill9(lead)
-        wait_until(
-            "the leader fenced", lambda: partition_state(c, topic, observer)[0]["leader"] in ("", "-1", None), 30
-        )
+        wait_until("the leader fenced", lambda: no_leader(c, topic, observer), 30)
+        other_end = log_end_on_disk(c, other, topic)
         c.start(other)
         if not unclean:
-            time.sleep(5)
-            assert partition_state(c, topic, observer)[0]["leader"] in ("", "-1", None), (
-                "offline partition got a leader"
-            )
+            # Offline at every look from the restart until the follower is unfenced and
+            # OFFLINE_WINDOW_S more have passed (several heartbeats: each a chance to elect).
+            unfenced_at: float | None = None
+            leaders_seen: set[str] = set()
+            deadline = time.monotonic() + 60
+            while unfenced_at is None or time.monotonic() < unfenced_at + OFFLINE_WINDOW_S:
+                assert time.monotonic() < deadline, f"broker {other} not unfenced after its restart"
+                try:
+                    leaders_seen.add(partition_state(c, topic, observer)[0]["leader"])
+                    if unfenced_at is None and c.brokers(observer).get(other, {}).get("fenced") is False:
+                        unfenced_at = time.monotonic()
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
+            assert leaders_seen <= {"", "-1", "None"}, f"offline partition got a leader: {leaders_seen}"
+            assert leader_elections_in_metadata_log(c, topic)[-1] == (-1, False)
+            # The old leader's return: a clean election, every acknowledged record back.
+            c.start(lead)
+            wait_until("the old leader back", lambda: partition_state(c, topic, observer)[0]["leader"] == str(lead), 60)
+            assert not any(unclean for _, unclean in leader_elections_in_metadata_log(c, topic))
+            check_read_back(brokers, producer)
         else:
             wait_until(
                 "unclean leader elected", lambda: partition_state(c, topic, observer)[0]["leader"] == str(other), 30
             )
-            # The metadata log records the election as unclean (KIP-704: leader recovery RECOVERING).
-            assert unclean_elections_in_metadata_log(c, topic_leader=other), "no unclean election in the metadata log"
-            # The new leader serves what it has; whatever it lacks of the acked records is lost,
-            # which is what enabling unclean election accepts.
-            wait_until(
-                "the partition writable again", lambda: len(partition_state(c, topic, observer)[0]["isr"]) >= 1, 30
+            elections = wait_until(
+                "the election in the metadata log", lambda: leader_elections_in_metadata_log(c, topic), 10
             )
+            assert elections[-2:] == [(-1, False), (other, True)], elections
+            assert not any(unclean for _, unclean in elections[:-1]), elections
+            lost = sorted(n for n, (_, offset) in producer.acked.items() if offset >= other_end)
+            assert lost, f"no record was acknowledged by the leader alone (follower's log end {other_end})"
+            assert not any(n in lost for n in acked_with_both), "a record acknowledged with the full ISR is lost"
+            msgs = confluent_consume_all(brokers, topic, [0], expected=other_end, timeout=30)
+            held = {m.offset(): int(m.value()) for m in msgs}
+            served = f"{min(held, default=None)}..{max(held, default=None)}"
+            assert sorted(held) == list(range(other_end)), f"the new leader serves {served}, not 0..{other_end - 1}"
+            kept = {n: offset for n, (_, offset) in producer.acked.items() if offset < other_end}
+            assert {n: held.get(offset) for n, offset in kept.items()} == {n: n for n in kept}
+            assert not set(lost) & set(held.values()), "a lost record is still served"
+            print(f"unclean election lost {len(lost)} acknowledged records ({lost[0]}..{lost[-1]}), kept {len(kept)}")
     finally:
         c.close()
