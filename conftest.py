@@ -6,7 +6,7 @@
 
 Select one with ``--hypothesis-profile=long`` (Hypothesis' pytest plugin) or the
 ``HYPOTHESIS_PROFILE`` environment variable. A test that needs a different size uses
-``@settings(max_examples=...)`` on top of the loaded profile.
+``@settings(max_examples=examples(n))`` (`tests.scale`): n under ci, ten times n under long.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-CI_MAX_EXAMPLES = 100
-LONG_MAX_EXAMPLES = 5_000
+from tests.scale import CI_MAX_EXAMPLES, LONG_MAX_EXAMPLES
 
 settings.register_profile(
     "ci",

@@ -17,6 +17,7 @@ from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from metadata_cluster import MetadataCluster
 
+from tests.scale import examples
 from tests.unit.broker_kafka.test_kafka_listener import hostile_frames
 
 pytestmark = pytest.mark.integration
@@ -169,7 +170,7 @@ def test_failing_acks0_produces_pipelined_close_the_connection_quietly(cluster: 
     produce_ok(cluster, b"after-acks0-burst")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frames=st.lists(hostile_frames(), min_size=1, max_size=4))
 def test_hostile_frames_leave_the_broker_serving(cluster: MetadataCluster, frames: list[bytes]) -> None:
     """A few hostile frames pipelined on one connection (a lying length prefix swallows

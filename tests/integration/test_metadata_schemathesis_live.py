@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from metadata_cluster import MetadataCluster, closed_after, start_cluster, wait_until
 
+from tests.scale import examples
 from tests.unit.api.rest_api_support import ROUTES
 
 pytestmark = pytest.mark.integration
@@ -24,7 +25,7 @@ schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is a tes
 from schemathesis.config import SchemathesisConfig  # noqa: E402
 from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: E402
 
-MAX_EXAMPLES = int(os.environ.get("PYKRAFT_LIVE_SCHEMATHESIS_EXAMPLES", "4"))
+MAX_EXAMPLES = examples(int(os.environ.get("PYKRAFT_LIVE_SCHEMATHESIS_EXAMPLES", "4")))
 
 
 @pytest.fixture(scope="module")

@@ -19,18 +19,17 @@ minute on two cores; "long" runs ten times the examples.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.scale import multiplier
 from tests.sim import histories as h
 from tests.sim.harness import Cluster
 from tests.sim.test_safety import converge
 
-LONG = settings().max_examples >= 1000 or os.environ.get("HYPOTHESIS_PROFILE") == "long"
-SCALE = 10 if LONG else 1
+SCALE = multiplier()  # ten times the examples under the long profile
 
 # What the runs of this module reached, summed over every example.
 RUN: Counter[str] = Counter()

@@ -21,7 +21,6 @@ minutes on two cores; "long" (``--hypothesis-profile=long``) runs far more.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -32,11 +31,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from quorum.raft.core import RaftCore
 from quorum.raft.roles import LeaderState, Role
+from tests.scale import long_profile
 from tests.sim.harness import Cluster, InvariantViolation, Node
 
 # ------------------------------------------------------------------ profiles
 
-LONG = settings().max_examples >= 1000 or os.environ.get("HYPOTHESIS_PROFILE") == "long"
+LONG = long_profile()
 STATEFUL_EXAMPLES = 5000 if LONG else 800
 STATEFUL_STEPS = 60 if LONG else 40
 SCENARIO_SEEDS = range(60 if LONG else 5)

@@ -19,7 +19,6 @@ machine; "long" (``--hypothesis-profile=long`` or HYPOTHESIS_PROFILE=long) runs 
 
 from __future__ import annotations
 
-import os
 import random
 from collections import Counter
 
@@ -29,10 +28,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from broker.replica.state import PartitionState
+from tests.scale import long_profile
 from tests.sim.replication import mutants
 from tests.sim.replication.harness import SimConfig, StateFactory, Violation, World
 
-LONG = settings().max_examples >= 1000 or os.environ.get("HYPOTHESIS_PROFILE") == "long"
+LONG = long_profile()
 STATEFUL_EXAMPLES = 1500 if LONG else 150
 STATEFUL_STEPS = 80 if LONG else 40
 WALK_SEEDS = range(400 if LONG else 20)

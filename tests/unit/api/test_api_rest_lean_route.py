@@ -27,6 +27,7 @@ from starlette.routing import Match
 from api.rest import create_app
 from api.rest.lean_route import LeanRoute
 from quorum.controller.errors import ErrorCode
+from tests.scale import examples
 
 
 def _standard_twin(app: FastAPI) -> FastAPI:
@@ -131,7 +132,7 @@ def _node(failure: ErrorCode | None) -> FakeNode:
     return FakeNode() if failure is None else FakeNode(answer=failing_answer(failure, "refused"))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_requests())
 def test_lean_answers_are_fastapis_answers(req: dict[str, Any]) -> None:
     lean_node, standard_node = _node(req["failure"]), _node(req["failure"])
@@ -172,7 +173,7 @@ def _paths(draw: st.DrawFn) -> str:
     return "/".join(filled)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(
     path=_paths(),
     method=st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]),

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from api.rest.json_stream import JsonStream, JsonSyntaxError, ValueTooLarge
 from api.rest.produce_payload import BadRecord, OutgoingRecord, ReportWriter, iso_instant, parse_request
+from tests.scale import examples
 
 # ---------------------------------------------------------------- the body reader
 
@@ -50,7 +51,7 @@ def _read(body: bytes, cuts: list[int], max_value: int = 1 << 20) -> list[Any]:
     ascii_only=st.booleans(),
     data=st.data(),
 )
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_any_chunking_of_concatenated_records_reads_the_same_records(
     values: list[dict[str, Any]], separators: list[str], indent: int | None, ascii_only: bool, data: st.DataObject
 ) -> None:

@@ -20,13 +20,14 @@ from rest_api_support import (  # type: ignore[import-not-found,unused-ignore]  
 
 from api.rest import create_app
 from quorum.controller.topic_configs import topic_config_names
+from tests.scale import examples
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is a test dependency (pin 4.32.5)")
 from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.config import SchemathesisConfig  # noqa: E402
 from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: E402
 
-MAX_EXAMPLES = int(os.environ.get("PYKRAFT_SCHEMATHESIS_EXAMPLES", "30"))
+MAX_EXAMPLES = examples(int(os.environ.get("PYKRAFT_SCHEMATHESIS_EXAMPLES", "50")))
 
 # Most generated requests name the real cluster, topics, partitions, brokers and configs, so that
 # they reach the handlers instead of all ending in "cluster not found".

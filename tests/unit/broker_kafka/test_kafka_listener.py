@@ -28,6 +28,7 @@ from broker.kafka.apis import SUPPORTED, ApiKey
 from broker.kafka.server import KafkaListener
 from broker.kafka.services import ListenerConfig
 from quorum.kafka_errors import ErrorCode
+from tests.scale import examples
 from tests.unit.broker_kafka.conftest import batch
 from tests.unit.broker_kafka.fake_services import FakeServices, make_image
 
@@ -330,7 +331,7 @@ def closed_by_its_header(body: bytes) -> bool:
     return key != ApiKey.API_VERSIONS and not low <= version <= high
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=hostile_frames())
 def test_hostile_frames_get_an_answer_or_a_closed_connection(broker: Running, case: tuple[str, bytes]) -> None:
     """A closed connection exactly where Kafka closes one (the header, a lying length, a

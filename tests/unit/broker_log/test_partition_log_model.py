@@ -20,6 +20,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from broker.log import LogConfig, LogError, PartitionLog
 from quorum.kafka_errors import ErrorCode
 from quorum.storage.record_batch import scan_frames
+from tests.scale import examples
 
 CONFIG = LogConfig(segment_bytes=1500, index_interval_bytes=200, segment_index_bytes=96)
 
@@ -140,5 +141,5 @@ class PartitionLogModel(RuleBasedStateMachine):
 TestPartitionLogModel = PartitionLogModel.TestCase
 # The CI profile runs 60 histories of 40 steps; PLOG_MODEL_EXAMPLES=N runs more (500 pass).
 TestPartitionLogModel.settings = settings(
-    max_examples=int(os.environ.get("PLOG_MODEL_EXAMPLES", "60")), stateful_step_count=40, deadline=None
+    max_examples=examples(int(os.environ.get("PLOG_MODEL_EXAMPLES", "60"))), stateful_step_count=40, deadline=None
 )

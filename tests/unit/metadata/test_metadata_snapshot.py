@@ -33,6 +33,7 @@ from quorum.node.state_machine import StateMachine
 from quorum.raft.types import Batch, ControlType, OffsetAndEpoch
 from quorum.storage.record_batch import encode_leader_change
 from quorum.storage.snapshots import decode_snapshot, encode_snapshot
+from tests.scale import examples
 
 A = tid(1)
 
@@ -269,7 +270,7 @@ def record_sequences(draw) -> list[MetadataRecord]:
     return records
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(record_sequences(), st.integers(1, 7))
 def test_replay_snapshot_diff_agree(records: list[MetadataRecord], per_batch: int) -> None:
     whole = replay_all(EMPTY, records, 0)

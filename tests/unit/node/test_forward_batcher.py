@@ -23,6 +23,7 @@ from quorum.controller.requests import (
     IncrementalAlterConfigsResponse,
 )
 from quorum.node.forward_batcher import AlterConfigsBatcher
+from tests.scale import examples
 
 TOPIC = ConfigResourceType.TOPIC
 
@@ -142,7 +143,7 @@ writes = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     writes=writes,
     max_in_flight=st.integers(1, 3),

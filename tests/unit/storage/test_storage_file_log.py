@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from quorum.raft.types import Batch, ControlType
 from quorum.storage.file_log import FileLog, segment_file_name
 from quorum.storage.record_batch import decode_batches, encode_batch, encode_leader_change
+from tests.scale import examples
 
 
 def make_batches(start: int, sizes: list[int], epoch: int = 1, payload: int = 20) -> list[Batch]:
@@ -375,7 +376,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(OPS, st.integers(150, 600))
 def test_property_matches_model(ops: list[tuple[str, object]], segment_bytes: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:

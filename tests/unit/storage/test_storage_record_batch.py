@@ -39,6 +39,7 @@ from quorum.storage.record_batch import (
     peek_batch_header,
     scan_batches,
 )
+from tests.scale import examples
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 CONTROL = st.sampled_from([None, *ControlType])
@@ -108,7 +109,7 @@ def test_empty_batch_is_rejected() -> None:
         encode_batch(Batch(0, 1, ()))
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(batches())
 def test_property_round_trip(batch: Batch) -> None:
     data = encode_batch(batch)
@@ -117,7 +118,7 @@ def test_property_round_trip(batch: Batch) -> None:
     assert decode_batches(bytearray(data), verify_crc=False) == ([batch], len(data))
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(batch_runs())
 def test_property_round_trip_many(run: list[Batch]) -> None:
     data = encode_batches(run)
@@ -158,7 +159,7 @@ def test_control_attribute_and_key() -> None:
     assert data[BATCH_HEADER_SIZE + 4 : BATCH_HEADER_SIZE + 9] == b"\x08\x00\x00\x00\x04"
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(batches(timestamps=st.integers(0, 4_000_000_000_000)))
 def test_kio_reads_our_batches(batch: Batch) -> None:
     """kio's independent v2 reader (it verifies the CRC and framing) agrees on every field."""
@@ -348,13 +349,13 @@ def _decode_or_corrupt(data: bytes, verify_crc: bool = True) -> None:
     assert all(isinstance(b, Batch) and b.records for b in got)
 
 
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(500), suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=400), st.booleans())
 def test_fuzz_random_bytes(data: bytes, verify_crc: bool) -> None:
     _decode_or_corrupt(data, verify_crc)
 
 
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(500), suppress_health_check=[HealthCheck.too_slow])
 @given(batch_runs(), st.data())
 def test_fuzz_truncation_and_bit_flips(run: list[Batch], data: st.DataObject) -> None:
     encoded = encode_batches(run)
@@ -384,7 +385,7 @@ def test_fuzz_truncation_and_bit_flips(run: list[Batch], data: st.DataObject) ->
     _decode_or_corrupt(bytes(flipped))
 
 
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(500), suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=200), st.integers(-3, 40), st.sampled_from([0, 0x20]))
 def test_fuzz_random_records_with_valid_crc(body: bytes, count: int, attributes: int) -> None:
     _decode_or_corrupt(_with_records(body, count, attributes))
@@ -442,7 +443,7 @@ def test_leader_change_rejects_huge_array() -> None:
         decode_leader_change(bytes.fromhex("00000000000001ffffffff0f"))
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(st.binary(max_size=60))
 def test_fuzz_control_messages(data: bytes) -> None:
     for decode in (decode_leader_change, decode_snapshot_header, decode_snapshot_footer):

@@ -18,6 +18,7 @@ from quorum.storage.snapshots import (
     encode_snapshot,
     snapshot_file_name,
 )
+from tests.scale import examples
 
 SID = OffsetAndEpoch(epoch=3, offset=100)
 
@@ -187,7 +188,7 @@ def test_empty_snapshot() -> None:
     assert len(decode_batches(data)[0]) == 2
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(st.lists(st.binary(max_size=40), max_size=60), st.integers(1, 20), st.integers(0, 2**40))
 def test_property_snapshot_round_trip(records: list[bytes], per_batch: int, ts: int) -> None:
     data = encode_snapshot(SID, records, last_contained_timestamp_ms=ts, batch_records=per_batch)

@@ -78,6 +78,7 @@ from quorum.wire.admin_codec import (
     encode_admin_response,
     is_admin_api,
 )
+from tests.scale import examples
 
 SERVED = [(key, version) for key, (low, high) in sorted(ADMIN_API_VERSIONS.items()) for version in range(low, high + 1)]
 NOT_CONTROLLER = 41
@@ -174,7 +175,7 @@ def test_codec_decode_request_still_refuses_admin_keys(case):
 # --------------------------------------------------------------------------- round trips
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @pytest.mark.parametrize("case", SERVED, ids=ids)
 @given(data=st.data(), correlation_id=ads.i32, client_id=st.none() | st.text(max_size=10))
 def test_request_round_trip_every_version(case, data, correlation_id, client_id):
@@ -198,7 +199,7 @@ def test_request_round_trip_every_version(case, data, correlation_id, client_id)
     assert again == frame
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @pytest.mark.parametrize("case", SERVED, ids=ids)
 @given(data=st.data(), correlation_id=ads.i32)
 def test_response_round_trip_every_version(case, data, correlation_id):
@@ -211,7 +212,7 @@ def test_response_round_trip_every_version(case, data, correlation_id):
     assert decode_admin_response(key, version, frame[4:], decoded.request) == ads.project_response(response, version)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(data=st.data())
 def test_highest_version_round_trips_are_exact(data):
     key = data.draw(st.sampled_from(sorted(ADMIN_API_VERSIONS)), label="key")
@@ -269,7 +270,7 @@ def expected_blanket(request: Any, code: int, message: str | None, version: int)
     raise AssertionError(request)
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @pytest.mark.parametrize("case", SERVED, ids=ids)
 @given(data=st.data(), message=st.none() | st.text(max_size=30))
 def test_blanket_error_fills_every_item(case, data, message):

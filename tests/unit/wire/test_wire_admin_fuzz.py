@@ -71,6 +71,7 @@ from quorum.wire.admin_codec import (
 )
 from quorum.wire.admin_codec import admin_error_response_for as answer_for
 from quorum.wire.codec import WireError
+from tests.scale import examples
 
 ZERO_UUID = uuid.UUID(int=0)
 SERVED = [(key, version) for key, (low, high) in sorted(ADMIN_API_VERSIONS.items()) for version in range(low, high + 1)]
@@ -135,7 +136,7 @@ def mutate(frame: bytes, data: st.DataObject) -> bytes:
     return bytes(mutated[:at]) + huge + bytes(mutated[at + replace :])
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(st.binary(max_size=300))
 @example(b"")
 @example(b"\x00\x13\x00\x07")
@@ -146,13 +147,13 @@ def test_random_request_bytes(data):
     check_request(data)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(key_version=st.sampled_from(SERVED), body=st.binary(max_size=200))
 def test_random_request_body_behind_a_valid_header(key_version, body):
     check_request(header(*key_version) + body)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(key_version=st.sampled_from(SERVED), data=st.binary(max_size=300))
 @example(key_version=(19, 7), data=b"\x00\x00\x00\x01\x00" + b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff\x0f")
 @example(key_version=(56, 3), data=b"\x00\x00\x00\x01\x00" + bytes(6) + b"\xde\x91\x95\xc1\x78")
@@ -160,26 +161,26 @@ def test_random_response_bytes(key_version, data):
     check_response(*key_version, data)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(frame=valid_request_frames(), data=st.data())
 def test_truncated_request_frames(frame, data):
     check_request(frame[: data.draw(st.integers(0, len(frame) - 1), label="cut")])
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(frame=valid_request_frames(), data=st.data())
 def test_bit_flipped_and_oversized_request_frames(frame, data):
     check_request(mutate(frame, data))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(case=valid_response_frames(), data=st.data())
 def test_truncated_response_frames(case, data):
     key, version, frame = case
     check_response(key, version, frame[: data.draw(st.integers(0, len(frame) - 1), label="cut")])
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(case=valid_response_frames(), data=st.data())
 def test_bit_flipped_and_oversized_response_frames(case, data):
     key, version, frame = case

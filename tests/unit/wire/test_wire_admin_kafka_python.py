@@ -30,6 +30,7 @@ from quorum.wire.admin_codec import (
     encode_admin_request,
     encode_admin_response,
 )
+from tests.scale import examples
 
 kafka = pytest.importorskip("kafka")
 from kafka.protocol.admin import cluster as kcluster  # noqa: E402
@@ -169,7 +170,7 @@ def draw_request(key: int, version: int, data: st.DataObject) -> Any:
 # --------------------------------------------------------------------------- tests
 
 
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @pytest.mark.parametrize("case", CASES, ids=ids)
 @given(data=st.data(), correlation_id=ads.i32)
 def test_kafka_python_request_decodes_with_ours(case, data, correlation_id):
@@ -187,7 +188,7 @@ def test_kafka_python_request_decodes_with_ours(case, data, correlation_id):
     assert ours == frame
 
 
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @pytest.mark.parametrize("case", CASES, ids=ids)
 @given(data=st.data(), correlation_id=ads.i32)
 def test_our_responses_decode_with_kafka_python(case, data, correlation_id):
@@ -203,7 +204,7 @@ def test_our_responses_decode_with_kafka_python(case, data, correlation_id):
     assert decode_admin_response(key, version, frame[4:]) == ads.project_response(response, version)
 
 
-@settings(max_examples=20)
+@settings(max_examples=examples(20))
 @pytest.mark.parametrize("case", CASES, ids=ids)
 @given(data=st.data())
 def test_not_controller_reaches_kafka_python_per_item(case, data):

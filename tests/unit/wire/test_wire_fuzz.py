@@ -40,6 +40,7 @@ from quorum.wire import (
     encode_response,
     error_response_for,
 )
+from tests.scale import examples
 
 SERVED = [(key, version) for key, (low, high) in API_VERSIONS.items() for version in range(low, high + 1)]
 
@@ -205,7 +206,7 @@ def valid_response_frames(draw: st.DrawFn, with_endpoints: bool = True) -> tuple
     return key, request.api_version, out[4:]
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(st.binary(max_size=300))
 @example(KIO_ABORTS_ON)
 @example(vote_v2_frame(KIO_ABORTS_ON))
@@ -216,7 +217,7 @@ def test_random_request_bytes(data):
     check_request(data)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(key_version=st.sampled_from(SERVED), body=st.binary(max_size=200))
 def test_random_request_body_behind_a_valid_header(key_version, body):
     key, version = key_version
@@ -225,7 +226,7 @@ def test_random_request_body_behind_a_valid_header(key_version, body):
     check_request(header + body)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(key_version=st.sampled_from(SERVED), data=st.binary(max_size=300))
 @example(key_version=(52, 2), data=b"\x00\x00\x00\x01\x00" + b"\x00\x00" + b"\xde\x91\x95\xc1\x78")
 def test_random_response_bytes(key_version, data):
@@ -233,13 +234,13 @@ def test_random_response_bytes(key_version, data):
     check_response(key, version, data)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(frame=valid_request_frames())
 def test_encoded_request_frames_reencode_to_the_same_bytes(frame):
     check_encoded_request(frame)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(case=valid_response_frames(with_endpoints=False))
 def test_encoded_response_frames_reencode_to_the_same_bytes(case):
     key, version, frame = case
@@ -248,14 +249,14 @@ def test_encoded_response_frames_reencode_to_the_same_bytes(case):
     assert encode_response(request, decoded)[4:] == frame
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(frame=valid_request_frames(), data=st.data())
 def test_truncated_request_frames(frame, data):
     cut = data.draw(st.integers(0, len(frame) - 1), label="cut")
     check_request(frame[:cut])
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(frame=valid_request_frames(), data=st.data())
 def test_bit_flipped_request_frames(frame, data):
     flips = data.draw(st.lists(st.integers(0, len(frame) * 8 - 1), min_size=1, max_size=4), label="bits")
@@ -269,7 +270,7 @@ def test_bit_flipped_request_frames(frame, data):
 HUGE = [b"\xff\xff\xff\xff\x0f", b"\xde\x91\x95\xc1\x78", b"\x7f\xff\xff\xff", b"\x7f\xff", b"\x80\x00\x00\x00"]
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(frame=valid_request_frames(), data=st.data())
 def test_oversized_lengths_in_request_frames(frame, data):
     at = data.draw(st.integers(0, len(frame)), label="at")
@@ -278,7 +279,7 @@ def test_oversized_lengths_in_request_frames(frame, data):
     check_request(frame[:at] + huge + frame[at + replace :])
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(case=valid_response_frames(), data=st.data())
 def test_truncated_response_frames(case, data):
     key, version, frame = case
@@ -286,7 +287,7 @@ def test_truncated_response_frames(case, data):
     check_response(key, version, frame[:cut])
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(case=valid_response_frames(), data=st.data())
 def test_bit_flipped_and_oversized_response_frames(case, data):
     key, version, frame = case
