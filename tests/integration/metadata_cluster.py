@@ -58,8 +58,9 @@ class ClusterTimeout(AssertionError):
 
 
 class KnownBug(AssertionError):
-    """The check that demonstrates a known product bug failed (tests mark it
-    `xfail(strict=True, raises=KnownBug)`, so that any other failure still fails them)."""
+    """A check that once demonstrated a product bug failed: the bug is back. `known_bug`
+    raises it as an ordinary assertion failure (nothing marks these tests xfail), its type
+    saying which checks guard a bug that was seen before."""
 
 
 def known_bug(condition: object, message: str) -> None:
