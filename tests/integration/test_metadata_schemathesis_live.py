@@ -9,6 +9,7 @@ operation must succeed (a 2xx) at least once.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,11 +29,71 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: 
 MAX_EXAMPLES = examples(int(os.environ.get("PYKRAFT_LIVE_SCHEMATHESIS_EXAMPLES", "4")))
 
 
+GROUP = "schemathesis-group"
+
+
+class GroupMember:
+    """A real consumer in GROUP, subscribed to "orders", polled in a thread for the module's
+    life (so that the consumer-group routes have a group, a member, assignments and lags)."""
+
+    def __init__(self, c: MetadataCluster) -> None:
+        from confluent_kafka import Consumer
+
+        bootstrap = ",".join(
+            f"127.0.0.1:{c.nodes[b].plan.properties['listeners'].rsplit(':', 1)[1]}" for b in c.broker_ids
+        )
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": GROUP,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        self.consumer.subscribe(["orders"])
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                m = self.consumer.poll(0.1)
+                if m is not None and m.error() is None:
+                    self.consumer.commit(message=m, asynchronous=False)
+
+    def assigned(self) -> bool:
+        with self._lock:
+            return bool(self.consumer.assignment())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.consumer.close()
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[MetadataCluster]:
-    c = start_cluster(tmp_path_factory.mktemp("schemathesis-live"))
+    c = start_cluster(
+        tmp_path_factory.mktemp("schemathesis-live"),
+        properties={"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "3"},
+    )
     with closed_after(request, [c]):
-        yield c
+        _ensure_orders(c, c.broker_ids[0])
+        r = c.post(c.broker_ids[0], "/topics/orders/records", {"partition_id": 0, "value": {"type": "JSON", "data": 1}})
+        assert r.status_code == 200, r.text
+        member = GroupMember(c)
+        try:
+            wait_until(f"a member of {GROUP} with partitions", member.assigned, 60)
+            yield c
+        finally:
+            member.close()
+
+
+def _consumer_ids(c: MetadataCluster) -> list[str]:
+    consumers = c.get_json(c.broker_ids[0], f"/consumer-groups/{GROUP}/consumers")["data"]
+    return [m["consumer_id"] for m in consumers]
 
 
 def _config(c: MetadataCluster) -> SchemathesisConfig:
@@ -44,6 +105,8 @@ def _config(c: MetadataCluster) -> SchemathesisConfig:
                 "partitions": {"values": [0, 1, 2]},
                 "brokers": {"values": c.broker_ids},
                 "configs": {"values": ["retention.ms", "cleanup.policy", "min.insync.replicas"]},
+                "groups": {"values": [GROUP]},
+                "consumers": {"values": _consumer_ids(c)},
             },
             "parameters": {
                 "path.cluster_id": {"dictionary": "clusters", "probability": 0.9},
@@ -51,6 +114,8 @@ def _config(c: MetadataCluster) -> SchemathesisConfig:
                 "path.partition_id": {"dictionary": "partitions", "probability": 0.8},
                 "path.broker_id": {"dictionary": "brokers", "probability": 0.8},
                 "path.name": {"dictionary": "configs", "probability": 0.8},
+                "path.consumer_group_id": {"dictionary": "groups", "probability": 0.8},
+                "path.consumer_id": {"dictionary": "consumers", "probability": 0.8},
             },
         }
     )
