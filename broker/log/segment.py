@@ -226,7 +226,12 @@ class LogSegment:
             if not scan.frames:
                 first = self._read_one(position)
                 if first is None:
-                    problem = "torn or corrupt batch" if scan.error is None else str(scan.error)
+                    # The scan names the position in its chunk; the segment's is `position` on.
+                    problem = (
+                        "torn or corrupt batch"
+                        if scan.error is None
+                        else str(scan.error).replace(f"(batch at byte {scan.consumed})", f"(batch at byte {position + scan.consumed})")
+                    )
                     break
                 scan_frames_list = [first]
                 consumed = first.size
