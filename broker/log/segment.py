@@ -230,7 +230,9 @@ class LogSegment:
                     problem = (
                         "torn or corrupt batch"
                         if scan.error is None
-                        else str(scan.error).replace(f"(batch at byte {scan.consumed})", f"(batch at byte {position + scan.consumed})")
+                        else str(scan.error).replace(
+                            f"(batch at byte {scan.consumed})", f"(batch at byte {position + scan.consumed})"
+                        )
                     )
                     break
                 scan_frames_list = [first]
