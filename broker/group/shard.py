@@ -420,9 +420,13 @@ class GroupShard:
             out.records.append(self._group_record(group, now))
             return
         group.protocol = group.select_protocol()
-        if group.leader not in group.members:
+        leader = group.members.get(group.leader or "")
+        if leader is None or leader.join_token is None:
+            # A leader that did not rejoin (a static member kept through the rebalance timeout)
+            # would never send the assignment: a member that joined leads (Kafka's
+            # maybeElectNewJoinedLeader).
             joined = [m.member_id for m in group.members.values() if m.join_token is not None]
-            group.leader = joined[0] if joined else next(iter(group.members))
+            group.leader = joined[0] if joined else (group.leader if leader is not None else next(iter(group.members)))
         group.transition(GroupState.COMPLETING_REBALANCE, now)
         for m in group.members.values():
             if m.join_token is not None:
