@@ -28,12 +28,7 @@ from broker.group.messages import JoinResult, LeaveResult, SyncResult
 from broker.group.shard import Outcome, append_error
 from quorum.kafka_errors import ErrorCode
 
-__all__ = ["MAY_BE_WRITTEN", "Release", "WriteOrder", "error_reply"]
-
-# Append errors after which the batch may still be in the log and commit later: the state
-# keeps what it says (as Kafka's coordinator runtime keeps it: it reverts only an append
-# that failed), else a later coordinator would replay what this one had forgotten.
-MAY_BE_WRITTEN = frozenset({ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
+__all__ = ["Release", "WriteOrder", "error_reply"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +73,7 @@ class WriteOrder:
         entry.code = code
         if code == ErrorCode.NONE:
             return
-        if undo and code not in MAY_BE_WRITTEN and entry.outcome.undo is not None:
+        if undo and entry.outcome.undo is not None:
             entry.extra = entry.outcome.undo(code)
         # Outcomes without records queued behind this one were computed from the state the
         # undo just put back: they fail with it (they showed what was not written).

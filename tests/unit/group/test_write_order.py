@@ -65,21 +65,6 @@ def test_an_answer_without_records_queued_behind_a_failed_append_fails_with_it()
     assert released(order) == {3: SyncResult(ErrorCode.NONE)}
 
 
-def test_no_undo_when_the_batch_may_still_be_in_the_log() -> None:
-    """A timed-out append may still commit: its state stays, as Kafka's coordinator runtime
-    keeps it (found by the group simulation: an offset the memory had forgotten escaped a
-    later DeleteGroups' tombstones and came back after a coordinator move)."""
-    order = WriteOrder()
-    undone: list[ErrorCode] = []
-    n = order.submit(Outcome([RECORD], {1: SyncResult(ErrorCode.NONE)}, lambda code: undone.append(code) or {}))
-    order.completed(n, ErrorCode.REQUEST_TIMED_OUT)
-    assert undone == []
-    assert released(order) == {1: SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)}
-    m = order.submit(Outcome([RECORD], {}, lambda code: undone.append(code) or {}))
-    order.completed(m, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
-    assert undone == []
-
-
 def test_an_unloaded_partition_skips_the_undo() -> None:
     order = WriteOrder()
     undone: list[ErrorCode] = []
