@@ -68,9 +68,8 @@ __all__ = ["CoordinatorConfig", "GroupShard", "Outcome", "Record"]
 Record = tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]
 TopicPartition = tuple[str, int]
 
-# What one operation deleted, for its undo: (group, the offsets it removed, the numbers of
-# those changes, the Empty group it dropped or None).
-_Deleted = tuple[str, dict[TopicPartition, OffsetValue], dict[TopicPartition, int], "ClassicGroup | None"]
+# One write of an offset not yet known committed: (group, (topic, partition), its number).
+_Change = tuple[str, TopicPartition, int]
 
 # Deadline keys: ("session", group, member), ("pending", group, member), ("join", group),
 # ("sync", group, generation).
@@ -98,6 +97,9 @@ class Outcome:
     replies: dict[Token, Any] = field(default_factory=dict)
     # The append of `records` failed: restore what they changed; the answers to send instead.
     undo: Callable[[ErrorCode], dict[Token, Any]] | None = None
+    # The append of `records` committed. The runtime calls `written` or `undo` for the
+    # outcomes of a partition in the order the shard returned them.
+    written: Callable[[], None] | None = None
 
 
 def _default_id(prefix: str) -> str:
@@ -125,10 +127,7 @@ class GroupShard:
         self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (a group id is in one map only)
         self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
         self.deadlines: Deadlines[DeadlineKey] = Deadlines()
-        # The latest change of each (group, topic, partition) offset since loading, by number:
-        # an undo puts an offset back only over its own change, never over a later one.
-        self._offset_changes: dict[str, dict[TopicPartition, int]] = {}
-        self._changes = 0
+        self._offset_writes = _OffsetWrites()
 
     # ================================================================== loading
 
@@ -652,9 +651,7 @@ class GroupShard:
         if created:
             group = self.groups[req.group_id] = ClassicGroup(req.group_id, current_state_timestamp=now_ms)
         errors: list[ErrorCode] = []
-        offsets = self.offsets.setdefault(req.group_id, {})
-        before: dict[TopicPartition, OffsetValue | None] = {}
-        changed: dict[TopicPartition, int] = {}
+        changes: list[_Change] = []
         expire = now_ms + req.retention_ms if req.retention_ms >= 0 else -1
         for p in req.partitions:
             metadata = p.metadata or ""
@@ -663,32 +660,19 @@ class GroupShard:
                 continue
             tp = (p.topic, p.partition)
             value = OffsetValue(p.offset, p.leader_epoch, metadata, now_ms, expire)
-            before.setdefault(tp, offsets.get(tp))
-            offsets[tp] = value
-            changed[tp] = self._changed(req.group_id, tp)
+            changes.append(self._write_offset(req.group_id, tp, value))
             out.records.append((OffsetKey(req.group_id, p.topic, p.partition), value))
             errors.append(ErrorCode.NONE)
-        if not offsets:
-            del self.offsets[req.group_id]
-
         def undo(code: ErrorCode) -> dict[Token, Any]:
-            mine = self.offsets.get(req.group_id, {})
-            for tp, old in before.items():
-                if not self._is_last_change(req.group_id, tp, changed[tp]):
-                    continue  # a later commit or delete took its place: that one stands
-                self._changed(req.group_id, tp)
-                if old is None:
-                    mine.pop(tp, None)
-                else:
-                    mine[tp] = old
-            if not mine:
-                self.offsets.pop(req.group_id, None)
-                if created and group is not None and self.groups.get(req.group_id) is group and not group.members:
+            self._settle_offsets(changes, False)
+            if created and group is not None and req.group_id not in self.offsets:
+                if self.groups.get(req.group_id) is group and not group.members:
                     del self.groups[req.group_id]
             return {}
 
         if out.records:
             out.undo = undo
+            out.written = lambda: self._settle_offsets(changes, True)
         elif created:
             del self.groups[req.group_id]
         return out, errors
@@ -741,21 +725,21 @@ class GroupShard:
             return ErrorCode.GROUP_ID_NOT_FOUND, [], out
         subscribed = group.subscribed_topics() if group.members else set()
         mine = self.offsets.get(group_id, {})
+        written = self._offset_writes.touched.get(group_id, set())
         errors = []
-        removed: dict[TopicPartition, OffsetValue] = {}
+        changes: list[_Change] = []
         for t, p in partitions:
             if subscribed is None or t in subscribed:
                 errors.append(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
                 continue
             errors.append(ErrorCode.NONE)
-            if (t, p) in mine:
-                removed[(t, p)] = mine.pop((t, p))
+            # An offset changed since loading gets a tombstone even when the memory has none:
+            # an undone write that timed out may still be in the log.
+            if (t, p) in mine or (t, p) in written:
+                changes.append(self._write_offset(group_id, (t, p), None))
                 out.records.append((OffsetKey(group_id, t, p), None))
-        stamps = {tp: self._changed(group_id, tp) for tp in removed}
-        if not mine:
-            self.offsets.pop(group_id, None)
-        if removed:
-            out.undo = self._undo_deletes([(group_id, removed, stamps, None)])
+        if changes:
+            self._undo_deletes(out, changes, None)
         return ErrorCode.NONE, errors, out
 
     def delete_group(self, group_id: str, now_ms: int) -> tuple[ErrorCode, Outcome]:
@@ -775,53 +759,73 @@ class GroupShard:
             return ErrorCode.GROUP_ID_NOT_FOUND, out
         if group.members or group.state != GroupState.EMPTY:
             return ErrorCode.NON_EMPTY_GROUP, out
-        removed = self._drop_group(group, out)
-        stamps = {tp: self._changed(group_id, tp) for tp in set(removed) | set(self._offset_changes.get(group_id, {}))}
-        out.undo = self._undo_deletes([(group_id, removed, stamps, group)])
+        self._undo_deletes(out, self._drop_group(group, out), group)
         return ErrorCode.NONE, out
 
-    def _drop_group(self, group: ClassicGroup, out: Outcome) -> dict[TopicPartition, OffsetValue]:
-        """Tombstones for an Empty group and its offsets; the offsets it had.
+    def _drop_group(self, group: ClassicGroup, out: Outcome) -> list[_Change]:
+        """Tombstones for an Empty group and its offsets; the offset changes made.
 
-        Every offset changed since loading gets a tombstone too: one whose delete is still
-        being written (and may yet fail) must not outlive the group in the log."""
-        removed = self.offsets.pop(group.group_id, {})
-        for t, p in sorted(set(removed) | set(self._offset_changes.get(group.group_id, {}))):
-            out.records.append((OffsetKey(group.group_id, t, p), None))
-        out.records.append((GroupKey(group.group_id), None))
+        Every offset changed since loading gets a tombstone too: the memory may lack one the
+        log has (a delete still being written, a commit undone after its append timed out)."""
+        group_id = group.group_id
+        changes = []
+        for t, p in sorted(set(self.offsets.get(group_id, {})) | self._offset_writes.touched.get(group_id, set())):
+            changes.append(self._write_offset(group_id, (t, p), None))
+            out.records.append((OffsetKey(group_id, t, p), None))
+        out.records.append((GroupKey(group_id), None))
         group.state = GroupState.DEAD
-        del self.groups[group.group_id]
-        return removed
+        del self.groups[group_id]
+        return changes
 
-    def _undo_deletes(self, deleted: list[_Deleted]) -> Callable[[ErrorCode], dict[Token, Any]]:
-        """The undo of tombstones that were not written: per group, the offsets they removed
-        come back (each unless changed since), and the (Empty) group they dropped (unless one
+    def _undo_deletes(self, out: Outcome, changes: list[_Change], group: ClassicGroup | None) -> None:
+        """`out` deleted offsets (`changes`) and maybe the Empty `group`: if its append fails,
+        the offsets come back (unless written again since) and so does the group (unless one
         of that name was created since)."""
+        previous, previous_written = out.undo, out.written
 
         def undo(code: ErrorCode) -> dict[Token, Any]:
-            for group_id, removed, stamps, group in deleted:
-                if group is not None and group_id not in self.groups:
-                    group.state = GroupState.EMPTY
-                    self.groups[group_id] = group
-                mine = self.offsets.setdefault(group_id, {})
-                for tp, value in removed.items():
-                    if self._is_last_change(group_id, tp, stamps[tp]):
-                        self._changed(group_id, tp)
-                        mine[tp] = value
+            answers = previous(code) if previous is not None else {}
+            if group is not None and group.group_id not in self.groups:
+                group.state = GroupState.EMPTY
+                self.groups[group.group_id] = group
+            self._settle_offsets(changes, False)
+            return answers
+
+        def written() -> None:
+            if previous_written is not None:
+                previous_written()
+            self._settle_offsets(changes, True)
+
+        out.undo = undo
+        out.written = written
+
+    def _write_offset(self, group_id: str, tp: TopicPartition, value: OffsetValue | None) -> _Change:
+        """Set (or, with None, remove) an offset in memory, as a write not yet committed."""
+        mine = self.offsets.setdefault(group_id, {})
+        before = mine.get(tp)
+        if value is None:
+            mine.pop(tp, None)
+        else:
+            mine[tp] = value
+        if not mine:
+            del self.offsets[group_id]
+        return self._offset_writes.write(group_id, tp, before, value)
+
+    def _settle_offsets(self, changes: list[_Change], committed: bool) -> None:
+        """The appends of `changes` committed, or failed: the memory holds what is left."""
+        for change in changes:
+            holds = self._offset_writes.settle(change, committed)
+            if holds is None:
+                continue
+            (value,) = holds
+            group_id, tp = change[0], change[1]
+            if value is None:
+                mine = self.offsets.get(group_id, {})
+                mine.pop(tp, None)
                 if not mine:
-                    del self.offsets[group_id]
-            return {}
-
-        return undo
-
-    def _changed(self, group_id: str, tp: TopicPartition) -> int:
-        """Note a change of the group's offset of `tp`; its number."""
-        self._changes += 1
-        self._offset_changes.setdefault(group_id, {})[tp] = self._changes
-        return self._changes
-
-    def _is_last_change(self, group_id: str, tp: TopicPartition, change: int) -> bool:
-        return self._offset_changes.get(group_id, {}).get(tp) == change
+                    self.offsets.pop(group_id, None)
+            else:
+                self.offsets.setdefault(group_id, {})[tp] = value
 
     def expire_offsets(self, now_ms: int) -> Outcome:
         """offsets.retention.minutes: the offsets of topics no member subscribes to, older than
@@ -829,25 +833,24 @@ class GroupShard:
         from the commit), go; so does an Empty group left with no offsets."""
         out = Outcome()
         retention = self.config.offsets_retention_ms
-        deleted: list[_Deleted] = []
-        removed: dict[TopicPartition, OffsetValue]
         for group_id in list(self.consumer_groups):
             consumer_group = self.consumer_groups[group_id]
-            mine = self.offsets.get(group_id, {})
             subscribed_now = consumer_group.subscribed_topics()
-            removed = {}
-            for tp, v in list(mine.items()):
-                if tp[0] in subscribed_now:
-                    continue
-                if (v.expire_timestamp >= 0 and now_ms >= v.expire_timestamp) or (
-                    v.expire_timestamp < 0 and now_ms - v.commit_timestamp >= retention
-                ):
-                    removed[tp] = mine.pop(tp)
+            gone = [
+                tp
+                for tp, v in self.offsets.get(group_id, {}).items()
+                if tp[0] not in subscribed_now
+                and (
+                    (v.expire_timestamp >= 0 and now_ms >= v.expire_timestamp)
+                    or (v.expire_timestamp < 0 and now_ms - v.commit_timestamp >= retention)
+                )
+            ]
+            if gone:
+                changes = []
+                for tp in gone:
+                    changes.append(self._write_offset(group_id, tp, None))
                     out.records.append((OffsetKey(group_id, tp[0], tp[1]), None))
-            if not mine:
-                self.offsets.pop(group_id, None)
-            if removed:
-                deleted.append((group_id, removed, {tp: self._changed(group_id, tp) for tp in removed}, None))
+                self._undo_deletes(out, changes, None)
         for group_id in list(self.groups):
             group = self.groups[group_id]
             mine = self.offsets.get(group_id, {})
@@ -862,27 +865,25 @@ class GroupShard:
                 continue
             if subscribed is None:
                 continue
-            removed = {}
-            for tp, v in list(mine.items()):
+            expired = []
+            for tp, v in mine.items():
                 if tp[0] in subscribed:
                     continue
                 start = v.commit_timestamp if base is None else base
                 if (v.expire_timestamp >= 0 and now_ms >= v.expire_timestamp) or (
                     v.expire_timestamp < 0 and now_ms - start >= retention
                 ):
-                    removed[tp] = mine.pop(tp)
-                    out.records.append((OffsetKey(group_id, tp[0], tp[1]), None))
-            if not mine:
-                self.offsets.pop(group_id, None)
-            dropped = None
-            if removed and group.state == GroupState.EMPTY and not group.members and group_id not in self.offsets:
-                self._drop_group(group, out)
-                dropped = group
-            if removed:
-                tombstoned = set(removed) | (set(self._offset_changes.get(group_id, {})) if dropped else set())
-                deleted.append((group_id, removed, {tp: self._changed(group_id, tp) for tp in tombstoned}, dropped))
-        if deleted:
-            out.undo = self._undo_deletes(deleted)
+                    expired.append(tp)
+            if not expired:
+                continue
+            if len(expired) == len(mine) and group.state == GroupState.EMPTY and not group.members:
+                self._undo_deletes(out, self._drop_group(group, out), group)  # nothing left: the group goes too
+                continue
+            changes = []
+            for tp in expired:
+                changes.append(self._write_offset(group_id, tp, None))
+                out.records.append((OffsetKey(group_id, tp[0], tp[1]), None))
+            self._undo_deletes(out, changes, None)
         return out
 
     # ================================================================== describing
@@ -1140,3 +1141,54 @@ class GroupShard:
         return ConsumerGroupDescription(
             group_id, ErrorCode.NONE, group.state(), group.group_epoch, group.assignment_epoch, group.assignor, members
         )
+
+class _OffsetWrites:
+    """The offset writes of a shard not yet known committed, per (group, topic, partition),
+    in write order over the value before the first of them: what the memory must hold as
+    each settles (committed or failed), so that the undo of a failed write never puts back
+    a value over a later write, nor a value whose own write failed.
+
+    Settling happens in write order (`Outcome.written` / `undo`). `touched` keeps, per group,
+    every partition written since loading: the memory may lack an offset the log has (a
+    write that timed out was undone but may still commit), so deleting the group's offsets
+    writes a tombstone for each of those too."""
+
+    def __init__(self) -> None:
+        self._pending: dict[tuple[str, TopicPartition], tuple[OffsetValue | None, list[tuple[int, OffsetValue | None]]]]
+        self._pending = {}
+        self._count = 0
+        self.touched: dict[str, set[TopicPartition]] = {}
+
+    def write(
+        self, group_id: str, tp: TopicPartition, before: OffsetValue | None, value: OffsetValue | None
+    ) -> _Change:
+        self._count += 1
+        key = (group_id, tp)
+        base, writes = self._pending.setdefault(key, (before, []))
+        writes.append((self._count, value))
+        self.touched.setdefault(group_id, set()).add(tp)
+        return (group_id, tp, self._count)
+
+    def settle(self, change: _Change, committed: bool) -> tuple[OffsetValue | None] | None:
+        """Forget a write that committed or failed; `(value,)` when the memory must now hold
+        `value` (None: no offset), None when it holds the right one already."""
+        group_id, tp, number = change
+        key = (group_id, tp)
+        entry = self._pending.get(key)
+        if entry is None:
+            return None
+        base, writes = entry
+        at = next((i for i, (n, _) in enumerate(writes) if n == number), None)
+        if at is None:
+            return None
+        _, value = writes.pop(at)
+        last = at == len(writes)  # it was the latest write of the key
+        if committed:
+            base = value  # (writes settle in order: everything before it is settled)
+        if not writes:
+            del self._pending[key]
+        else:
+            self._pending[key] = (base, writes)
+        if committed or not last:
+            return None
+        return (writes[-1][1] if writes else base,)

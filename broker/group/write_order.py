@@ -10,10 +10,12 @@ be sent. The rules:
   every outcome submitted before it have completed, so no answer shows state that a failover
   could lose (an outcome without records still waits for the appends before it);
 - when an append fails, the outcome's answers become that error (`append_error`'s mapping),
-  and its `undo` runs at once (when asked to: not for a partition already unloaded), which
-  restores the state and may add answers of its own;
-- an outcome without records is never answered with an earlier outcome's error: that
-  error is the earlier outcome's.
+  and its `undo` runs (when asked to: not for a partition already unloaded), which restores
+  the state and may add answers of its own; when it commits, its `written` runs; both in
+  submission order, as the answers go (so undos compose: see `GroupShard`'s offsets);
+- answers without records queued behind a failed append fail with it (they were computed
+  from state its undo puts back);
+- an outcome without records submitted after a failure is known is answered as it is.
 
 Entries are numbered from 1 in submission order; nothing here reads a clock or does IO.
 """
@@ -21,7 +23,7 @@ Entries are numbered from 1 in submission order; nothing here reads a clock or d
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from broker.group.messages import JoinResult, LeaveResult, SyncResult
@@ -46,7 +48,7 @@ class _Entry:
     outcome: Outcome
     done: bool  # its append completed (or it has none)
     code: ErrorCode = ErrorCode.NONE
-    extra: dict[int, Any] = field(default_factory=dict)  # answers the undo added
+    undo: bool = True  # run the outcome's undo if the append failed
 
 
 class WriteOrder:
@@ -71,12 +73,11 @@ class WriteOrder:
             return
         entry.done = True
         entry.code = code
+        entry.undo = undo
         if code == ErrorCode.NONE:
             return
-        if undo and entry.outcome.undo is not None:
-            entry.extra = entry.outcome.undo(code)
-        # Outcomes without records queued behind this one were computed from the state the
-        # undo just put back: they fail with it (they showed what was not written).
+        # Outcomes without records queued behind this one were computed from the state its
+        # undo puts back: they fail with it (they showed what was not written).
         for later in self._queue:
             if later.number > number and not later.outcome.records and later.code == ErrorCode.NONE:
                 later.code = code
@@ -90,11 +91,16 @@ class WriteOrder:
         out: list[Release] = []
         while self._queue and self._queue[0].done:
             entry = self._queue.popleft()
-            replies = entry.outcome.replies
-            if entry.code != ErrorCode.NONE:
+            outcome = entry.outcome
+            replies = outcome.replies
+            if entry.code == ErrorCode.NONE:
+                if outcome.written is not None:
+                    outcome.written()
+            else:
                 mapped = append_error(entry.code)
                 replies = {t: error_reply(r, mapped) for t, r in replies.items()}
-                replies.update(entry.extra)
+                if entry.undo and outcome.records and outcome.undo is not None:
+                    replies.update(outcome.undo(entry.code))
             out.append(Release(entry.number, entry.code, replies))
         return out
 

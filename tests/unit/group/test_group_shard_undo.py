@@ -84,3 +84,28 @@ def test_a_refused_expiry_puts_the_offsets_and_the_group_back() -> None:
     assert out.undo is not None
     out.undo(REFUSED)
     assert offset_of(shard) == 3 and "g" in shard.groups
+
+
+def test_two_refused_writes_of_one_offset_put_back_the_value_before_both() -> None:
+    shard = GroupShard(CoordinatorConfig())
+    first, _ = shard.commit(commit(shard, 3), 0)
+    assert first.written is not None
+    first.written()
+    x, _ = shard.commit(commit(shard, 5), 1)
+    y, _ = shard.commit(commit(shard, 7), 2)
+    assert x.undo is not None and y.undo is not None
+    x.undo(REFUSED)  # (the runtime settles in submission order)
+    assert offset_of(shard) == 7
+    y.undo(REFUSED)
+    assert offset_of(shard) == 3  # not 5: that write failed too
+
+
+def test_two_refused_deletes_put_the_offset_back() -> None:
+    shard = GroupShard(CoordinatorConfig())
+    shard.commit(commit(shard, 3), 0)
+    _, _, first = shard.delete_offsets("g", [("t", 0)])
+    _, _, second = shard.delete_offsets("g", [("t", 0)])  # tombstones it again
+    assert first.undo is not None and second.undo is not None
+    first.undo(REFUSED)
+    second.undo(REFUSED)
+    assert offset_of(shard) == 3

@@ -41,13 +41,27 @@ def test_a_failed_append_answers_its_error_and_runs_the_undo() -> None:
         undone.append(code)
         return {9: JoinResult(ErrorCode.REBALANCE_IN_PROGRESS)}
 
+    before = order.submit(Outcome([RECORD], {}))
     n = order.submit(Outcome([RECORD], {1: SyncResult(ErrorCode.NONE)}, undo))
     order.completed(n, ErrorCode.NOT_ENOUGH_REPLICAS)
-    assert undone == [ErrorCode.NOT_ENOUGH_REPLICAS]
+    assert undone == []  # undos run in submission order, as the answers go
+    order.completed(before, ErrorCode.NONE)
     assert released(order) == {
         1: SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE),
         9: JoinResult(ErrorCode.REBALANCE_IN_PROGRESS),
     }
+    assert undone == [ErrorCode.NOT_ENOUGH_REPLICAS]
+
+
+def test_written_runs_when_the_append_commits_in_submission_order() -> None:
+    order = WriteOrder()
+    seen: list[str] = []
+    first = order.submit(Outcome([RECORD], {}, lambda code: seen.append("undo 1") or {}, lambda: seen.append("1")))
+    second = order.submit(Outcome([RECORD], {}, lambda code: seen.append("undo 2") or {}, lambda: seen.append("2")))
+    order.completed(second, ErrorCode.NOT_ENOUGH_REPLICAS)
+    order.completed(first, ErrorCode.NONE)
+    order.drain()
+    assert seen == ["1", "undo 2"]
 
 
 def test_an_answer_without_records_queued_behind_a_failed_append_fails_with_it() -> None:
