@@ -9,8 +9,8 @@ leads, loaded from the partition's log, written with acks=all, driven by timers.
 - Writes: an operation's records become one batch appended as leader with acks=-1 (Kafka's
   `offsets.commit.required.acks`), waiting up to `offsets.commit.timeout.ms`. The answers of
   an operation are sent only after its own append and every earlier one of the partition
-  committed (appends of one partition are in operation order, so waiting for the latest
-  is enough), so an answer never shows state that a failover could lose.
+  completed, so an answer never shows state that a failover could lose; a failed append
+  runs the operation's undo (the rules: `broker.group.write_order.WriteOrder`).
 - Timers: one task per partition sleeps until the shard's earliest deadline (session and
   rebalance timeouts) and runs `tick`; every `offsets.retention.check.interval.ms` it
   expires offsets.
