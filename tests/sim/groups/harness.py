@@ -22,16 +22,19 @@ Everything is deterministic given the seed and the calls made. Time is simulated
   NOT_COORDINATOR, as every later request to it does.
 - The network delays each request and answer (so they reorder), loses them with a settable
   probability and delays some far beyond the client's request timeout. A client gives a
-  request up after `request_timeout_ms` and never reads its answer (the connection is gone).
+  request up after `request_timeout_ms` (a JoinGroup: the rebalance timeout + 5 s, as the
+  clients do) and never reads its answer (the connection is gone).
 - Members (`Member`) follow the classic protocol as kafka-python and librdkafka do: JoinGroup
   v5 (KIP-394: an empty id gets MEMBER_ID_REQUIRED and the id, then joins with it), the leader
   range-assigns the topic's partitions from the members' subscriptions, SyncGroup, then
   OffsetFetch for its partitions and consumption from there, heartbeats, commits of what it
-  consumed (also before rejoining, as an eager consumer does when revoking), LeaveGroup
+  consumed (asynchronous: several may be in flight; also before rejoining, as an eager
+  consumer does when revoking), LeaveGroup
   (dynamic members only, as KIP-345 clients do). Crash = silence; pause = silence for a while,
   then it resumes where it was; a static member (group.instance.id) restarts as a new process
   with the same instance id; a duplicate of a paused static member makes the paused one a
-  zombie that must be fenced. An admin deletes the offsets of an empty group, or the group.
+  zombie that must be fenced. An admin deletes the offsets of an empty group, or the group,
+  and reads all of its offsets (kafka-consumer-groups.sh --describe).
 
 Properties (checked as each event happens; `Violation` names the rule):
 1. [one-owner] within one generation no partition is in the assignments answered to two
@@ -330,7 +333,6 @@ class Member:
 
     name: str  # the process, for messages
     instance: str | None  # group.instance.id
-    incarnation: int  # processes of one instance are numbered in start order
     state: State = State.JOINING
     member_id: str = ""
     generation: int = -1
@@ -377,13 +379,14 @@ class World:
         self.refuse_until = -1  # appends are refused (ISR below min.insync.replicas) before
         self.refuse_next = 0  # ... and so many next ones (a flapping ISR)
         self.stats: Counter[str] = Counter()
-        # Property 1: (generation, partition) -> owner answered with it.
-        self.assigned: dict[tuple[int, int, tuple[str, int]], str] = {}  # (group epoch, generation, tp)
-        self.group_epoch = 0  # DeleteGroups done
+        # Property 1: (group epoch, generation, partition) -> the owner answered with it; the
+        # group epoch counts DeleteGroups (a new group numbers its generations from 1 again).
+        self.assigned: dict[tuple[int, int, tuple[str, int]], str] = {}
+        self.group_epoch = 0
         # Property 3: the newest generation answered by a SyncGroup; per instance, the newest
-        # incarnation answered by a SyncGroup.
+        # member id (in the order the coordinator made them) answered by a SyncGroup.
         self.synced_generation = -1
-        self.synced_incarnation: dict[str, str] = {}
+        self.synced_member_of: dict[str, str] = {}
         self.id_order: dict[str, int] = {}  # member id -> when the coordinator made it
         # Property 2: commit metadata -> the order in which the coordinator accepted it;
         # per partition, the latest acknowledged (order, offset or None for a delete).
@@ -393,7 +396,6 @@ class World:
         self.deletes_accepted: dict[tuple[str, int], set[int]] = {}
         self.group_touched = 0  # the order of the last JoinGroup or OffsetCommit processed
         self.group_deleted = False  # a DeleteGroups was acknowledged, and nothing joined or committed since
-        self.incarnations: Counter[str] = Counter()
         self.trace: list[str] | None = [] if TRACE else None  # what happened (debugging a seed)
         self.start_coordinator()
         self.run(0)
@@ -605,11 +607,7 @@ class World:
     # ---------------------------------------------------------- members
 
     def start_member(self, static: str | None = None) -> Member:
-        incarnation = 0
-        if static is not None:
-            self.incarnations[static] += 1
-            incarnation = self.incarnations[static]
-        m = Member(f"p{len(self.members) + 1}", static, incarnation)
+        m = Member(f"p{len(self.members) + 1}", static)
         self.members.append(m)
         self.stats["members_started"] += 1
         send_join(self, m)
@@ -701,7 +699,7 @@ class World:
         """DeleteGroups removed the group: a new one starts its generations again."""
         self.group_epoch += 1
         self.synced_generation = -1
-        self.synced_incarnation = {}
+        self.synced_member_of = {}
         self.stats["groups_deleted"] += 1
 
     def _on_assignment(self, member: Member, req: SyncRequest, reply: SyncResult) -> None:
@@ -716,9 +714,9 @@ class World:
             self.stats["generations_synced"] += 1
         instance = req.group_instance_id
         if instance is not None:
-            latest = self.synced_incarnation.get(instance)
+            latest = self.synced_member_of.get(instance)
             if latest is None or self.id_order[req.member_id] > self.id_order[latest]:
-                self.synced_incarnation[instance] = req.member_id
+                self.synced_member_of[instance] = req.member_id
                 if latest is not None:
                     self.stats["static_replacements_synced"] += 1
 
@@ -734,7 +732,7 @@ class World:
                 f"[fenced-commit] {member.name} ({req.member_id}) committed with generation {req.generation} "
                 f"after generation {self.synced_generation} was synced"
             )
-        latest = self.synced_incarnation.get(req.group_instance_id or "")
+        latest = self.synced_member_of.get(req.group_instance_id or "")
         if latest is not None and self.id_order.get(req.member_id, 0) < self.id_order[latest]:
             raise Violation(
                 f"[fenced-commit] {member.name} committed as {req.member_id} of instance {req.group_instance_id} "
@@ -855,7 +853,7 @@ class World:
         return None
 
 
-_ADMIN = Member("admin", None, 0)
+_ADMIN = Member("admin", None)
 
 
 # ---------------------------------------------------------------- the members' protocol
