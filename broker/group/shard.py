@@ -663,6 +663,7 @@ class GroupShard:
             changes.append(self._write_offset(req.group_id, tp, value))
             out.records.append((OffsetKey(req.group_id, p.topic, p.partition), value))
             errors.append(ErrorCode.NONE)
+
         def undo(code: ErrorCode) -> dict[Token, Any]:
             self._settle_offsets(changes, False)
             if created and group is not None and req.group_id not in self.offsets:
@@ -1141,6 +1142,7 @@ class GroupShard:
         return ConsumerGroupDescription(
             group_id, ErrorCode.NONE, group.state(), group.group_epoch, group.assignment_epoch, group.assignor, members
         )
+
 
 class _OffsetWrites:
     """The offset writes of a shard not yet known committed, per (group, topic, partition),
