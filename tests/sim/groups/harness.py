@@ -150,8 +150,8 @@ class Coordinator:
         self.ready = False
         self.alive = True  # False once crashed: silent from then on
         self.unloaded = False  # a controlled shutdown moved the partition away
-        # token -> (member, request number, kind, request)
-        self.waiting: dict[int, tuple[Member, int, str, Any]] = {}
+        # token -> (member, request number, kind, request, the world's group epoch then)
+        self.waiting: dict[int, tuple[Member, int, str, Any, int]] = {}
         # WriteOrder entry -> what to do once it is released
         self.on_entry: dict[int, Callable[[ErrorCode], None]] = {}
 
@@ -186,7 +186,7 @@ class Coordinator:
         now = w.now
         if kind in ("join", "sync", "leave"):
             token = w.new_token()
-            self.waiting[token] = (member, number, kind, req)
+            self.waiting[token] = (member, number, kind, req, w.group_epoch)
             if kind == "join":
                 out = self.shard.join(req, token, now)
             elif kind == "sync":
@@ -283,9 +283,9 @@ class Coordinator:
             for token, reply in released.replies.items():
                 waiting = self.waiting.pop(token, None)
                 if waiting is not None:
-                    member, number, kind, req = waiting
+                    member, number, kind, req, epoch = waiting
                     w.note(f"C{self.number} -> {member.name} {kind} {reply}")
-                    w.on_released(member, req, reply)
+                    w.on_released(member, req, reply, epoch)
                     w.send_answer(self, member, number, kind, reply)
             then = self.on_entry.pop(released.entry, None)
             if then is not None:
@@ -294,7 +294,7 @@ class Coordinator:
     def unload(self) -> None:
         """Leadership moved away (controlled): waiting requests get NOT_COORDINATOR."""
         self.unloaded = True
-        for member, number, kind, _ in self.waiting.values():
+        for member, number, kind, _, _ in self.waiting.values():
             member_answer(self.world, member, number, kind, ErrorCode.NOT_COORDINATOR)
         self.waiting.clear()
 
@@ -688,10 +688,10 @@ class World:
 
     # ---------------------------------------------------------- bookkeeping for the properties
 
-    def on_released(self, member: Member, req: Any, reply: Any) -> None:
+    def on_released(self, member: Member, req: Any, reply: Any, epoch: int) -> None:
         """An answer the coordinator sends (it may still be lost on the way)."""
         if isinstance(req, SyncRequest) and isinstance(reply, SyncResult) and reply.error == ErrorCode.NONE:
-            self._on_assignment(member, req, reply)
+            self._on_assignment(req, reply, epoch)
         if isinstance(reply, JoinResult | SyncResult) and reply.error == ErrorCode.FENCED_INSTANCE_ID:
             self.stats["fenced_instance_answers"] += 1
 
@@ -702,13 +702,17 @@ class World:
         self.synced_member_of = {}
         self.stats["groups_deleted"] += 1
 
-    def _on_assignment(self, member: Member, req: SyncRequest, reply: SyncResult) -> None:
+    def _on_assignment(self, req: SyncRequest, reply: SyncResult, epoch: int) -> None:
+        """A SyncGroup answered with an assignment; `epoch`: the group epoch when it was
+        processed (a group deleted since numbers its generations again)."""
         generation = req.generation
         owner = req.group_instance_id if req.group_instance_id is not None else req.member_id
         for tp in decode_assignment(reply.assignment):
-            other = self.assigned.setdefault((self.group_epoch, generation, tp), owner)
+            other = self.assigned.setdefault((epoch, generation, tp), owner)
             if other != owner:
                 raise Violation(f"[one-owner] generation {generation}: {tp} answered to {owner} and to {other}")
+        if epoch != self.group_epoch:
+            return  # (an answer to the deleted group's last members: it fences nobody now)
         if generation > self.synced_generation:
             self.synced_generation = generation
             self.stats["generations_synced"] += 1

@@ -23,7 +23,7 @@ import os
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -74,6 +74,7 @@ def test_seeded_walks_hold_every_property_and_reach_rich_histories() -> None:
 
 
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+@example(seed=2_009_507)  # (the long profile's find: a deleted group's last SyncGroup answered late)
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_walks_from_drawn_seeds_hold_every_property(seed: int) -> None:
     COVERAGE.update({f"drawn_{k}": v for k, v in walk(seed).stats.items() if k in SUMMARY})
