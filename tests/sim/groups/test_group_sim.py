@@ -19,7 +19,6 @@ once within a bound (liveness).
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 import pytest
@@ -27,14 +26,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from tests.scale import examples, long_profile
 from tests.sim.core_mutants import Mutant
 from tests.sim.groups import mutants
 from tests.sim.groups.harness import Member, SimConfig, Violation, World
 from tests.sim.groups.walk import walk
 
-LONG = settings().max_examples >= 1000 or os.environ.get("HYPOTHESIS_PROFILE") == "long"
-WALK_SEEDS = range(2_000 if LONG else 200)
-STATEFUL_EXAMPLES = 1_000 if LONG else 60
+LONG = long_profile()
+WALK_SEEDS = range(examples(200))
+STATEFUL_EXAMPLES = examples(60)
 STATEFUL_STEPS = 60 if LONG else 40
 
 COVERAGE: Counter[str] = Counter()
