@@ -751,8 +751,11 @@ class GroupShard:
             if consumer_group.members:
                 return ErrorCode.NON_EMPTY_GROUP, out
             del self.consumer_groups[group_id]
-            for t, p in sorted(self.offsets.pop(group_id, {})):
+            changes = []
+            for t, p in sorted(set(self.offsets.get(group_id, {})) | self._offset_writes.touched.get(group_id, set())):
+                changes.append(self._write_offset(group_id, (t, p), None))
                 out.records.append((OffsetKey(group_id, t, p), None))
+            self._undo_deletes(out, changes, None)  # the offsets come back if the append fails
             out.records.extend(changed_records(consumer_group, deleted=True))
             return ErrorCode.NONE, out
         group = self.groups.get(group_id)
