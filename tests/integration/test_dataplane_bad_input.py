@@ -172,12 +172,12 @@ def test_failing_acks0_produces_pipelined_close_the_connection_quietly(cluster: 
 
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frames=st.lists(hostile_frames(), min_size=1, max_size=4))
-def test_hostile_frames_leave_the_broker_serving(cluster: MetadataCluster, frames: list[bytes]) -> None:
+def test_hostile_frames_leave_the_broker_serving(cluster: MetadataCluster, frames: list[tuple[str, bytes]]) -> None:
     """A few hostile frames pipelined on one connection (a lying length prefix swallows
     the frames after it)."""
     port = leader_port(cluster)
     with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-        s.sendall(b"".join(frames))
+        s.sendall(b"".join(frame for _kind, frame in frames))
         s.shutdown(socket.SHUT_WR)
         try:
             body = read_frame(s)
