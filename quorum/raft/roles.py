@@ -62,6 +62,7 @@ class ProspectiveState:
     granted: set[NodeId] = field(default_factory=set)
     rejected: set[NodeId] = field(default_factory=set)
     resend_ms: int = 0  # when to ask again the voters that have not granted
+    vote_requests: set[int] = field(default_factory=set)  # request ids of the pre-votes sent
 
 
 @dataclass(slots=True)
@@ -71,6 +72,7 @@ class CandidateState:
     rejected: set[NodeId] = field(default_factory=set)
     backing_off: bool = False
     resend_ms: int = 0  # when to ask again the voters that have not answered
+    vote_requests: set[int] = field(default_factory=set)  # request ids of the votes sent
 
 
 @dataclass(slots=True)
@@ -123,6 +125,7 @@ class LeaderState:
     fetched_voters: set[NodeId] = field(default_factory=set)
     parked: list[ParkedFetch] = field(default_factory=list)
     hw_known: bool = False  # a majority has reached past epoch_start_offset
+    resign_deadline: int = -1  # resigning: no more writes; hand over by then (ms), -1 = not resigning
 
 
 @dataclass(slots=True)
