@@ -271,16 +271,18 @@ class RaftCore:
 
     def request_failed(self, destination: NodeId, request_id: int, now_ms: int) -> None:
         """The driver could not deliver a request or got no answer: the connection was
-        refused, reset or timed out. A voter whose fetch to its leader fails this way has
-        lost the leader and stands at once (with pre-vote only: the others grant it only
-        if they lost the leader too, so a live leader is never disturbed). A vote request
-        that fails counts as refused."""
+        refused, reset or timed out. A voter that was fetching from its leader and whose
+        fetch fails this way has lost the leader and stands at once (with pre-vote only: the
+        others grant it only if they lost the leader too, so a live leader is never
+        disturbed). One that has not fetched from it in this role (after a lost pre-vote, at
+        start) waits for its fetch deadline as before, so that an unreachable leader cannot
+        make it stand again and again. A vote request that fails counts as refused."""
         self._now = max(self._now, now_ms)
         s = self.state
         match s:
             case FollowerState() if request_id == s.inflight_id and destination == s.leader_id:
                 s.inflight_id = -1
-                if self.is_voter and self.config.pre_vote:
+                if self.is_voter and self.config.pre_vote and s.has_fetched and not s.leader_resigned:
                     self._start_election()
                 else:
                     s.next_fetch_ms = self._now + self.config.retry_backoff_ms

@@ -7,11 +7,13 @@ observers (non-voters, e.g. brokers) are only Unattached or Follower.
     Unattached    Prospective             election timeout (voters)
     Unattached    Follower                a leader is discovered in an epoch >= ours
     Prospective   Candidate               a majority granted the pre-vote
-    Prospective   Unattached | Follower   pre-vote lost or timed out (Follower if a leader is known)
+    Prospective   Unattached | Follower   pre-vote lost or timed out, or granted to a voter that
+                                          outranks it (Follower if a leader is known)
     Candidate     Prospective             election lost or timed out, after backoff
     Candidate     Leader                  a majority granted the vote
-    Leader        Resigned                graceful shutdown, or check-quorum failure
-    Follower      Prospective             fetch timeout (voters)
+    Leader        Resigned                graceful shutdown (once a voter holds the whole log, or
+                                          after resign_catch_up_ms), or check-quorum failure
+    Follower      Prospective             fetch timeout, or a request to the leader failed (voters)
     Resigned      Prospective             election timeout
     any           Unattached | Follower   a higher epoch is learned
 

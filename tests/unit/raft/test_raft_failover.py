@@ -126,6 +126,31 @@ def test_a_reset_seen_by_one_follower_does_not_disturb_a_live_leader() -> None:
     assert net[2].role is Role.FOLLOWER and net[2].leader_id == 1
 
 
+def test_an_unreachable_leader_does_not_make_a_voter_stand_again_and_again() -> None:
+    """After a lost pre-vote the voter follows again without having fetched: a fetch that
+    fails at once (connection refused) leaves it waiting for its backoff, not standing."""
+    net = Net([1, 2, 3])
+    net.elect(1)
+    net.stabilize()
+    kill(net, 1)
+    kill(net, 3)
+    net[2].request_failed(1, inflight_fetch(net, 2), net.now)
+    net.flush(2)
+    assert net[2].role is Role.PROSPECTIVE
+    for env in net.take(of_type(VoteRequest, src=2)):
+        net[2].request_failed(env.destination, env.request_id, net.now)
+    net.flush(2)
+    assert net[2].role is Role.FOLLOWER  # both refused: the pre-vote is lost
+    for _ in range(3):
+        net.drop()
+        state = net[2].state
+        assert isinstance(state, FollowerState)
+        if state.inflight_id >= 0:
+            net[2].request_failed(1, state.inflight_id, net.now)
+            net.flush(2)
+        assert net[2].role is Role.FOLLOWER, "stood again at once after a refused fetch"
+
+
 def test_a_failed_vote_request_counts_as_refused() -> None:
     net = Net([1, 2, 3, 4, 5])
     net.elect(1)
