@@ -637,8 +637,10 @@ class RaftCore:
         """The order in which standing voters give way to each other: the longer log
         (last epoch, then end offset) first, the smaller node id on equal logs. It is a
         strict total order, so two prospective voters never grant each other."""
-        theirs = (req.last_offset_epoch, req.last_offset, -req.candidate_id)
-        return theirs > (self.log.last_epoch, self.log.end_offset, -self.node_id)
+        if not self._log_up_to_date(req.last_offset_epoch, req.last_offset):
+            return False
+        same_log = (req.last_offset_epoch, req.last_offset) == (self.log.last_epoch, self.log.end_offset)
+        return not same_log or req.candidate_id < self.node_id
 
     def _log_up_to_date(self, last_epoch: Epoch, last_offset: Offset) -> bool:
         return (last_epoch, last_offset) >= (self.log.last_epoch, self.log.end_offset)

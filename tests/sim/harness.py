@@ -19,6 +19,10 @@ at most its log end offset; committed entries a node acknowledged stay on its di
 in its snapshot) unchanged; state machines that applied the same offset hold the same
 image, whether they replayed the log or installed a snapshot.
 
+Issue 24: with `connection_resets`, a node that dies makes its peers' requests to it fail
+(`RaftCore.request_failed`), as TCP reports a dead process; `failover_ms` records, for every
+stop of a leader, the time until a live node led a higher epoch.
+
 Each violation names the property it broke (`InvariantViolation.prop`), so a report can
 say which rule caught a fault. `Cluster.coverage` counts the histories a run reached
 (Figure-8 comebacks, partial fetches, diverging truncations, snapshot installs, stale and
@@ -327,7 +331,7 @@ class Cluster:
         config: RaftConfig | None = None,
         snapshot_every: int = 0,
         max_delay_ms: int = 5,
-        connection_resets: bool = True,
+        connection_resets: bool = False,
     ) -> None:
         self.rng = random.Random(seed)
         self.config = config or RaftConfig(
