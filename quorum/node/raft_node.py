@@ -231,9 +231,8 @@ class RaftNode:
         if resign_wait_s is None:
             resign_wait_s = self.raft_config.resign_catch_up_ms / 1000 + 0.5
         if graceful and core is not None and self._task is not None and not self._task.done():
-            if core.is_leader:
-                core.resign(self.now_ms())
-                self._wake.set()
+            if core.is_leader or core.role is Role.RESIGNED:
+                self.resign()
                 epoch = core.epoch
                 deadline = time.monotonic() + resign_wait_s
                 # Serve until the successor's election reaches us (our epoch moves on),
@@ -264,6 +263,15 @@ class RaftNode:
         if self._log is not None:
             self._log.close()
         self.stopped.set()
+
+    def resign(self) -> None:
+        """Start a graceful handover now (a process told to stop calls this first, before
+        closing anything else): a leader stops taking writes and resigns as soon as a voter
+        holds its whole log; `stop` then waits for the successor's election."""
+        core = self.core
+        if core is not None and self._task is not None and not self._task.done():
+            core.resign(self.now_ms())
+            self._wake.set()
 
     # ------------------------------------------------------------- writing
 
