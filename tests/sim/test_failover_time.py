@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from quorum.raft.config import RaftConfig
 from quorum.raft.roles import Role
+from tests.scale import examples
 from tests.sim.harness import Cluster
-from tests.sim.test_safety import LONG, all_reached, describe, progress_until
+from tests.sim.test_safety import all_reached, describe, progress_until
 
 DEFAULT = Cluster(0, voters=1).config  # Kafka's timeouts: election 1000 ms, fetch 2000 ms
 FAST = RaftConfig(  # the integration test's: election 150 ms, fetch 300 ms
@@ -39,7 +40,7 @@ def failover_bound_ms(config: RaftConfig) -> int:
 
 
 @settings(
-    max_examples=1500 if LONG else 300,
+    max_examples=examples(300),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
