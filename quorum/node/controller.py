@@ -144,6 +144,8 @@ async def serve_controller(
 
     watcher = asyncio.create_task(watch_fatal())
     await stop.wait()
+    if node.fatal_error is None:
+        node.resign()  # the successor is elected while the rest shuts down
     watcher.cancel()
     if load_task is not None:
         load_task.cancel()

@@ -141,6 +141,9 @@ class RaftNode:
         self._server: asyncio.Server | None = None
         self._peers: dict[tuple[NodeId, str], PeerClient] = {}
         self._inbox: deque[Envelope] = deque()
+        # Requests of the core that failed in the transport (refused, reset, timed out):
+        # (destination, request id), reported to `RaftCore.request_failed`.
+        self._failed: deque[tuple[NodeId, int]] = deque()
         self._proposals: deque[tuple[list[bytes], asyncio.Future[Offset]]] = deque()
         self._waiters: deque[_Waiter] = deque()
         self._inbound: dict[int, asyncio.Future[Response]] = {}
@@ -219,14 +222,17 @@ class RaftNode:
             )
         self._task = asyncio.create_task(self._run(), name=f"raft-{self.node_id}")
 
-    async def stop(self, *, graceful: bool = True, resign_wait_s: float = 0.5) -> None:
-        """Stop the node. Gracefully, a leader first resigns and tells the voters
-        (EndQuorumEpoch) so that a successor is elected at once."""
+    async def stop(self, *, graceful: bool = True, resign_wait_s: float | None = None) -> None:
+        """Stop the node. Gracefully, a leader first resigns: it stops taking writes, lets a
+        voter catch up (at most `RaftConfig.resign_catch_up_ms`), and tells the voters
+        (EndQuorumEpoch) so that a successor is elected at once. It waits for that election
+        at most `resign_wait_s` (default: the catch-up bound + 0.5 s)."""
         core = self.core
+        if resign_wait_s is None:
+            resign_wait_s = self.raft_config.resign_catch_up_ms / 1000 + 0.5
         if graceful and core is not None and self._task is not None and not self._task.done():
-            if core.is_leader:
-                core.resign(self.now_ms())
-                self._wake.set()
+            if core.is_leader or core.role is Role.RESIGNED:
+                self.resign()
                 epoch = core.epoch
                 deadline = time.monotonic() + resign_wait_s
                 # Serve until the successor's election reaches us (our epoch moves on),
@@ -258,6 +264,15 @@ class RaftNode:
             self._log.close()
         self.stopped.set()
 
+    def resign(self) -> None:
+        """Start a graceful handover now (a process told to stop calls this first, before
+        closing anything else): a leader stops taking writes and resigns as soon as a voter
+        holds its whole log; `stop` then waits for the successor's election."""
+        core = self.core
+        if core is not None and self._task is not None and not self._task.done():
+            core.resign(self.now_ms())
+            self._wake.set()
+
     # ------------------------------------------------------------- writing
 
     def submit(self, records: Sequence[bytes]) -> asyncio.Future[Offset]:
@@ -265,7 +280,7 @@ class RaftNode:
         committed, or fails with NotLeaderError (the write may or may not commit)."""
         fut: asyncio.Future[Offset] = asyncio.get_running_loop().create_future()
         core = self.core
-        if core is None or not core.is_leader:
+        if core is None or not core.accepts_writes:
             fut.set_exception(NotLeaderError(core.leader_id if core else -1, core.epoch if core else 0))
             return fut
         self._proposals.append((list(records), fut))
@@ -283,7 +298,7 @@ class RaftNode:
         offsets of what it writes (a broker's epoch is its registration's offset).
         """
         core = self.core
-        if core is None or not core.is_leader:
+        if core is None or not core.accepts_writes:
             raise NotLeaderError(core.leader_id if core else -1, core.epoch if core else 0)
         fut: asyncio.Future[Offset] = asyncio.get_running_loop().create_future()
         now = self.now_ms()
@@ -333,7 +348,7 @@ class RaftNode:
         try:
             self._step()
             while not self._closing:
-                if not self._inbox and not self._proposals:
+                if not self._inbox and not self._proposals and not self._failed:
                     delay = max(0, core.next_deadline() - self.now_ms()) / 1000
                     self._wake.clear()
                     timer = loop.call_later(delay, self._wake.set)
@@ -355,6 +370,9 @@ class RaftNode:
         core.wall_clock_offset_ms = time.time_ns() // 1_000_000 - now
         while self._inbox:
             core.handle(self._inbox.popleft(), now)
+        while self._failed:
+            destination, request_id = self._failed.popleft()
+            core.request_failed(destination, request_id, now)
         if self._proposals:
             self._propose(core, now)
         core.tick(now)
@@ -378,7 +396,7 @@ class RaftNode:
                 self._on_first_commit(core.epoch)
 
     def _propose(self, core: RaftCore, now: int) -> None:
-        if not core.is_leader:
+        if not core.accepts_writes:
             while self._proposals:
                 _, fut = self._proposals.popleft()
                 if not fut.done():
@@ -572,8 +590,16 @@ class RaftNode:
             )
             raw = await peer.send(frame, corr, api_key, api_version)
             _, response = codec.decode_response(api_key, api_version, raw, request=message)
-        except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
+        except (PeerUnavailable, TimeoutError, OSError) as exc:
+            # The connection was refused, reset or timed out: the core learns it at once (a
+            # follower whose leader's process is gone stands without waiting for the fetch timeout).
             log.debug("node %d: request to %d failed: %s", self.node_id, env.destination, exc)
+            if not self._closing:
+                self._failed.append((env.destination, env.request_id))
+                self._wake.set()
+            return
+        except codec.WireError as exc:
+            log.debug("node %d: bad answer from %d: %s", self.node_id, env.destination, exc)
             return
         if not isinstance(response, ResponseTypes):
             return

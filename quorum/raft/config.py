@@ -24,5 +24,10 @@ class RaftConfig:
         return self.fetch_timeout_ms * 3 // 2
 
     @property
+    def resign_catch_up_ms(self) -> int:
+        """How long a resigning leader waits, taking no writes, for a voter to hold its whole log."""
+        return self.election_timeout_ms // 2
+
+    @property
     def begin_quorum_resend_ms(self) -> int:
         return self.fetch_timeout_ms // 2

@@ -235,7 +235,7 @@ class RaftCore:
         high watermark passes offset + len(records) - 1. Raises NotLeaderError.
         """
         self._now = max(self._now, now_ms)
-        if not isinstance(self.state, LeaderState):
+        if not isinstance(self.state, LeaderState) or self.state.resign_deadline >= 0:
             raise NotLeaderError(self.leader_id, self.epoch)
         if not records:
             raise ValueError("nothing to propose")
@@ -250,13 +250,45 @@ class RaftCore:
     def resign(self, now_ms: int) -> None:
         """Graceful shutdown: a leader hands leadership to its most caught-up voter.
 
+        The leader first stops taking writes and keeps serving fetches until a voter holds
+        its whole log, for at most `RaftConfig.resign_catch_up_ms`: a successor that is
+        behind could not win the votes of the others. Then it sends EndQuorumEpoch with
+        the voters ranked by their fetch state (`_successors`).
         The node is going away: it stays Resigned (it never stands again in this life)
         until a higher epoch reaches it, as Kafka's pollResigned does while shutting down.
         """
         self._now = max(self._now, now_ms)
         self._shutting_down = True
-        if isinstance(self.state, LeaderState):
-            self._become_resigned(self.state)
+        ls = self.state
+        if isinstance(ls, LeaderState) and ls.resign_deadline < 0:
+            ls.resign_deadline = self._now + self.config.resign_catch_up_ms
+            self._maybe_finish_resign(ls)
+
+    @property
+    def accepts_writes(self) -> bool:
+        """A leader that is not handing over its leadership."""
+        return isinstance(self.state, LeaderState) and self.state.resign_deadline < 0
+
+    def request_failed(self, destination: NodeId, request_id: int, now_ms: int) -> None:
+        """The driver could not deliver a request or got no answer: the connection was
+        refused, reset or timed out. A voter that was fetching from its leader and whose
+        fetch fails this way has lost the leader and stands at once (with pre-vote only: the
+        others grant it only if they lost the leader too, so a live leader is never
+        disturbed). One that has not fetched from it in this role (after a lost pre-vote, at
+        start) waits for its fetch deadline as before, so that an unreachable leader cannot
+        make it stand again and again. A vote request that fails counts as refused."""
+        self._now = max(self._now, now_ms)
+        s = self.state
+        match s:
+            case FollowerState() if request_id == s.inflight_id and destination == s.leader_id:
+                s.inflight_id = -1
+                if self.is_voter and self.config.pre_vote and s.has_fetched and not s.leader_resigned:
+                    self._start_election()
+                else:
+                    s.next_fetch_ms = self._now + self.config.retry_backoff_ms
+            case ProspectiveState() | CandidateState() if destination in self.voters:
+                if destination not in s.granted and request_id in s.vote_requests:
+                    self._count_vote(destination, granted=False)
 
     def snapshot_created(self, snapshot_id: OffsetAndEpoch) -> None:
         """The state machine durably wrote a snapshot of the committed log below
@@ -299,6 +331,8 @@ class RaftCore:
                     d = min(d, ls.begin_quorum_resend_ms)
                 for parked in ls.parked:
                     d = min(d, parked.deadline)
+                if ls.resign_deadline >= 0:
+                    d = min(d, ls.resign_deadline)
                 return d
             case ResignedState() as r:
                 deadline = r.deadline if not self._shutting_down else 1 << 62
@@ -505,12 +539,31 @@ class RaftCore:
         self._maybe_advance_hw(ls)
 
     def _become_resigned(self, ls: LeaderState) -> None:
-        # Most caught-up voters first: the first successor can win at once.
         others = [v for v in ls.voters if v != self.node_id]
-        successors = tuple(sorted(others, key=lambda v: (-ls.voters[v].end_offset, v)))
-        state = ResignedState(self._election_deadline(), successors, set(others), self._now)
+        state = ResignedState(self._election_deadline(), self._successors(ls), set(others), self._now)
         self._enter(Role.RESIGNED, state)
         self._send_end_quorum(state)
+
+    def _successors(self, ls: LeaderState) -> tuple[NodeId, ...]:
+        """The other voters ranked by fetch state, so that the first can win at once:
+        those that fetched within a fetch timeout before the silent ones, then the
+        largest acknowledged log end, then the most recent fetch, then the node id."""
+        live_since = self._now - self.config.fetch_timeout_ms
+
+        def rank(v: NodeId) -> tuple[bool, int, int, int]:
+            p = ls.voters[v]
+            return (p.last_fetch_ms < 0 or p.last_fetch_ms < live_since, -p.end_offset, -p.last_fetch_ms, v)
+
+        return tuple(sorted((v for v in ls.voters if v != self.node_id), key=rank))
+
+    def _maybe_finish_resign(self, ls: LeaderState) -> None:
+        """A resigning leader hands over once a voter holds its whole log, or at the deadline."""
+        if ls.resign_deadline < 0:
+            return
+        end = self.log.end_offset
+        caught_up = any(p.end_offset >= end for v, p in ls.voters.items() if v != self.node_id)
+        if caught_up or self._now >= ls.resign_deadline or len(self.voters) == 1:
+            self._become_resigned(ls)
 
     def _lose_pre_vote(self) -> None:
         assert isinstance(self.state, ProspectiveState)
@@ -523,6 +576,17 @@ class RaftCore:
             self._maybe_send_fetch()
         else:
             self._enter(Role.UNATTACHED, UnattachedState(self._now + self._backoff_ms()))
+
+    def _yield_pre_vote(self, p: ProspectiveState) -> None:
+        """A prospective voter granted the pre-vote of one that outranks it: it stops
+        standing (answers to its own pre-vote are ignored from now on) and waits a whole
+        election timeout for that voter's election, as a voter that granted a vote does."""
+        deadline = self._election_deadline()
+        if p.leader_id != NO_LEADER:
+            self._enter(Role.FOLLOWER, FollowerState(p.leader_id, deadline))
+            self._maybe_send_fetch()
+        else:
+            self._enter(Role.UNATTACHED, UnattachedState(deadline))
 
     def _back_off(self, c: CandidateState) -> None:
         self._election_retries += 1
@@ -542,8 +606,12 @@ class RaftCore:
         return self._now + self.config.fetch_timeout_ms + jitter
 
     def _backoff_ms(self) -> int:
+        """Binary exponential backoff after a lost election, uniform to the millisecond in
+        [1, 100 * 2^retries) ms and capped at election.backoff.max.ms. (Kafka draws whole
+        multiples of 100 ms: two voters then back off by the same time half of the time
+        after a first loss, and stand together again.)"""
         exp = min(self._election_retries, 20)
-        backoff = _BACKOFF_BASE_MS * self._rng.randrange(1 << exp)
+        backoff = self._rng.randrange(_BACKOFF_BASE_MS << exp)
         return max(1, min(backoff, self.config.election_backoff_max_ms))
 
     # ------------------------------------------------------------------ votes
@@ -559,8 +627,20 @@ class RaftCore:
             last_offset=self.log.end_offset,
             pre_vote=pre_vote,
         )
+        s = self.state
         for voter in sorted(self.voters - {self.node_id} - skip):
-            self._send(voter, req)
+            request_id = self._send(voter, req)
+            if isinstance(s, ProspectiveState | CandidateState):
+                s.vote_requests.add(request_id)
+
+    def _outranked_by(self, req: VoteRequest) -> bool:
+        """The order in which standing voters give way to each other: the longer log
+        (last epoch, then end offset) first, the smaller node id on equal logs. It is a
+        strict total order, so two prospective voters never grant each other."""
+        if not self._log_up_to_date(req.last_offset_epoch, req.last_offset):
+            return False
+        same_log = (req.last_offset_epoch, req.last_offset) == (self.log.last_epoch, self.log.end_offset)
+        return not same_log or req.candidate_id < self.node_id
 
     def _log_up_to_date(self, last_epoch: Epoch, last_offset: Offset) -> bool:
         return (last_epoch, last_offset) >= (self.log.last_epoch, self.log.end_offset)
@@ -588,7 +668,15 @@ class RaftCore:
                 self.state.deadline = min(self.state.deadline, timer)
         up_to_date = self._log_up_to_date(req.last_offset_epoch, req.last_offset)
         if req.pre_vote:
-            self._reply_vote(env, ErrorCode.NONE, up_to_date and self._can_grant_pre_vote(), True)
+            p = self.state
+            standing = isinstance(p, ProspectiveState)
+            grant = up_to_date and (self._outranked_by(req) if standing else self._can_grant_pre_vote())
+            self._reply_vote(env, ErrorCode.NONE, grant, True)
+            if isinstance(p, ProspectiveState):
+                if grant:
+                    self._yield_pre_vote(p)  # it can win now; our own grants would cross its
+                elif env.source not in p.granted:
+                    self._send_votes(pre_vote=True, skip=self.voters - {env.source})  # it stands: ask it now
             return
         granted = False
         s = self.state
@@ -632,11 +720,19 @@ class RaftCore:
             return
         s = self.state
         if isinstance(s, ProspectiveState) and resp.pre_vote:
-            (s.granted if resp.vote_granted else s.rejected).add(env.source)
+            self._count_vote(env.source, granted=resp.vote_granted)
+        elif isinstance(s, CandidateState) and not resp.pre_vote and not s.backing_off:
+            self._count_vote(env.source, granted=resp.vote_granted)
+
+    def _count_vote(self, voter: NodeId, *, granted: bool) -> None:
+        """A (pre-)vote answer, or a vote request that could not be delivered (refused)."""
+        s = self.state
+        if isinstance(s, ProspectiveState):
+            (s.granted if granted else s.rejected).add(voter)
             if not self._maybe_win_pre_vote() and len(s.rejected) > len(self.voters) - self.majority:
                 self._lose_pre_vote()
-        elif isinstance(s, CandidateState) and not resp.pre_vote and not s.backing_off:
-            (s.granted if resp.vote_granted else s.rejected).add(env.source)
+        elif isinstance(s, CandidateState) and not s.backing_off:
+            (s.granted if granted else s.rejected).add(voter)
             if not self._maybe_win_election() and len(s.rejected) > len(self.voters) - self.majority:
                 self._back_off(s)
 
@@ -697,10 +793,15 @@ class RaftCore:
         if req.leader_epoch > self.epoch:
             self._become_follower(req.leader_epoch, req.leader_id, new_epoch=True)
         s = self.state
-        if isinstance(s, FollowerState) and s.leader_id == req.leader_id and not s.leader_resigned:
-            s.leader_resigned = True
-            s.fetch_deadline = min(s.fetch_deadline, self._now + self._successor_delay(req.preferred_successors))
+        if isinstance(s, FollowerState) and s.leader_id == req.leader_id:
+            self._leader_resigned(s, req.preferred_successors)
         self._reply(env, EndQuorumEpochResponse(ErrorCode.NONE, self.leader_id, self.epoch))
+
+    def _leader_resigned(self, f: FollowerState, successors: Sequence[NodeId]) -> None:
+        """The leader of this epoch resigned: grant pre-votes, and stand after this voter's
+        successor delay (the first successor at once)."""
+        f.fetch_deadline = min(f.fetch_deadline, self._now + self._successor_delay(successors))
+        f.leader_resigned = True
 
     def _successor_delay(self, successors: Sequence[NodeId]) -> int:
         """How long a follower waits before standing: 0 for the first successor,
@@ -787,8 +888,13 @@ class RaftCore:
             return
         f.inflight_id = -1
         if resp.error != ErrorCode.NONE:
-            if not self._observe_epoch(resp.leader_epoch, resp.leader_id):
-                f.next_fetch_ms = self._now + self.config.retry_backoff_ms
+            if self._observe_epoch(resp.leader_epoch, resp.leader_id):
+                return
+            f.next_fetch_ms = self._now + self.config.retry_backoff_ms
+            if resp.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and env.source == f.leader_id:
+                # Our leader leads no more in this epoch (it resigned): as an EndQuorumEpoch
+                # that does not name this voter, unless the real one already came.
+                self._leader_resigned(f, ())
             return
         if resp.leader_epoch != self.epoch or env.source != f.leader_id:
             self._observe_epoch(resp.leader_epoch, resp.leader_id)
@@ -876,6 +982,9 @@ class RaftCore:
     # --------------------------------------------------------------- leader
 
     def _tick_leader(self, ls: LeaderState) -> None:
+        if ls.resign_deadline >= 0 and self._now >= ls.resign_deadline:
+            self._become_resigned(ls)
+            return
         if self._now >= ls.check_quorum_deadline:
             if len(self.voters) == 1:
                 # A single voter is its own majority and never resigns (KAFKA-16144).
@@ -940,8 +1049,10 @@ class RaftCore:
         if req.fetch_offset >= self.log.end_offset and req.max_wait_ms > 0 and progress.hw_sent == exposed_hw:
             deadline = self._now + req.max_wait_ms
             ls.parked.append(ParkedFetch(source, env.request_id, req.fetch_offset, req.max_bytes, deadline))
-            return
-        self._answer_fetch(source, env.request_id, req.fetch_offset, req.max_bytes)
+        else:
+            self._answer_fetch(source, env.request_id, req.fetch_offset, req.max_bytes)
+        if is_voter:
+            self._maybe_finish_resign(ls)
 
     def _fetch_response(
         self,

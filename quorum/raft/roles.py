@@ -7,11 +7,13 @@ observers (non-voters, e.g. brokers) are only Unattached or Follower.
     Unattached    Prospective             election timeout (voters)
     Unattached    Follower                a leader is discovered in an epoch >= ours
     Prospective   Candidate               a majority granted the pre-vote
-    Prospective   Unattached | Follower   pre-vote lost or timed out (Follower if a leader is known)
+    Prospective   Unattached | Follower   pre-vote lost or timed out, or granted to a voter that
+                                          outranks it (Follower if a leader is known)
     Candidate     Prospective             election lost or timed out, after backoff
     Candidate     Leader                  a majority granted the vote
-    Leader        Resigned                graceful shutdown, or check-quorum failure
-    Follower      Prospective             fetch timeout (voters)
+    Leader        Resigned                graceful shutdown (once a voter holds the whole log, or
+                                          after resign_catch_up_ms), or check-quorum failure
+    Follower      Prospective             fetch timeout, or a request to the leader failed (voters)
     Resigned      Prospective             election timeout
     any           Unattached | Follower   a higher epoch is learned
 
@@ -62,6 +64,7 @@ class ProspectiveState:
     granted: set[NodeId] = field(default_factory=set)
     rejected: set[NodeId] = field(default_factory=set)
     resend_ms: int = 0  # when to ask again the voters that have not granted
+    vote_requests: set[int] = field(default_factory=set)  # request ids of the pre-votes sent
 
 
 @dataclass(slots=True)
@@ -71,6 +74,7 @@ class CandidateState:
     rejected: set[NodeId] = field(default_factory=set)
     backing_off: bool = False
     resend_ms: int = 0  # when to ask again the voters that have not answered
+    vote_requests: set[int] = field(default_factory=set)  # request ids of the votes sent
 
 
 @dataclass(slots=True)
@@ -123,6 +127,7 @@ class LeaderState:
     fetched_voters: set[NodeId] = field(default_factory=set)
     parked: list[ParkedFetch] = field(default_factory=list)
     hw_known: bool = False  # a majority has reached past epoch_start_offset
+    resign_deadline: int = -1  # resigning: no more writes; hand over by then (ms), -1 = not resigning
 
 
 @dataclass(slots=True)

@@ -290,6 +290,49 @@ def test_quorum_kill9_leader_failover_and_catch_up(cluster: QuorumCluster) -> No
     stop_and_compare(cluster, committed_before=hw_before)
 
 
+FAILOVER_KILLS = 50
+FAST_150_300 = {"controller.quorum.election.timeout.ms": "150", "controller.quorum.fetch.timeout.ms": "300"}
+
+
+@pytest.mark.slow
+def test_quorum_50_kill9_failovers_at_election_150_fetch_300(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Issue 24: 50 kill -9s of the leader in a row (each restarted), at election 150 ms /
+    fetch 300 ms, under the synthetic load. Each failover (kill -> the successor's first
+    commit) is within fetch timeout + 2 x election timeout = 600 ms (the simulation's bound),
+    plus 200 ms for what the simulation does not have: process scheduling on a shared
+    machine and real fsyncs. Their median is below the fetch timeout: the survivors notice
+    the dead leader from its closed connections, not by waiting (before issue 24, on a
+    machine as busy: median 478 ms, max 634 ms; after: median 194 ms, max 440 ms).
+    Prints every figure, the median and the maximum."""
+    c = make_cluster(properties=FAST_150_300)
+    bound_ms = 300 + 2 * 150 + 200
+    figures: list[float] = []
+    for _kill in range(FAILOVER_KILLS):
+        d0 = c.wait_for_hw(c.wait_for_leader().high_watermark + 50)
+        old, e0 = d0.leader_id, d0.leader_epoch
+        t_kill = now_ms()
+        c.kill9(old)
+        d1 = c.wait_for_leader(not_leader=old, min_epoch=e0 + 1, timeout=10)
+        commit = c.wait_first_commit(d1.leader_id, d1.leader_epoch, timeout=10)
+        figures.append(commit["t"] - t_kill)
+        c.restart(old)
+        wait_until(
+            f"node {old} to follow again",
+            lambda node=old, epoch=d1.leader_epoch: any(  # type: ignore[misc]
+                e["role"] == "Follower" and e["epoch"] >= epoch for e in c.role_events(node)
+            ),
+            timeout=20,
+        )
+    assert_election_safety(c)
+    median, worst = statistics.median(figures), max(figures)
+    print(
+        f"{FAILOVER_KILLS} kill -9 failovers at election 150 / fetch 300 ms: median {median:.0f} ms, "
+        f"max {worst:.0f} ms; all (ms): {[round(f) for f in figures]}"
+    )
+    assert worst <= bound_ms, f"slowest failover {worst:.0f} ms > {bound_ms} ms: {[round(f) for f in figures]}"
+    assert median < 300, f"median failover {median:.0f} ms: the survivors waited for the fetch timeout"
+
+
 def test_quorum_kill9_follower_leader_unchanged(cluster: QuorumCluster) -> None:
     d0 = cluster.wait_for_hw(300)
     leader, e0 = d0.leader_id, d0.leader_epoch
@@ -359,10 +402,11 @@ def test_quorum_sigterm_leader_resigns_fast_failover(cluster: QuorumCluster) -> 
     successor must commit in a new epoch. The handoff (SIGTERM -> the successor's
     first_commit) usually takes ~30-300 ms on an idle machine; it is printed, and measured
     against its target by tests/perf/bench_quorum.py, not asserted here (a loaded 2-core
-    runner stretches it; in a 40-handoff run 6 took 0.5-1.2 s because of two product
-    issues: the first preferred successor can lack the last records, and the stopping node
-    stands for election during its 0.5 s resign wait, see
-    test_quorum_resigned_leader_does_not_stand_while_shutting_down).
+    runner stretches it). Two causes of slow handoffs are gone (issue 24): the resigning
+    leader takes no writes and hands over only once a voter holds its whole log (the first
+    successor can always win), and the stopping node never stands
+    (test_quorum_resigned_leader_does_not_stand_while_shutting_down). Measured on a busy
+    machine (load 11): 70-280 ms.
     """
     figures = []
     for _round in range(5):

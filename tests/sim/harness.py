@@ -19,6 +19,10 @@ at most its log end offset; committed entries a node acknowledged stay on its di
 in its snapshot) unchanged; state machines that applied the same offset hold the same
 image, whether they replayed the log or installed a snapshot.
 
+Issue 24: with `connection_resets`, a node that dies makes its peers' requests to it fail
+(`RaftCore.request_failed`), as TCP reports a dead process; `failover_ms` records, for every
+stop of a leader, the time until a live node led a higher epoch.
+
 Each violation names the property it broke (`InvariantViolation.prop`), so a report can
 say which rule caught a fault. `Cluster.coverage` counts the histories a run reached
 (Figure-8 comebacks, partial fetches, diverging truncations, snapshot installs, stale and
@@ -176,6 +180,8 @@ class Node:
         # reached a new image ("replay" after a batch, "install" or "load" of a snapshot).
         self.on_persist: Callable[[Node, Ready], None] | None = None
         self.on_image: Callable[[Node, str], None] | None = None
+        # Called when a crash armed by `crash_after_steps` strikes, before the core is gone.
+        self.on_crash: Callable[[Node], None] | None = None
 
     @property
     def up(self) -> bool:
@@ -226,6 +232,8 @@ class Node:
             ready = core.ready()
             if crash_after_steps is not None:
                 self._persist_partially(ready, crash_after_steps)
+                if self.on_crash is not None:
+                    self.on_crash(self)
                 self.crash()
                 return []
             self._persist(ready)
@@ -306,7 +314,10 @@ class _InFlight:
     deliver_at: int
     seq: int
     envelope: Envelope = field(compare=False)
-    kind: str = field(default="", compare=False)  # "", "duplicate" or "replay"
+    # "", "duplicate", "replay", or "reset": the request `envelope` failed (its destination's
+    # connection was refused or reset); the notice goes to its source's incarnation `incarnation`.
+    kind: str = field(default="", compare=False)
+    incarnation: int = field(default=0, compare=False)
 
 
 class Cluster:
@@ -320,6 +331,7 @@ class Cluster:
         config: RaftConfig | None = None,
         snapshot_every: int = 0,
         max_delay_ms: int = 5,
+        connection_resets: bool = False,
     ) -> None:
         self.rng = random.Random(seed)
         self.config = config or RaftConfig(
@@ -338,6 +350,16 @@ class Cluster:
         }
         self.now = 0
         self.max_delay_ms = max_delay_ms
+        # TCP's view of a dead process (issue 24): a request to a node that is down, or waiting
+        # unanswered at a node that goes down, fails at its sender after a network delay
+        # (connection refused or reset), as the real transport reports to `request_failed`.
+        # False: a dead node is silent, as a host that lost power or a cut cable.
+        self.connection_resets = connection_resets
+        self._unanswered: dict[int, dict[tuple[int, int], Envelope]] = {}  # node -> (source, request id) -> request
+        # Time to a new leader: when the last leader stopped (crash or shutdown) and, for every
+        # stop, how long until a live node led an epoch above the stopped leader's (ms).
+        self.leader_stopped: tuple[int, int] | None = None  # (time, epoch of the stopped leader)
+        self.failover_ms: list[int] = []
         self.loss = 0.0
         self.duplicate = 0.0
         self.blocked: set[tuple[int, int]] = set()  # (source, destination) pairs that drop
@@ -389,6 +411,7 @@ class Cluster:
             node.on_commit = self._on_commit
             node.on_persist = self._on_persist
             node.on_image = self._on_image
+            node.on_crash = self._on_crash
             node.start(self.now, self.rng)
         self._drain_all()
 
@@ -448,7 +471,31 @@ class Cluster:
     # ------------------------------------------------------------ faults
 
     def crash(self, node_id: int) -> None:
+        self._note_stop(node_id)
         self.nodes[node_id].crash()
+        self._reset_connections(node_id)
+
+    def _note_stop(self, node_id: int) -> None:
+        core = self.nodes[node_id].core
+        if core is not None and core.role is Role.LEADER:
+            self.leader_stopped = (self.now, core.epoch)
+
+    def _on_crash(self, node: Node) -> None:
+        self._note_stop(node.id)
+        self._reset_connections(node.id)
+
+    def _reset_connections(self, node_id: int) -> None:
+        """The node died: every request it held unanswered fails at its sender."""
+        for env in self._unanswered.pop(node_id, {}).values():
+            self._fail_request(env)
+
+    def _fail_request(self, env: Envelope) -> None:
+        source = self.nodes.get(env.source)
+        if not self.connection_resets or source is None or source.core is None:
+            return
+        self._seq += 1
+        delay = self.rng.randint(1, self.max_delay_ms)
+        heapq.heappush(self._queue, _InFlight(self.now + delay, self._seq, env, "reset", source.incarnation))
 
     def crash_mid_ready(self, node_id: int, steps: int) -> None:
         """Crash the node after `steps` persistence steps of its next Ready: at once if
@@ -469,13 +516,25 @@ class Cluster:
             self.check()
 
     def shutdown(self, node_id: int) -> None:
-        """Graceful: resign if leading, let the resignation go out, then stop."""
+        """Graceful: resign if leading, let the resignation go out, then stop. A leader
+        first serves, taking no writes, until a voter has its whole log (or its bound
+        passes): the cluster runs meanwhile."""
         node = self.nodes[node_id]
-        if node.core is None:
+        core = node.core
+        if core is None:
             return
-        node.core.resign(self.now)
+        core.resign(self.now)
         self._send(node.drain())
+        if core.role is Role.LEADER:
+            self.run_until_event(lambda: node.core is not core or core.role is not Role.LEADER, limit_ms=60_000)
+        if node.core is not core:
+            return  # it crashed meanwhile (an armed crash)
+        self._send(node.drain())
+        self._note_stop(node_id)
+        if core.role is Role.RESIGNED:
+            self.leader_stopped = (self.now, core.epoch)
         node.crash()
+        self._reset_connections(node_id)
 
     # ------------------------------------------------------------ running
 
@@ -558,11 +617,20 @@ class Cluster:
         while self._queue and self._queue[0].deliver_at <= self.now:
             item = heapq.heappop(self._queue)
             env = item.envelope
+            if item.kind == "reset":
+                self._deliver_reset(item)
+                if self._halt():
+                    return
+                continue
             node = self.nodes.get(env.destination)
             if node is None or node.core is None:
+                if env.is_request:
+                    self._fail_request(env)  # connection refused
                 continue
             core = node.core
             msg = env.message
+            if env.is_request:
+                self._unanswered.setdefault(env.destination, {})[(env.source, env.request_id)] = env
             epoch_before, end_before = core.epoch, core.log.end_offset
             sent_epoch = message_epoch(msg)
             if item.kind:
@@ -589,6 +657,17 @@ class Cluster:
             if self._halt():
                 return
 
+    def _deliver_reset(self, item: _InFlight) -> None:
+        env = item.envelope
+        node = self.nodes[env.source]
+        if node.core is None or node.incarnation != item.incarnation:
+            return  # the requester died since: its requests died with it
+        self.note("connection_resets")
+        node.core.request_failed(env.destination, env.request_id, self.now)
+        self.events += 1
+        self._send(node.drain())
+        self.check()
+
     def _tick_due(self) -> None:
         for node in self.nodes.values():
             if node.core is None:
@@ -614,6 +693,8 @@ class Cluster:
         for env in envelopes:
             if getattr(env.message, "error", None) == ErrorCode.FENCED_LEADER_EPOCH:
                 self.note("stale_epoch_refusals")
+            if not env.is_request:
+                self._unanswered.get(env.source, {}).pop((env.destination, env.request_id), None)
             if (env.source, env.destination) in self.blocked:
                 continue
             if self.loss and self.rng.random() < self.loss:
@@ -855,6 +936,10 @@ class Cluster:
                 if core.epoch not in self._leader_seen:
                     self._leader_seen.add(core.epoch)
                     self._on_new_leader(node, core)
+                stopped = self.leader_stopped
+                if stopped is not None and core.epoch > stopped[1]:
+                    self.failover_ms.append(self.now - stopped[0])
+                    self.leader_stopped = None
                 self.acked[node.id] = max(self.acked.get(node.id, 0), min(node.disk.end_offset, core.log.end_offset))
             # A node's high watermark never decreases while it runs.
             if core.high_watermark < node.last_hw:

@@ -5,7 +5,8 @@
    through a Ready, losing what was not fsynced), restart, shut down gracefully,
    partition, block one direction, heal, set message loss and duplication, keep old
    messages and deliver them again much later, and run a "majority stays connected"
-   phase that must make progress; half of the clusters fetch with a small fetch size.
+   phase that must make progress; half of the clusters fetch with a small fetch size, and
+   half see a dead node's connections reset (its peers' requests fail at once).
    (The histories this rarely reaches by chance are built on purpose in test_histories.py.) The harness checks its
    invariants after every single event; the state machine adds its own after every
    step; teardown heals everything and checks liveness and the replicated state.
@@ -183,9 +184,10 @@ class RaftSafety(RuleBasedStateMachine):
         fetch_max_bytes: int,
     ) -> None:
         """A new cluster; with a warm-up (usually), it has elected a leader and committed a little.
-        A small fetch size cuts answers short (the follower's HW must stay within its log)."""
+        A small fetch size cuts answers short (the follower's HW must stay within its log).
+        Odd seeds report a dead node's connections as reset to its peers (`request_failed`)."""
         config = dataclasses.replace(BASE_CONFIG, pre_vote=pre_vote, fetch_max_bytes=fetch_max_bytes)
-        self.c = Cluster(seed, voters, observers, config, snapshot_every, max_delay_ms)
+        self.c = Cluster(seed, voters, observers, config, snapshot_every, max_delay_ms, connection_resets=seed % 2 == 1)
         self.expect_liveness = pre_vote or LIVENESS_WITHOUT_PRE_VOTE
         with self.step(f"warm up {warmup_ms}ms with proposals") as c:
             c.run_for(warmup_ms, propose_every_ms=50)
