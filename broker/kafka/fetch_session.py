@@ -10,7 +10,9 @@ A fetch names its session with (session_id, session_epoch):
   The request's partitions are added to / update the session, `forgotten` ones leave it;
   all session partitions are fetched, and the response lists only those with something
   new: records, an error, a changed high watermark / last stable offset / log start
-  offset, a diverging epoch or a preferred read replica. Partitions that returned records
+  offset, a diverging epoch or a preferred read replica (after an error the partition is
+  listed again when the error is gone; a changed leader epoch in the request lists it once).
+  Partitions that returned records
   move to the end of the session's order (fairness across partitions, as Kafka does).
   The next expected epoch is n + 1 (wrapping to 1 after 2**31 - 1).
 
@@ -125,7 +127,9 @@ class FetchContext:
                 or res.diverging_epoch is not None
                 or res.preferred_read_replica >= 0
             )
-            cached.high_watermark = res.high_watermark
+            # After an error the cached HW is -1 (Kafka's rule): the partition is listed again
+            # once the error is gone, even if its HW did not move meanwhile.
+            cached.high_watermark = res.high_watermark if res.error == ErrorCode.NONE else -1
             cached.last_stable_offset = res.last_stable_offset
             cached.log_start_offset = res.log_start_offset
             if changed:
@@ -186,6 +190,11 @@ class FetchSessionCache:
             key = (p.topic, p.partition)
             cached = session.partitions.get(key)
             if cached is None:
+                session.partitions[key] = _Cached(p)
+            elif p.current_leader_epoch != cached.request.current_leader_epoch:
+                # A new leader epoch: the next answer lists the partition whatever changed, so
+                # that a follower which dropped an answer of the old epoch (it moved on while
+                # the fetch was out) learns the HW and log start again. (pykraft's rule.)
                 session.partitions[key] = _Cached(p)
             else:
                 cached.request = p

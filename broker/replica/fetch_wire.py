@@ -1,8 +1,10 @@
 """The replica fetcher's side of Fetch v12: encode a follower's request, decode the leader's answer.
 
-A follower fetches every partition it follows from one leader in one request (Kafka's
+A follower fetches the partitions it follows from one leader in one request (Kafka's
 ReplicaFetcherThread), naming topics by name (v12 is the last version before topic ids),
-with `replica_id` = its broker id and `isolation_level` 0. Records come back as opaque
+with `replica_id` = its broker id and `isolation_level` 0, in a KIP-227 fetch session
+(`broker.replica.fetch_session_client` decides the session id and epoch, the partitions
+sent and those forgotten). Records come back as opaque
 bytes: the follower appends them as they are (`PartitionLog.append_as_follower`), so this
 module never walks a batch.
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
@@ -39,6 +42,7 @@ def _nested(cls: type[Any], name: str) -> Any:
 
 _FetchTopic = _nested(_REQUEST, "FetchTopic")
 _FetchPartition = _nested(_REQUEST, "FetchPartition")
+_ForgottenTopic = _nested(_REQUEST, "ForgottenTopic")
 
 
 class FetchWireError(ValueError):
@@ -77,9 +81,13 @@ def encode_fetch_request(
     max_wait_ms: int,
     min_bytes: int,
     max_bytes: int,
-    partitions: list[FetchPartitionRequest],
+    partitions: Sequence[FetchPartitionRequest],
+    session_id: int = 0,
+    session_epoch: int = -1,
+    forgotten: Sequence[tuple[str, int]] = (),
 ) -> bytes:
-    """A complete frame (length prefix included) of a sessionless full replica Fetch."""
+    """A complete frame (length prefix included) of a replica Fetch; by default a sessionless
+    full one (session 0, epoch -1)."""
     by_topic: dict[str, list[Any]] = {}
     for p in partitions:
         by_topic.setdefault(p.topic, []).append(
@@ -99,13 +107,20 @@ def encode_fetch_request(
         min_bytes=min_bytes,
         max_bytes=max_bytes,
         isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
+        session_id=session_id,
+        session_epoch=session_epoch,
         topics=tuple(_FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-        forgotten_topics_data=(),
+        forgotten_topics_data=_forgotten(forgotten),
         rack_id="",
     )
     return _frame(_REQUEST, FETCH_API_KEY, FETCH_VERSION, correlation_id, client_id, body)
+
+
+def _forgotten(keys: Sequence[tuple[str, int]]) -> tuple[Any, ...]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in keys:
+        by_topic.setdefault(topic, []).append(partition)
+    return tuple(_ForgottenTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())
 
 
 def _frame(schema: Any, api_key: int, version: int, correlation_id: int, client_id: str, body: Any) -> bytes:
@@ -143,8 +158,21 @@ def _decode(schema: Any, frame: bytes, what: str) -> Any:
     return body
 
 
+@dataclass(frozen=True, slots=True)
+class FetchAnswer:
+    error: ErrorCode  # top level: the session's errors (KIP-227)
+    session_id: int
+    partitions: list[FetchPartitionResponse]
+
+
 def decode_fetch_response(frame: bytes) -> tuple[ErrorCode, list[FetchPartitionResponse]]:
     """(top-level error, partitions) from a response frame without its length prefix."""
+    answer = decode_fetch_answer(frame)
+    return answer.error, answer.partitions
+
+
+def decode_fetch_answer(frame: bytes) -> FetchAnswer:
+    """The answer in a response frame without its length prefix."""
     body = _decode(_RESPONSE, frame, "fetch")
     out: list[FetchPartitionResponse] = []
     for t in body.responses:
@@ -164,7 +192,7 @@ def decode_fetch_response(frame: bytes) -> tuple[ErrorCode, list[FetchPartitionR
                     records=bytes(p.records or b""),
                 )
             )
-    return _error(body.error_code), out
+    return FetchAnswer(_error(body.error_code), int(body.session_id), out)
 
 
 # ---------------------------------------------------------------- ListOffsets (a follower's OFFSET_OUT_OF_RANGE)

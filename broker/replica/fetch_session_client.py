@@ -1,0 +1,136 @@
+"""KIP-227 fetch sessions, the fetching side (what Kafka's FetchSessionHandler does for a follower).
+
+One `FetchSessionHandler` per replica fetcher (per leader) keeps the session's partitions
+as last sent and the metadata of the next request, (session id, epoch):
+
+- (0, 0): a full fetch that asks the leader to open a session (the first fetch, and after
+  any failure);
+- (id, 0): a full fetch that closes session `id` and asks for a new one;
+- (id, n >= 1): an incremental fetch on session `id`. It names only the partitions added
+  to the session or whose request changed (fetch offset, log start offset, leader epoch,
+  last fetched epoch, max bytes), and lists in `forgotten` those that left it (removed from
+  the fetcher, or backing off). The leader reads every partition of the session and
+  answers only those with something new (records, an error, a moved high watermark or log
+  start, a diverging epoch): a partition left out of an answer needs nothing done.
+
+Answers (`handle_response`): a top-level FETCH_SESSION_ID_NOT_FOUND makes the next fetch
+(0, 0), any other top-level error (INVALID_FETCH_SESSION_EPOCH, ...) (id, 0); a full
+answer must list exactly the partitions sent, an incremental one none outside the session
+(else the answer is not used and the next fetch is full); a full answer with session id 0
+(the leader had no room) keeps the fetcher sessionless, one with an id opens session id at
+epoch 1; each used incremental answer moves the epoch on (wrapping from 2**31 - 1 to 1). A
+request that got no answer (`handle_error`: timeout, broken connection, an undecodable
+response) makes the next fetch (id, 0): the leader may have moved the session on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+from broker.replica.fetch_wire import FetchPartitionRequest
+from quorum.kafka_errors import ErrorCode
+
+__all__ = ["FINAL_EPOCH", "INITIAL_EPOCH", "INVALID_SESSION_ID", "FetchSessionHandler", "SessionRequest"]
+
+log = logging.getLogger(__name__)
+
+INVALID_SESSION_ID: Final = 0
+INITIAL_EPOCH: Final = 0
+FINAL_EPOCH: Final = -1
+_MAX_EPOCH: Final = 2**31 - 1
+
+Key = tuple[str, int]
+
+
+def _next_epoch(epoch: int) -> int:
+    return 1 if epoch >= _MAX_EPOCH else epoch + 1
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRequest:
+    """What one Fetch carries for its session, and what the leader will read for it."""
+
+    session_id: int
+    session_epoch: int
+    to_send: tuple[FetchPartitionRequest, ...]
+    """Full: every partition of the session; incremental: the added and changed ones."""
+    forgotten: tuple[Key, ...]
+    session: Mapping[Key, FetchPartitionRequest]
+    """Every partition the leader reads for this request, as last sent (a read-only view of
+    the handler's session: valid until its next `build`)."""
+
+    @property
+    def full(self) -> bool:
+        return self.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH)
+
+
+class FetchSessionHandler:
+    def __init__(self, name: str = "") -> None:
+        self.name = name  # for log lines: who fetches from whom
+        self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH  # of the next request
+        self._partitions: dict[Key, FetchPartitionRequest] = {}  # the session, as last sent
+
+    def build(self, wanted: Iterable[FetchPartitionRequest]) -> SessionRequest:
+        """The next request for the partitions the fetcher wants now (each named once)."""
+        view = MappingProxyType(self._partitions)
+        if self.epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+            self._partitions.clear()
+            for p in wanted:
+                self._partitions[(p.topic, p.partition)] = p
+            return SessionRequest(self.session_id, self.epoch, tuple(self._partitions.values()), (), view)
+        changed: list[FetchPartitionRequest] = []
+        current = self._partitions
+        seen: set[Key] = set()
+        for p in wanted:
+            key = (p.topic, p.partition)
+            seen.add(key)
+            if current.get(key) != p:
+                current[key] = p
+                changed.append(p)
+        forgotten = tuple(key for key in current if key not in seen) if len(seen) != len(current) else ()
+        for key in forgotten:
+            del current[key]
+        return SessionRequest(self.session_id, self.epoch, tuple(changed), forgotten, view)
+
+    def handle_response(self, sent: SessionRequest, error: ErrorCode, session_id: int, keys: Iterable[Key]) -> bool:
+        """Whether the answer to `sent` (top-level `error`, `session_id`, the partitions it
+        lists) may be applied; moves the session on either way."""
+        if error != ErrorCode.NONE:
+            log.info("%s: fetch session %d epoch %d refused: %s", self.name, sent.session_id, sent.session_epoch,
+                     error.name)  # fmt: skip
+            if error == ErrorCode.FETCH_SESSION_ID_NOT_FOUND:
+                self.session_id = INVALID_SESSION_ID
+            self.epoch = INITIAL_EPOCH
+            return False
+        listed = set(keys)
+        extra = listed.difference(self._partitions)
+        if sent.full:
+            if extra or len(listed) != len(self._partitions):
+                log.info("%s: full fetch answer lists %d partitions not asked and omits %d", self.name, len(extra),
+                         len(set(self._partitions).difference(listed)))  # fmt: skip
+                self.session_id, self.epoch = INVALID_SESSION_ID, INITIAL_EPOCH
+                return False
+            if session_id == INVALID_SESSION_ID:
+                self.session_id, self.epoch = INVALID_SESSION_ID, INITIAL_EPOCH  # no session: full again
+            else:
+                self.session_id, self.epoch = session_id, _next_epoch(INITIAL_EPOCH)
+            return True
+        if extra:
+            log.info("%s: incremental fetch answer lists %d partitions outside session %d", self.name, len(extra),
+                     self.session_id)  # fmt: skip
+            self.epoch = INITIAL_EPOCH
+            return False
+        if session_id == INVALID_SESSION_ID:  # the leader closed the session
+            self.session_id, self.epoch = INVALID_SESSION_ID, INITIAL_EPOCH
+        else:
+            self.epoch = _next_epoch(self.epoch)
+        return True
+
+    def handle_error(self) -> None:
+        """The request got no usable answer: the next fetch is full (closing the session)."""
+        self.epoch = INITIAL_EPOCH
