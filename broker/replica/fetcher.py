@@ -2,7 +2,12 @@
 
 As Kafka's ReplicaFetcherThread, a fetcher sends one Fetch (v12, `replica_id` = this
 broker) for all the partitions this broker follows from one leader, long-polled by
-`replica.fetch.wait.max.ms`, and applies the answer partition by partition. What an answer
+`replica.fetch.wait.max.ms`, and applies the answer partition by partition. The fetches
+run in a KIP-227 fetch session (`FetchSessionHandler`): after the first, full, fetch, a
+request names only the partitions whose position changed (and forgets those that left),
+and the answer lists only the partitions with something new, so an idle round costs what
+changed, not what is followed; a refused session (FETCH_SESSION_ID_NOT_FOUND,
+INVALID_FETCH_SESSION_EPOCH) makes the next fetch a full one, at once. What an answer
 means is decided by `PartitionState.on_fetch_answer` and carried out by
 `broker.replica.follower` (the replication simulation runs the same two): append; truncate
 on a diverging epoch (KIP-320), always, even to the log end; restart an empty log at the
@@ -23,8 +28,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from uuid import UUID
 
 from broker.log import LogError
+from broker.replica.fetch_session_client import FetchSessionHandler
 from broker.replica.fetch_wire import (
     EARLIEST_TIMESTAMP,
     FETCH_API_KEY,
@@ -35,7 +42,7 @@ from broker.replica.fetch_wire import (
     FetchPartitionRequest,
     FetchWireError,
     ListOffsetsAnswer,
-    decode_fetch_response,
+    decode_fetch_answer,
     decode_list_offsets_response,
     encode_fetch_request,
     encode_list_offsets_request,
@@ -64,11 +71,19 @@ class ReplicaFetcher:
         self.endpoint = endpoint
         self.partitions: dict[TopicPartition, HostedPartition] = {}
         self._delayed_until: dict[TopicPartition, float] = {}  # monotonic seconds
+        # (topic id, leader epoch) of each partition when last added (kept when it leaves: an
+        # ISR change removes and adds it again, which needs no log line).
+        self._epochs: dict[TopicPartition, tuple[UUID, int]] = {}
         self._wake = asyncio.Event()
         self._peer: PeerClient | None = None
         self._peer_address: tuple[str, int] | None = None
         self._correlation = 0
         self._task: asyncio.Task[None] | None = None
+        self.session = FetchSessionHandler(f"broker {config.node_id} fetching from broker {leader_id}")
+        # Counters since start (tests and benchmarks read them).
+        self.requests_sent = 0
+        self.partitions_sent = 0  # partitions named in the requests (a full fetch names all)
+        self.request_bytes_sent = 0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.config.node_id}-{self.leader_id}")
@@ -82,12 +97,18 @@ class ReplicaFetcher:
             await self._peer.close()
 
     def add(self, hosted: HostedPartition) -> None:
-        log.info(
-            "broker %d: fetching %s-%d from broker %d (epoch %d) at offset %d",
-            self.config.node_id, hosted.topic, hosted.partition, self.leader_id, hosted.state.leader_epoch,
-            hosted.log.log_end_offset,
-        )  # fmt: skip
+        """Fetch `hosted` from now on (again: its backoff ends). Logged when it is new here
+        or its leader epoch changed, not on every metadata change of the partition (an ISR
+        change re-adds it)."""
+        epoch = (hosted.topic_id, hosted.state.leader_epoch)
+        if self._epochs.get(hosted.tp) != epoch:
+            log.info(
+                "broker %d: fetching %s-%d from broker %d (epoch %d) at offset %d",
+                self.config.node_id, hosted.topic, hosted.partition, self.leader_id, hosted.state.leader_epoch,
+                hosted.log.log_end_offset,
+            )  # fmt: skip
         self.partitions[hosted.tp] = hosted
+        self._epochs[hosted.tp] = epoch
         self._delayed_until.pop(hosted.tp, None)
         self._wake.set()
 
@@ -140,11 +161,12 @@ class ReplicaFetcher:
                 await asyncio.sleep(backoff_s)
 
     async def _fetch_once(self, peer: PeerClient, ready: list[HostedPartition]) -> None:
-        requests = []
-        sent: dict[TopicPartition, tuple[HostedPartition, int, int]] = {}
+        hosted_by_key: dict[TopicPartition, HostedPartition] = {}
+        wanted: list[FetchPartitionRequest] = []
+        max_bytes = self.config.replica_fetch_max_bytes
         for hosted in ready:
             offset, last_epoch = hosted.state.fetch_position(hosted.log)
-            requests.append(
+            wanted.append(
                 FetchPartitionRequest(
                     topic=hosted.topic,
                     partition=hosted.partition,
@@ -152,10 +174,11 @@ class ReplicaFetcher:
                     fetch_offset=offset,
                     last_fetched_epoch=last_epoch,
                     log_start_offset=hosted.log.log_start_offset,
-                    partition_max_bytes=self.config.replica_fetch_max_bytes,
+                    partition_max_bytes=max_bytes,
                 )
             )
-            sent[hosted.tp] = (hosted, hosted.state.leader_epoch, offset)
+            hosted_by_key[hosted.tp] = hosted
+        request = self.session.build(wanted)
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
         frame = encode_fetch_request(
             correlation_id=self._correlation,
@@ -164,29 +187,42 @@ class ReplicaFetcher:
             max_wait_ms=self.config.replica_fetch_wait_max_ms,
             min_bytes=self.config.replica_fetch_min_bytes,
             max_bytes=self.config.replica_fetch_response_max_bytes,
-            partitions=requests,
+            partitions=request.to_send,
+            session_id=request.session_id,
+            session_epoch=request.session_epoch,
+            forgotten=request.forgotten,
         )
-        raw = await peer.send(frame, self._correlation, FETCH_API_KEY, FETCH_VERSION)
-        top, parts = decode_fetch_response(raw)
-        if top != ErrorCode.NONE:
-            raise FetchWireError(f"fetch answered {top.name}")
+        self.requests_sent += 1
+        self.partitions_sent += len(request.to_send)
+        self.request_bytes_sent += len(frame)
+        try:
+            raw = await peer.send(frame, self._correlation, FETCH_API_KEY, FETCH_VERSION)
+            answer = decode_fetch_answer(raw)
+        except BaseException:
+            self.session.handle_error()
+            raise
+        keys = [(p.topic, p.partition) for p in answer.partitions]
+        if not self.session.handle_response(request, answer.error, answer.session_id, keys):
+            if answer.error in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+                return  # the next fetch is a full one, at once
+            raise FetchWireError(f"fetch answered {answer.error.name}")
         out_of_range: list[tuple[HostedPartition, int]] = []
-        for p in parts:
-            entry = sent.get((p.topic, p.partition))
-            if entry is None:
-                continue
-            hosted, epoch, offset = entry
-            if self.partitions.get(hosted.tp) is not hosted or hosted.state.leader_epoch != epoch:
+        for p in answer.partitions:
+            key = (p.topic, p.partition)
+            sent = request.session[key]  # handle_response checked that the session holds it
+            hosted = hosted_by_key[key]
+            epoch = sent.current_leader_epoch
+            if self.partitions.get(key) is not hosted or hosted.state.leader_epoch != epoch:
                 continue  # moved on while the request was out
             first = peek_batch_header(p.records, 0) if p.records else None
-            answer = LeaderAnswer(
+            leader_answer = LeaderAnswer(
                 p.error,
                 p.high_watermark,
                 p.log_start_offset,
                 p.diverging_epoch,
                 None if first is None else (first[0], first[0] + first[3]),
             )
-            step = self._apply(hosted, offset, answer, p.records)
+            step = self._apply(hosted, sent.fetch_offset, leader_answer, p.records)
             if step is FollowerStep.ASK_LEADER_OFFSETS:
                 out_of_range.append((hosted, epoch))
         if out_of_range:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from types import SimpleNamespace
@@ -82,7 +83,10 @@ def test_replica_fetcher_stops_when_cancelled_right_after_a_partition_is_added(
 ) -> None:
     config = _config(tmp_path)
     state, log = SimpleNamespace(leader_epoch=0), SimpleNamespace(log_end_offset=0)
-    hosted = cast(HostedPartition, SimpleNamespace(topic="t", partition=0, tp=("t", 0), state=state, log=log))
+    hosted = cast(
+        HostedPartition,
+        SimpleNamespace(topic="t", partition=0, tp=("t", 0), topic_id=uuid.UUID(int=1), state=state, log=log),
+    )
 
     async def scenario() -> None:
         # No endpoint for the leader: once woken with a partition the fetcher only backs off.
