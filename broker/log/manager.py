@@ -39,6 +39,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
@@ -63,6 +64,27 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 _DELETE_SUFFIX = "-delete"
+
+
+@dataclass(frozen=True, slots=True)
+class NewLog:
+    """A log to create off the loop (`LogManager.plan_new_log`)."""
+
+    topic: str
+    partition: int
+    topic_id: UUID
+    root: Path  # its log dir
+    config: LogConfig
+    disk: DiskQueue
+
+
+def create_new_log(new: NewLog) -> PartitionLog | OSError:
+    """The file work of a new log, in any thread (it touches nothing but its own directory)."""
+    try:
+        return PartitionLog.open(new.root / f"{new.topic}-{new.partition}", new.config, topic_id=new.topic_id,
+                                 disk=new.disk)  # fmt: skip
+    except OSError as exc:
+        return exc
 
 
 class LogManager:
@@ -100,6 +122,7 @@ class LogManager:
         self._dir_of: dict[TopicPartition, Path] = {}
         # Invariant: _hosted[d] == number of partitions whose _dir_of is d.
         self._hosted: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
+        self._reserved: dict[Path, int] = {}  # logs planned in each dir, not adopted yet
         self._hw: dict[TopicPartition, int] = {}
         self._pending_deletes: list[tuple[float, Path]] = []
         # Logs whose leader-epoch checkpoint waits for write_dirty_epochs (on the loop only).
@@ -226,16 +249,33 @@ class LogManager:
                 self.delete(topic, partition)
                 return self.get_or_create(topic, partition, topic_id, topic_config)
             return existing
+        new = self.plan_new_log(topic, partition, topic_id, config)
+        return self.adopt_new_log(new, create_new_log(new))
+
+    def plan_new_log(self, topic: str, partition: int, topic_id: UUID, config: LogConfig) -> NewLog:
+        """On the loop: where and how to create a log this manager does not hold, so that
+        `create_new_log` (its file work: directory, segment, indexes) can run in another
+        thread; `adopt_new_log` then hosts it. The dir chosen is reserved until then."""
         online = self.online_dirs()
         if not online:
             raise KafkaStorageError(f"no log dir is online to create {topic}-{partition}")
-        root = min(online, key=lambda d: self._hosted[d])
-        try:
-            plog = PartitionLog.open(root / f"{topic}-{partition}", config, topic_id=topic_id, disk=self._disk[root])
-        except OSError as exc:
-            raise self.failures.fail(root, exc, f"creating the log of {topic}-{partition}") from exc
-        self._add(tp, plog, root)
-        return plog
+        root = min(online, key=lambda d: self._hosted[d] + self._reserved.get(d, 0))
+        self._reserved[root] = self._reserved.get(root, 0) + 1
+        return NewLog(topic, partition, topic_id, root, config, self._disk[root])
+
+    def adopt_new_log(self, new: NewLog, created: PartitionLog | OSError) -> PartitionLog:
+        """On the loop: host the log `create_new_log` made for `new`, or take its dir offline
+        (raising KafkaStorageError) when making it failed."""
+        self._reserved[new.root] -= 1
+        tp = (new.topic, new.partition)
+        if isinstance(created, OSError):
+            raise self.failures.fail(new.root, created, f"creating the log of {tp[0]}-{tp[1]}") from created
+        refused = self.failures.refuse(new.root)
+        if refused is not None or tp in self.logs:  # its dir failed meanwhile; or a second creation
+            created.close()
+            raise refused or KafkaStorageError(f"{tp[0]}-{tp[1]} was created twice")
+        self._add(tp, created, new.root)
+        return created
 
     def online_dirs(self) -> list[Path]:
         return [d for d in self.log_dirs if not self.failures.is_offline(d)]

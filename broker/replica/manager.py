@@ -4,8 +4,9 @@ It owns, per hosted partition, the `PartitionLog` (broker.log) and the sans-IO
 `PartitionState` (broker.replica.state), and does what they decide:
 
 - metadata deltas (`on_metadata`) make this broker leader or follower of its partitions,
-  create their logs, hand followed partitions to the fetcher of their leader, and delete
-  the logs of removed partitions;
+  create their logs (many new ones off the loop: `broker.replica.log_creator`), hand
+  followed partitions to the fetcher of their leader, and delete the logs of removed
+  partitions;
 - Produce appends on the leader; `acks=all` waits in `AckWaiters` until `is_acked`
   answers (the high watermark covers the append, or the leadership ended);
 - Fetch serves consumers (up to the high watermark) and followers (up to the log end,
@@ -31,8 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from uuid import UUID
 
-from broker.log import LogError, LogManager, PartitionLog
+from broker.log import LogConfig, LogError, LogManager, PartitionLog
 from broker.replica.follower import apply_fetch_answer, apply_leader_offsets
+from broker.replica.log_creator import OFF_LOOP_MIN as LOG_CREATION_OFF_LOOP_MIN
+from broker.replica.log_creator import Created, LogCreator
 from broker.replica.purgatory import AckWaiters, FetchWaiter, FetchWatchers, future_callback
 from broker.replica.requests import (
     CONSUMER_REPLICA_ID,
@@ -120,6 +123,7 @@ class ReplicaManager:
         self._on_isr_change_wanted = on_isr_change_wanted
         self.partitions: dict[TopicPartition, HostedPartition] = {}
         self._hw_checkpoint = logs.high_watermark_checkpoint()
+        self._log_creator = LogCreator(self._host_created)
 
     # ------------------------------------------------------------------ metadata
 
@@ -130,10 +134,13 @@ class ReplicaManager:
         changes = delta.local_changes(self.node_id)
         for tip in changes.deletes:
             self._remove(tip)
+        creating = self._create_logs_off_loop([*changes.leaders, *changes.followers], image)
         for tip, reg in changes.leaders.items():
-            self._become(tip, reg, image, leader=True)
+            if (tip.topic_name, tip.partition_id) not in creating:
+                self._become(tip, reg, image, leader=True)
         for tip, reg in changes.followers.items():
-            self._become(tip, reg, image, leader=False)
+            if (tip.topic_name, tip.partition_id) not in creating:
+                self._become(tip, reg, image, leader=False)
         brokers_changed = False
         for resource in delta.changed_configs:
             if resource.type == ConfigResourceType.TOPIC:  # LogConfig takes the broker's static config only
@@ -144,6 +151,55 @@ class ReplicaManager:
             topics = {r.name for r in delta.changed_configs if r.type == ConfigResourceType.TOPIC}
             self._refresh_min_isr(None if brokers_changed else topics)
         if changes.leaders or changes.followers:
+            self._on_isr_change_wanted()
+
+    def _create_logs_off_loop(self, tips: list[TopicIdPartition], image: MetadataImage) -> set[TopicPartition]:
+        """The partitions left to `_host_created` (`broker.replica.log_creator`): those whose
+        log is being created, with the new ones of `tips` when they are many."""
+        pending = self._log_creator.pending
+        new = [
+            tip
+            for tip in tips
+            if (tp := (tip.topic_name, tip.partition_id)) not in self.partitions
+            and tp not in pending
+            and self.logs.get(*tp) is None
+        ]
+        if len(new) >= LOG_CREATION_OFF_LOOP_MIN:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return pending  # no loop to protect (tools): created in place
+            configs: dict[str, LogConfig] = {}  # parsed once per topic
+            plans = []
+            for t in new:
+                config = configs.get(t.topic_name)
+                if config is None:
+                    config = configs[t.topic_name] = self.logs.config_for(self._topic_config(image, t.topic_name))
+                plans.append(self.logs.plan_new_log(t.topic_name, t.partition_id, t.topic_id, config))
+            log.info("broker %d: creating %d logs off the event loop", self.node_id, len(plans))
+            self._log_creator.submit(plans)
+        return pending
+
+    def _host_created(self, created: Created) -> None:
+        """Logs made off the loop: host each partition as the image says now (a delta applied
+        meanwhile may have moved, deleted or re-created it)."""
+        image = self.image()
+        hosted = False
+        for new, result in created:
+            try:
+                self.logs.adopt_new_log(new, result)
+            except LogError as exc:
+                log.error("broker %d: cannot host %s-%d: %s", self.node_id, new.topic, new.partition, exc)
+                continue
+            t = image.topics.by_name.get(new.topic)
+            reg = None if t is None else t.partitions.get(new.partition)
+            if t is None or reg is None or self.node_id not in reg.replicas:
+                self.logs.delete(new.topic, new.partition)  # no longer a replica here
+                continue
+            tip = TopicIdPartition(t.id, new.topic, new.partition)
+            self._become(tip, reg, image, leader=reg.leader == self.node_id)
+            hosted = True
+        if hosted:
             self._on_isr_change_wanted()
 
     def _refresh_min_isr(self, topics: set[str] | None) -> None:
@@ -712,6 +768,7 @@ class ReplicaManager:
         return out
 
     def close(self) -> None:
+        self._log_creator.close()
         for hosted in self.partitions.values():
             hosted.acks.fail_all(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             self._fail_deletes(hosted, ErrorCode.NOT_LEADER_OR_FOLLOWER)
