@@ -138,10 +138,13 @@ class IsrSender:
                     response.error_code or sorted({r.error_code for r in failed}),
                 )
                 codes = {(r.topic_id, r.partition): r.error_code for r in failed}
+                by_code: dict[int, list[AlterPartitionItem]] = {}
                 for item in items:
                     code = response.error_code or codes.get((item.topic_id, item.partition), 0)
                     if code:
-                        self._forget([item], code)
+                        by_code.setdefault(code, []).append(item)
+                for code, forgotten in by_code.items():  # one pass over the partitions per code
+                    self._forget(forgotten, code)
             else:
                 log.info("broker %d: ISR changes committed for %d partitions", self.manager.node_id, len(items))
 
