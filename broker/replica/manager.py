@@ -503,6 +503,20 @@ class ReplicaManager:
             return FetchPartitionResult(error, current_leader=hint)
         if follower and not record:
             max_offset = plog.log_end_offset
+        elif follower and state.on_idle_follower_fetch(
+            replica_id=params.replica_id,
+            fetch_offset=fp.fetch_offset,
+            last_fetched_epoch=fp.last_fetched_epoch,
+            log_start_offset=fp.log_start_offset,
+            now_ms=now,
+            log=plog,
+            broker_epoch=self._fetch_broker_epoch(params),
+            isr_eligible=self._isr_eligible(params.replica_id),
+        ):
+            # Caught up at the log end and the HW, as last time: nothing to read (idle partitions
+            # of a follower's fetch session cost this much, not a read).
+            hw = state.high_watermark
+            return FetchPartitionResult(ErrorCode.NONE, hw, hw, plog.log_start_offset)
         elif follower:
             outcome = state.on_follower_fetch(
                 replica_id=params.replica_id,
