@@ -5,7 +5,7 @@ quiet disk, 5 ms on a busy one. A metadata delta that brings thousands of partit
 broker (creating a 1,000-partition topic, a broker's first catch-up) would stall its loop
 for seconds: heartbeats miss the session timeout (fencing), fetches and produces wait.
 When a delta brings at least `OFF_LOOP_MIN` new logs, the replica manager plans them on the
-loop (`LogManager.plan_new_log`), this module runs their file work on a small thread pool
+loop (`LogManager.plan_new_log`) in partition order, this module runs their file work on a small thread pool
 in chunks of `CHUNK`, and hands each chunk back to the loop as it is done
 (`on_created`), where the manager hosts the partitions as the metadata image says *then*
 (a later delta may have moved or deleted them meanwhile). Until then a partition is not
@@ -31,6 +31,7 @@ on a busy disk, and stay synchronous: hosted when the delta has been applied).""
 CHUNK: Final = 50
 """Logs per job: a chunk is hosted on the loop as soon as its files exist."""
 THREADS: Final = 2
+"""File creation waits on the disk: two at once go faster on a busy disk; more threads take the GIL from the loop."""
 
 TopicPartition = tuple[str, int]
 Created = list[tuple[NewLog, PartitionLog | OSError]]

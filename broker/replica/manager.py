@@ -169,6 +169,9 @@ class ReplicaManager:
                 asyncio.get_running_loop()
             except RuntimeError:
                 return pending  # no loop to protect (tools): created in place
+            # In partition order, not leaders first: every broker creates a partition's replicas
+            # at about the same time, so its followers fetch before replica.lag.time.max.ms.
+            new.sort(key=lambda t: (t.topic_name, t.partition_id))
             configs: dict[str, LogConfig] = {}  # parsed once per topic
             plans = []
             for t in new:
