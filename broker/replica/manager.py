@@ -155,12 +155,15 @@ class ReplicaManager:
 
     def _create_logs_off_loop(self, tips: list[TopicIdPartition], image: MetadataImage) -> set[TopicPartition]:
         """The partitions left to `_host_created` (`broker.replica.log_creator`): those whose
-        log is being created, with the new ones of `tips` when they are many."""
+        log is being created, with the new ones of `tips` when they are many. Internal topics'
+        partitions (`__consumer_offsets`, `__transaction_state`) are always hosted at once: their
+        coordinators look at what is hosted right after the delta."""
         pending = self._log_creator.pending
         new = [
             tip
             for tip in tips
-            if (tp := (tip.topic_name, tip.partition_id)) not in self.partitions
+            if not tip.topic_name.startswith("__")
+            and (tp := (tip.topic_name, tip.partition_id)) not in self.partitions
             and tp not in pending
             and self.logs.get(*tp) is None
         ]
