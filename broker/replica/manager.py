@@ -418,7 +418,31 @@ class ReplicaManager:
         urgent = False
         budget = params.max_bytes
         now = now_ms()
+        # Who the follower is, looked up once per fetch, not once per partition.
+        broker_epoch = self._fetch_broker_epoch(params) if follower else -1
+        eligible = self._isr_eligible(params.replica_id) if follower else False
+        partitions = self.partitions
         for fp in params.partitions:
+            hosted = partitions.get((fp.topic, fp.partition)) if follower else None
+            if (
+                hosted is not None
+                and fp.current_leader_epoch == hosted.state.leader_epoch
+                and hosted.state.on_idle_follower_fetch(
+                    replica_id=params.replica_id,
+                    fetch_offset=fp.fetch_offset,
+                    last_fetched_epoch=fp.last_fetched_epoch,
+                    log_start_offset=fp.log_start_offset,
+                    now_ms=now,
+                    log=hosted.log,
+                    broker_epoch=broker_epoch,
+                    isr_eligible=eligible,
+                )
+            ):
+                # Caught up at the log end and the HW, as last time: nothing to read (the idle
+                # partitions of a follower's fetch session cost this much, not a read).
+                hw = hosted.state.high_watermark
+                results.append(FetchPartitionResult(ErrorCode.NONE, hw, hw, hosted.log.log_start_offset))
+                continue
             r = self._read_one(params, fp, budget, min_one=(total == 0), follower=follower, now=now)
             results.append(r)
             size = len(r.records)
@@ -509,20 +533,6 @@ class ReplicaManager:
             return FetchPartitionResult(error, current_leader=hint)
         if follower and not record:
             max_offset = plog.log_end_offset
-        elif follower and state.on_idle_follower_fetch(
-            replica_id=params.replica_id,
-            fetch_offset=fp.fetch_offset,
-            last_fetched_epoch=fp.last_fetched_epoch,
-            log_start_offset=fp.log_start_offset,
-            now_ms=now,
-            log=plog,
-            broker_epoch=self._fetch_broker_epoch(params),
-            isr_eligible=self._isr_eligible(params.replica_id),
-        ):
-            # Caught up at the log end and the HW, as last time: nothing to read (idle partitions
-            # of a follower's fetch session cost this much, not a read).
-            hw = state.high_watermark
-            return FetchPartitionResult(ErrorCode.NONE, hw, hw, plog.log_start_offset)
         elif follower:
             outcome = state.on_follower_fetch(
                 replica_id=params.replica_id,
