@@ -89,7 +89,8 @@ class FetchSessionHandler:
         for p in wanted:
             key = (p.topic, p.partition)
             seen.add(key)
-            if current.get(key) != p:
+            prev = current.get(key)
+            if prev is not p and prev != p:  # identity first: a fetcher reuses unchanged requests
                 current[key] = p
                 changed.append(p)
         forgotten = tuple(key for key in current if key not in seen) if len(seen) != len(current) else ()

@@ -79,6 +79,7 @@ class ReplicaFetcher:
         self._peer_address: tuple[str, int] | None = None
         self._correlation = 0
         self._task: asyncio.Task[None] | None = None
+        self._built: dict[TopicPartition, FetchPartitionRequest] = {}  # each partition's last request
         self.session = FetchSessionHandler(f"broker {config.node_id} fetching from broker {leader_id}")
         # Counters since start (tests and benchmarks read them).
         self.requests_sent = 0
@@ -115,6 +116,7 @@ class ReplicaFetcher:
     def remove(self, hosted: HostedPartition) -> None:
         if self.partitions.get(hosted.tp) is hosted:
             del self.partitions[hosted.tp]
+            self._built.pop(hosted.tp, None)
             self._delayed_until.pop(hosted.tp, None)
 
     # ------------------------------------------------------------------ the loop
@@ -164,20 +166,33 @@ class ReplicaFetcher:
         hosted_by_key: dict[TopicPartition, HostedPartition] = {}
         wanted: list[FetchPartitionRequest] = []
         max_bytes = self.config.replica_fetch_max_bytes
+        built = self._built
         for hosted in ready:
             offset, last_epoch = hosted.state.fetch_position(hosted.log)
-            wanted.append(
-                FetchPartitionRequest(
+            epoch = hosted.state.leader_epoch
+            log_start = hosted.log.log_start_offset
+            tp = hosted.tp
+            part = built.get(tp)
+            if (
+                part is None
+                or part.fetch_offset != offset
+                or part.current_leader_epoch != epoch
+                or part.last_fetched_epoch != last_epoch
+                or part.log_start_offset != log_start
+            ):
+                # The same object as last round when nothing moved: the session compares it by
+                # identity first, and an idle round allocates nothing.
+                part = built[tp] = FetchPartitionRequest(
                     topic=hosted.topic,
                     partition=hosted.partition,
-                    current_leader_epoch=hosted.state.leader_epoch,
+                    current_leader_epoch=epoch,
                     fetch_offset=offset,
                     last_fetched_epoch=last_epoch,
-                    log_start_offset=hosted.log.log_start_offset,
+                    log_start_offset=log_start,
                     partition_max_bytes=max_bytes,
                 )
-            )
-            hosted_by_key[hosted.tp] = hosted
+            wanted.append(part)
+            hosted_by_key[tp] = hosted
         request = self.session.build(wanted)
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
         frame = encode_fetch_request(
