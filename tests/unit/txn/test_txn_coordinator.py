@@ -122,7 +122,7 @@ def test_init_with_an_ongoing_transaction_fences_and_aborts_it_first() -> None:
     prepared = records(h)[-1][1]
     assert prepared is not None and prepared.transaction_status == S.PREPARE_ABORT
     assert prepared.producer_epoch == epoch + 1  # the bump that fences the old producer
-    assert [(m.result, m.producer_epoch, m.partitions) for m in h.markers] == [(ABORT, epoch + 1, {A0, B0})]
+    assert [(m.result, m.producer_epoch, m.partitions) for m in h.markers] == [(ABORT, epoch + 1, frozenset({A0, B0}))]
     assert h.add(pid, epoch, A1) == E.PRODUCER_FENCED
     assert h.end(pid, epoch, COMMIT) == E.PRODUCER_FENCED
     h.finish()
@@ -251,7 +251,7 @@ def test_end_txn_prepares_answers_then_sends_markers_and_completes(result: TxnRe
     assert h.state().state == prepared and h.c.pending_state(TID) in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
     [m] = h.markers
     assert (m.producer_id, m.producer_epoch, m.coordinator_epoch, m.result, m.partitions) == (
-        pid, epoch, 7, result, {A0, B0})  # fmt: skip
+        pid, epoch, 7, result, frozenset({A0, B0}))  # fmt: skip
     h.take(h.c.markers_written(m, {A0: E.NONE}))
     assert h.in_flight == []  # B0 still waits
     h.markers.clear()
@@ -343,7 +343,7 @@ def test_marker_errors_that_stop_the_markers(code: E) -> None:
     assert h.c.markers_written(m, {B0: E.NONE}).writes == []
     assert h.state().state == S.PREPARE_COMMIT
     h.reload()
-    assert [(r.partitions, r.coordinator_epoch) for r in h.markers] == [({A0, B0}, 8)]
+    assert [(r.partitions, r.coordinator_epoch) for r in h.markers] == [(frozenset({A0, B0}), 8)]
 
 
 def test_deleted_partitions_need_no_marker() -> None:
@@ -443,7 +443,7 @@ def test_reload_rebuilds_the_state_and_resumes_the_markers() -> None:
     before = h.c.durable_state()
     h.reload(coordinator_epoch=9)
     assert h.c.durable_state() == before
-    assert [(m.result, m.coordinator_epoch, m.partitions) for m in h.markers] == [(COMMIT, 9, {A0})]
+    assert [(m.result, m.coordinator_epoch, m.partitions) for m in h.markers] == [(COMMIT, 9, frozenset({A0}))]
     assert h.end(pid, epoch, COMMIT) == E.CONCURRENT_TRANSACTIONS
     h.finish()
     assert h.state().state == S.COMPLETE_COMMIT

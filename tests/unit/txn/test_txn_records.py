@@ -161,7 +161,7 @@ PARTITIONS = st.lists(
 )
 def test_round_trip(value: TransactionLogValue, transactional_id: str) -> None:
     assert decode_value(encode_value(value, 1)) == value
-    plain = TransactionLogValue(*[getattr(value, f) for f in value.__slots__[:7]])  # type: ignore[attr-defined]
+    plain = TransactionLogValue(*[getattr(value, f) for f in value.__slots__[:7]])
     assert decode_value(encode_value(plain, 0)) == plain
     assert decode_key(encode_key(TransactionLogKey(transactional_id))) == TransactionLogKey(transactional_id)
 
