@@ -14,7 +14,11 @@ releases the operation's answer. While a transition is pending every other opera
 that id is answered CONCURRENT_TRANSACTIONS (a retriable code), so no answer ever shows state
 that a failover could lose, and at most one record of an id is in flight. A failed append
 leaves the state as it was and answers the append's error as the coordinator maps it
-(`broker.group.shard.append_error`, Kafka's mapping for both coordinators).
+(`broker.group.shard.append_error`: Kafka's transaction-log mapping, plus FENCED_LEADER_EPOCH
+and INVALID_FETCH_SIZE, which the group runtime maps too). The runtime must report an append
+as failed only when its record cannot commit any more: an append that timed out
+(REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND) may still commit, and the state would
+then lag its log until the partition is loaded again (Kafka has the same gap).
 
 Life of a transaction: InitProducerId (Empty, epoch bumped) -> AddPartitionsToTxn /
 AddOffsetsToTxn (Ongoing) -> EndTxn (PrepareCommit or PrepareAbort committed, then answered)
