@@ -59,6 +59,8 @@ from broker.txn.messages import (
     InitProducerIdResult,
     MarkerRequest,
     TopicPartition,
+    TransactionDescription,
+    TransactionListing,
     TxnResult,
 )
 from broker.txn.metadata import (
@@ -503,6 +505,38 @@ class TxnCoordinator:
         return out
 
     # ================================================================== reads
+
+    def describe(self, transactional_id: str) -> TransactionDescription:
+        """DescribeTransactions for one id (Kafka's handleDescribeTransactions)."""
+        if not transactional_id:
+            return TransactionDescription(ErrorCode.INVALID_REQUEST, transactional_id)
+        m = self.txns.get(transactional_id)
+        if m is None:
+            return TransactionDescription(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, transactional_id)
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in m.partitions:
+            by_topic.setdefault(topic, []).append(p)
+        return TransactionDescription(
+            ErrorCode.NONE, transactional_id, m.state.kafka_name, m.timeout_ms, m.start_ms, m.producer_id,
+            m.producer_epoch, tuple((t, tuple(sorted(by_topic[t]))) for t in sorted(by_topic)),
+        )  # fmt: skip
+
+    def list_transactions(
+        self, producer_ids: frozenset[int], states: frozenset[str], duration_ms: int, now_ms: int
+    ) -> tuple[list[TransactionListing], list[str]]:
+        """ListTransactions over this partition (Kafka's listTransactionStates): the ids whose
+        producer id is in `producer_ids` and state name in `states` (empty: any), running for
+        longer than `duration_ms` (-1: any); and the state names that are not states."""
+        known = {s.kafka_name for s in TxnState}
+        unknown = sorted(states - known)
+        listed = [
+            TransactionListing(tid, m.producer_id, m.state.kafka_name)
+            for tid, m in sorted(self.txns.items())
+            if (not producer_ids or m.producer_id in producer_ids)
+            and (not states or m.state.kafka_name in states)
+            and (duration_ms < 0 or now_ms - m.start_ms > duration_ms)
+        ]
+        return listed, unknown
 
     def pending_state(self, transactional_id: str) -> TxnState | None:
         """The state a pending transition of the id leads to (None: no transition pending)."""

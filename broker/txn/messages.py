@@ -20,6 +20,8 @@ __all__ = [
     "InitProducerIdResult",
     "MarkerRequest",
     "TopicPartition",
+    "TransactionDescription",
+    "TransactionListing",
     "TxnResult",
 ]
 
@@ -87,3 +89,26 @@ class MarkerRequest:
     coordinator_epoch: int  # the leader epoch of the coordinator's __transaction_state partition
     result: TxnResult
     partitions: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """DescribeTransactions' answer for one transactional id (KIP-664)."""
+
+    error: ErrorCode
+    transactional_id: str
+    state: str = ""  # Kafka's state name: "Empty", "Ongoing", ...
+    transaction_timeout_ms: int = 0
+    transaction_start_time_ms: int = -1
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    topics: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (topic, partitions), sorted
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """One entry of ListTransactions (KIP-664)."""
+
+    transactional_id: str
+    producer_id: int
+    state: str

@@ -466,3 +466,39 @@ def test_replay_of_states_kafka_never_writes() -> None:
     h.c.replay(TransactionLogKey("fencing"), TransactionLogValue(2, 3, 1000, S.PREPARE_EPOCH_FENCE, (), 0, 0))
     assert "dead" not in h.c.txns
     assert h.c.txns["fencing"].state == S.ONGOING
+
+
+# ================================================================== DescribeTransactions / ListTransactions
+
+
+def test_describe() -> None:
+    h = Harness()
+    assert h.c.describe(TID).error == E.TRANSACTIONAL_ID_NOT_FOUND
+    assert h.c.describe("").error == E.INVALID_REQUEST
+    h.now = 40
+    pid, epoch = started(h, B0, A1, A0)
+    d = h.c.describe(TID)
+    assert (d.error, d.state, d.producer_id, d.producer_epoch, d.transaction_timeout_ms) == (
+        E.NONE, "Ongoing", pid, epoch, 60_000)  # fmt: skip
+    assert (d.transaction_start_time_ms, d.topics) == (40, (("a", (0, 1)), ("b", (0,))))
+    assert h.end(pid, epoch, COMMIT) == E.NONE
+    assert h.c.describe(TID).state == "PrepareCommit"
+    h.finish()
+    assert (h.c.describe(TID).state, h.c.describe(TID).topics) == ("CompleteCommit", ())
+
+
+def test_list_transactions() -> None:
+    h = Harness()
+    h.now = 100
+    started(h)  # tx: producer 1000, Ongoing since 100
+    h.init(tid="idle")  # producer 1001, Empty
+    everything, unknown = h.c.list_transactions(frozenset(), frozenset(), -1, 200)
+    assert [(t.transactional_id, t.producer_id, t.state) for t in everything] == [
+        ("idle", 1001, "Empty"), (TID, 1000, "Ongoing")]  # fmt: skip
+    assert unknown == []
+    ongoing, unknown = h.c.list_transactions(frozenset(), frozenset({"Ongoing", "Bogus"}), -1, 200)
+    assert [t.transactional_id for t in ongoing] == [TID] and unknown == ["Bogus"]
+    assert [t.transactional_id for t in h.c.list_transactions(frozenset({1001}), frozenset(), -1, 200)[0]] == ["idle"]
+    # Running for longer than 50 ms at 200: the Ongoing one (started at 100); Empty has no start (-1).
+    assert [t.transactional_id for t in h.c.list_transactions(frozenset(), frozenset({"Ongoing"}), 50, 200)[0]] == [TID]
+    assert h.c.list_transactions(frozenset(), frozenset({"Ongoing"}), 100, 200)[0] == []
