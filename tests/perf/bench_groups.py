@@ -849,7 +849,9 @@ def main() -> int:  # noqa: C901 (one scenario after the other)
                         print(f"     incl {pct:5.1f}%  {name}")
                 crow.append([str(clients), str(per), f"{r.requests / r.seconds:,.0f}", f"{r.offsets_per_s:,.0f}",
                              f"{percentile(r.latencies_ms, 0.5):.1f}", f"{percentile(r.latencies_ms, 0.99):.1f}",
-                             f"{r.cpu['coordinator']:.2f}", f"{r.cpu['other brokers']:.2f}", f"{r.cpu['client']:.2f}",
+                             f"{r.cpu['coordinator']:.2f}",
+                        f"{1e6 * r.cpu['coordinator'] * r.seconds / max(1, r.requests):,.0f}",
+                        f"{r.cpu['other brokers']:.2f}", f"{r.cpu['client']:.2f}",
                              str(r.errors or "-"), ">= 20,000/s" if per == 1 else "-",
                              f"{100 * r.others:.0f}%"])  # fmt: skip
                 results[f"commits_{clients}x{per}"] = {**r.__dict__, "latencies_ms": None,
@@ -859,7 +861,8 @@ def main() -> int:  # noqa: C901 (one scenario after the other)
             print(f"\nOffset commits on one coordinator (acks=all, RF 3; {args.duration:.0f} s after "
                   f"{args.warmup:.0f} s warm-up; CPU in cores)")  # fmt: skip
             print(table(["clients", "partitions/req", "requests/s", "offsets/s", "p50 ms", "p99 ms", "coordinator",
-                         "other brokers", "client", "errors", "target", "others"], crow), flush=True)  # fmt: skip
+                         "coord. µs/req", "other brokers", "client", "errors", "target", "others"], crow),
+                  flush=True)  # fmt: skip
 
         if "failover" in only:
             print(f"\n3. Coordinator failover (kill -9), {args.kills} kills", flush=True)
