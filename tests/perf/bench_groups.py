@@ -1,7 +1,8 @@
 """Consumer groups (issue 20, Benchmark): rebalances, commits, coordinator failover, compaction.
 
-    PYTHONPATH=. .venv/bin/python tests/perf/bench_groups.py [--only rebalance,confluent,commits,failover,compaction]
-        [--sizes 3,30,300] [--departures 5] [--kills 5] [--duration 10] [--profile DIR] [--json-out F] [--keep]
+    PYTHONPATH=. .venv/bin/python tests/perf/bench_groups.py
+        [--only rebalance,kip848,confluent,confluent848,commits,failover,compaction] [--sizes 3,30,300]
+        [--departures 5] [--kills 5] [--duration 10] [--profile DIR] [--json-out F] [--keep]
 
 One real 3+3 cluster (`start_dataplane_cluster`: RF 3, min.insync.replicas 2,
 broker.session.timeout.ms 3000, fsync on) with `group.initial.rebalance.delay.ms` 3000
@@ -10,7 +11,7 @@ of each group and plays no part in the measured rebalances, which start from Sta
 `offsets.topic.num.partitions` 50 (Kafka's default) and `log.cleaner.backoff.ms` 200 (15 s
 by default: that would only add a wait before the measured cleaning). It prints a table:
 
-1. **Rebalance after a LeaveGroup** (classic protocol), groups of 3, 30 and 300 members,
+1. **Rebalance after a LeaveGroup** (`rebalance`: classic protocol), groups of 3, 30 and 300 members,
    driven by this script's own asyncio client (`GroupMember`: one connection per member to
    the coordinator; JoinGroup v5, SyncGroup v3, Heartbeat v3, LeaveGroup v3, as a consumer
    does: an empty member id gets MEMBER_ID_REQUIRED and joins again with the id (KIP-394),
@@ -24,9 +25,18 @@ by default: that would only add a wait before the measured cleaning). It prints 
    into "detect" (until the last member sent its JoinGroup: the heartbeat interval) and
    "rebalance" (from there to the last SyncGroup answer: the coordinator's part). A new member
    then joins (its rebalance is not measured) before the next departure.
-   Also with three real confluent-kafka consumers (range, eager; session 6000 ms, heartbeat
-   2000 ms): from just before one consumer's close() (it sends LeaveGroup) to the last
-   on_assign callback of the other two with three partitions each.
+   **KIP-848** (`kip848`): the same departures with `ConsumerProtocolMember`s
+   (ConsumerGroupHeartbeat v1, client-made member ids, the broker's default `uniform`
+   assignor over a real 600-partition topic of RF 1 that is never written;
+   group.consumer.heartbeat.interval.ms 2000, as the classic heartbeats; Kafka's default is
+   5000): a random member leaves (a heartbeat with epoch -1); stable again = every remaining
+   member is at the new member epoch, owns what its last answer gave it, and the members own
+   all 600 partitions once; the time is that of the last answer that changed a member.
+   Also with three real confluent-kafka consumers over a 6-partition topic (`confluent`:
+   classic, range, eager, session 6000 ms, heartbeat 2000 ms; `confluent848`:
+   group.protocol=consumer): from just before one consumer's close() (LeaveGroup, or the
+   epoch -1 heartbeat) to the last on_assign/on_revoke that leaves each of the other two
+   with three partitions.
 2. **Offset commits on one coordinator**: N concurrent clients (one connection each, one
    request in flight each) send OffsetCommit v7 for group ``bench-commits`` (generation -1, no
    members: a "simple" commit, as `commitSync` of an assigned consumer), each request naming
@@ -68,6 +78,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -98,15 +109,20 @@ NOMINAL_PARTITIONS = 600
 COMMIT_TOPIC = "bench-commits-topic"
 COMMIT_TOPIC_PARTITIONS = 64
 BROKER_SESSION_MS = 3000  # FAST_TIMINGS of the integration clusters
+CONSUMER_HEARTBEAT_MS = 2000  # group.consumer.heartbeat.interval.ms (Kafka: 5000): as the classic members'
+CONSUMER_TOPIC = "bench-848"
+CONSUMER_TOPIC_PARTITIONS = 600  # RF 1: only assigned, never written
 
 # Kafka error codes the clients react to.
 NONE, REQUEST_TIMED_OUT, LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR = 0, 7, 14, 15, 16
 ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, MEMBER_ID_REQUIRED = 22, 25, 27, 79
+FENCED_MEMBER_EPOCH = 110
 
 CLUSTER_PROPERTIES = {
     "group.initial.rebalance.delay.ms": str(INITIAL_DELAY_MS),
     "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
     "log.cleaner.backoff.ms": "200",
+    "group.consumer.heartbeat.interval.ms": str(CONSUMER_HEARTBEAT_MS),
 }
 
 
@@ -390,58 +406,72 @@ async def rebalance_run(ports: list[int], size: int, departures: int) -> tuple[l
 
 
 class ConfluentMember:
-    """A confluent-kafka consumer polling in its own thread; the times of its assignments."""
+    """A confluent-kafka consumer polling in its own thread; the times its assignment changed
+    (tracked through on_assign/on_revoke, which are incremental under group.protocol=consumer)."""
 
-    def __init__(self, brokers: str, group: str, topic: str) -> None:
+    def __init__(self, brokers: str, group: str, topic: str, protocol: str) -> None:
         from confluent_kafka import Consumer
 
-        self.consumer = Consumer({
-            "bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False,
-            "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
-            "partition.assignment.strategy": "range", "auto.offset.reset": "latest",
-        })  # fmt: skip
-        self.assigned: list[tuple[float, int]] = []  # (perf_counter, partitions)
+        conf: dict[str, Any] = {"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False,
+                                "auto.offset.reset": "latest"}  # fmt: skip
+        if protocol == "consumer":
+            conf["group.protocol"] = "consumer"  # heartbeat interval and assignor: the broker's
+        else:
+            conf.update({"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
+                         "partition.assignment.strategy": "range"})  # fmt: skip
+        self.consumer = Consumer(conf)
+        self.owned: set[int] = set()
+        self.changes: list[tuple[float, int]] = []  # (perf_counter, partitions owned after the change)
         self.leave = threading.Event()
         self.left_at = 0.0
-        self.consumer.subscribe([topic], on_assign=self._on_assign)
+        self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self.thread = threading.Thread(target=self._poll, daemon=True)
         self.thread.start()
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
-        self.assigned.append((time.perf_counter(), len(partitions)))
+        self.owned |= {p.partition for p in partitions}
+        self.changes.append((time.perf_counter(), len(self.owned)))
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        self.owned -= {p.partition for p in partitions}
+        self.changes.append((time.perf_counter(), len(self.owned)))
 
     def _poll(self) -> None:
         while not self.leave.is_set():
             self.consumer.poll(0.05)
         self.left_at = time.perf_counter()
-        self.consumer.close()  # LeaveGroup
+        self.consumer.close()  # LeaveGroup (classic) or a heartbeat with epoch -1 (consumer)
 
     def share(self) -> int:
-        return self.assigned[-1][1] if self.assigned else -1
+        return len(self.owned)
 
 
-def confluent_run(brokers: str, cluster: MetadataCluster, departures: int) -> list[float]:
-    topic, group = "bench-groups-cfk", f"bench-cfk-{random.randrange(1 << 30)}"
-    with contextlib.suppress(Exception):
-        cluster.create_topic(cluster.broker_ids[0], topic, partitions_count=6, replication_factor=3)
-    members = [ConfluentMember(brokers, group, topic) for _ in range(3)]
+def confluent_run(brokers: str, cluster: MetadataCluster, departures: int, protocol: str) -> list[float]:
+    """3 consumers over 6 partitions; one leaves: until the other two own three each."""
+    topic, group = f"bench-groups-cfk-{protocol}", f"bench-cfk-{protocol}-{random.randrange(1 << 30)}"
+    cluster.create_topic(cluster.broker_ids[0], topic, partitions_count=6, replication_factor=3)
+    wait_until(
+        f"{topic} everywhere", lambda: all(len(cluster.partitions(b, topic)) == 6 for b in cluster.broker_ids), 60
+    )
+    members = [ConfluentMember(brokers, group, topic, protocol) for _ in range(3)]
+    interval = HEARTBEAT_MS if protocol == "classic" else CONSUMER_HEARTBEAT_MS
     out: list[float] = []
     try:
         wait_until("three consumers with two partitions each", lambda: [m.share() for m in members] == [2, 2, 2], 90)
         for _ in range(departures):
-            time.sleep(1.0 + random.uniform(0, HEARTBEAT_MS / 1000))
+            time.sleep(1.0 + random.uniform(0, interval / 1000))
             leaver = members.pop(0)
             leaver.leave.set()
             leaver.thread.join(30)
             t0 = leaver.left_at
 
-            def taken_over(t0: float = t0) -> bool:
-                return all(any(t > t0 and n == 3 for t, n in m.assigned) for m in members)
+            def taken_over() -> bool:
+                return all(m.share() == 3 for m in members)
 
             wait_until("the other two own three partitions each", taken_over, 60, interval=0.005)
-            stable = max(min(t for t, n in m.assigned if t > t0 and n == 3) for m in members)
+            stable = max(min(t for t, n in m.changes if t > t0 and n == 3) for m in members)
             out.append((stable - t0) * 1000)
-            members.append(ConfluentMember(brokers, group, topic))
+            members.append(ConfluentMember(brokers, group, topic, protocol))
             wait_until("three consumers again", lambda: sorted(m.share() for m in members) == [2, 2, 2], 90)
     finally:
         for m in members:
@@ -449,6 +479,155 @@ def confluent_run(brokers: str, cluster: MetadataCluster, departures: int) -> li
         for m in members:
             m.thread.join(30)
     return out
+
+
+# ============================================================================ KIP-848 members
+
+
+@dataclass
+class ConsumerProtocolMember:
+    """A KIP-848 consumer (ConsumerGroupHeartbeat v1) as Kafka's clients behave: a client-made
+    member id (KIP-1082), a full heartbeat to join, then every heartbeat interval the broker
+    gives; when the answer's assignment differs from what it owns it takes it (revoked
+    partitions dropped, new ones added) and acknowledges at once with a heartbeat carrying the
+    partitions it now owns."""
+
+    group: str
+    port: int
+    topic: str
+    member_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    epoch: int = 0
+    owned: frozenset[tuple[Any, int]] = frozenset()
+    changed_at: float = 0.0  # perf_counter of the last change of `owned` or `epoch`
+    settled: bool = False  # the last answer gave exactly what it owns
+    errors: list[int] = field(default_factory=list)
+    conn: Conn | None = None
+    task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _heartbeat(self, *, full: bool, report: bool) -> Any:
+        from kio.schema.consumer_group_heartbeat.v1.request import TopicPartitions
+
+        by_topic: dict[Any, list[int]] = {}
+        for tid, p in sorted(self.owned):
+            by_topic.setdefault(tid, []).append(p)
+        assert self.conn is not None
+        return await self.conn.call(
+            68, 1, group_id=self.group, member_id=self.member_id, member_epoch=self.epoch, instance_id=None,
+            rack_id=None, rebalance_timeout=timedelta(milliseconds=REBALANCE_TIMEOUT_MS),
+            subscribed_topic_names=(self.topic,) if full else None, subscribed_topic_regex=None, server_assignor=None,
+            topic_partitions=tuple(TopicPartitions(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+            if report else None,
+        )  # fmt: skip
+
+    async def _run(self) -> None:
+        self.conn = await Conn.open(self.port)
+        full, report, interval = True, True, CONSUMER_HEARTBEAT_MS / 1000
+        while True:
+            r = await self._heartbeat(full=full, report=report)
+            code = int(r.error_code)
+            if code != NONE:
+                self.errors.append(code)
+                if code in (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH):
+                    self.epoch, self.owned, full, report = 0, frozenset(), True, True
+                await asyncio.sleep(0.1)
+                continue
+            full = report = False
+            interval = int(r.heartbeat_interval.total_seconds() * 1000) / 1000 or interval
+            epoch = int(r.member_epoch)
+            target = self.owned
+            if r.assignment is not None:
+                target = frozenset((t.topic_id, int(p)) for t in r.assignment.topic_partitions for p in t.partitions)
+            if epoch != self.epoch or target != self.owned:
+                self.changed_at = time.perf_counter()
+            self.settled = target == self.owned and epoch == self.epoch
+            self.epoch = epoch
+            if target != self.owned:
+                self.owned = target
+                report = True  # acknowledge the new assignment at once
+                continue
+            await asyncio.sleep(interval)
+
+    async def leave(self) -> float:
+        assert self.task is not None and self.conn is not None
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        t0 = time.perf_counter()
+        self.epoch = -1
+        r = await self._heartbeat(full=False, report=False)
+        if int(r.error_code) != NONE:
+            raise RuntimeError(f"leaving heartbeat: error {r.error_code}")
+        self.conn.close()
+        return t0
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        if self.conn is not None:
+            self.conn.close()
+
+
+def consumer_stable(members: list[ConsumerProtocolMember], partitions: int, after: int) -> int | None:
+    """The epoch of the group once every member is at it (above `after`), owns what it was
+    last given, and the members own every partition once."""
+    epochs = {m.epoch for m in members}
+    if len(epochs) != 1:
+        return None
+    (e,) = epochs
+    if e <= after or not all(m.settled for m in members):
+        return None
+    owned = [tp for m in members for tp in m.owned]
+    if len(owned) != partitions or len(set(owned)) != partitions:
+        return None
+    return e
+
+
+async def wait_consumer_stable(
+    members: list[ConsumerProtocolMember], partitions: int, after: int, limit_s: float
+) -> int:
+    deadline = time.monotonic() + limit_s
+    while (e := consumer_stable(members, partitions, after)) is None:
+        if time.monotonic() > deadline:
+            epochs = sorted({m.epoch for m in members})
+            errs = sorted({x for m in members for x in m.errors})
+            raise TimeoutError(f"consumer group not stable after epoch {after}: epochs {epochs}, errors {errs}")
+        for m in members:
+            if m.task is not None and m.task.done() and not m.task.cancelled() and m.task.exception():
+                raise RuntimeError(f"member failed: {m.task.exception()!r}")
+        await asyncio.sleep(0.01)
+    return e
+
+
+async def consumer_rebalance_run(ports: list[int], size: int, departures: int) -> tuple[list[Departure], float]:
+    """As `rebalance_run`, for KIP-848 members over the CONSUMER_TOPIC."""
+    group = f"bench-848-{size}-{random.randrange(1 << 30)}"
+    port = await find_coordinator(ports, group)
+    t_form = time.perf_counter()
+    members = [ConsumerProtocolMember(group, port, CONSUMER_TOPIC) for _ in range(size)]
+    for m in members:
+        m.start()
+    epoch = await wait_consumer_stable(members, CONSUMER_TOPIC_PARTITIONS, 0, 120 + size)
+    formed = time.perf_counter() - t_form
+    out: list[Departure] = []
+    try:
+        for _ in range(departures):
+            await asyncio.sleep(1.0 + random.uniform(0, CONSUMER_HEARTBEAT_MS / 1000))
+            leaver = members.pop(random.randrange(len(members)))
+            t0 = await leaver.leave()
+            new = await wait_consumer_stable(members, CONSUMER_TOPIC_PARTITIONS, epoch, 60)
+            stable = max(m.changed_at for m in members)
+            out.append(Departure((stable - t0) * 1000, float("nan"), float("nan")))
+            newcomer = ConsumerProtocolMember(group, port, CONSUMER_TOPIC)
+            members.append(newcomer)
+            newcomer.start()
+            epoch = await wait_consumer_stable(members, CONSUMER_TOPIC_PARTITIONS, new, 60)
+    finally:
+        for m in members:
+            m.stop()
+    return out, formed * 1000
 
 
 # ============================================================================ offset commits
@@ -747,9 +926,13 @@ def med(xs: list[float]) -> float:
     return percentile(sorted(xs), 0.5)
 
 
+def _f(x: float) -> str:
+    return "-" if x != x else f"{x:,.0f}"  # NaN: not measured
+
+
 def main() -> int:  # noqa: C901 (one scenario after the other)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="rebalance,confluent,commits,failover,compaction")
+    ap.add_argument("--only", default="rebalance,kip848,confluent,confluent848,commits,failover,compaction")
     ap.add_argument("--sizes", default="3,30,300")
     ap.add_argument("--departures", type=int, default=5)
     ap.add_argument("--kills", type=int, default=5)
@@ -788,33 +971,49 @@ def main() -> int:  # noqa: C901 (one scenario after the other)
         asyncio.run(find_coordinator(ports, "bench-warm", limit_s=60))  # creates __consumer_offsets
         wait_full_isr(cluster)
 
-        if "rebalance" in only:
-            print("\n1. Rebalance after LeaveGroup (classic, own asyncio members)", flush=True)
-            for size in [int(s) for s in args.sizes.split(",")]:
+        sizes = [int(x) for x in args.sizes.split(",")]
+        for protocol in ("classic", "consumer"):
+            if ("rebalance" if protocol == "classic" else "kip848") not in only:
+                continue
+            print(f"\n1. Rebalance after a departure ({protocol} protocol, this script's asyncio members)", flush=True)
+            if protocol == "consumer":
+                cluster.create_topic(cluster.broker_ids[0], CONSUMER_TOPIC, partitions_count=CONSUMER_TOPIC_PARTITIONS,
+                                     replication_factor=1)  # fmt: skip
+                wait_until(f"{CONSUMER_TOPIC} everywhere",
+                           lambda: all(len(cluster.partitions(b, CONSUMER_TOPIC)) == CONSUMER_TOPIC_PARTITIONS
+                                       for b in cluster.broker_ids), 120)  # fmt: skip
+            for size in sizes:
                 n = args.departures if size < 300 else max(3, args.departures // 2)
+                run = rebalance_run if protocol == "classic" else consumer_rebalance_run
                 with CpuWindow(node_pids) as cpu:
-                    deps, formed = asyncio.run(rebalance_run(ports, size, n))
+                    deps, formed = asyncio.run(run(ports, size, n))
                 total = [d.total_ms for d in deps]
-                row = [f"classic, {size} members (own client)", str(len(deps)), f"{min(total):,.0f}",
-                       f"{med(total):,.0f}", f"{max(total):,.0f}", f"{med([d.detect_ms for d in deps]):,.0f}",
-                       f"{med([d.rebalance_ms for d in deps]):,.0f}",
-                       "< 1,000 ms" if size == 30 else "-", f"{100 * cpu.others_share:.0f}%"]  # fmt: skip
+                row = [f"{protocol}, {size} members (own client)", str(len(deps)), f"{min(total):,.0f}",
+                       f"{med(total):,.0f}", f"{max(total):,.0f}", _f(med([d.detect_ms for d in deps])),
+                       _f(med([d.rebalance_ms for d in deps])),
+                       "< 1,000 ms" if size == 30 and protocol == "classic" else "-",
+                       f"{100 * cpu.others_share:.0f}%"]  # fmt: skip
                 rows.append(row)
-                results[f"rebalance_{size}"] = {"departures": [d.__dict__ for d in deps], "formed_ms": formed,
-                                                "others": cpu.others_share}  # fmt: skip
-                print(f"   {size} members formed in {formed:,.0f} ms (initial delay {INITIAL_DELAY_MS} ms); "
-                      f"leave -> stable ms: {[round(t) for t in total]}", flush=True)  # fmt: skip
-        if "confluent" in only:
+                results[f"rebalance_{protocol}_{size}"] = {"departures": [d.__dict__ for d in deps],
+                                                           "formed_ms": formed, "others": cpu.others_share}  # fmt: skip
+                print(f"   {size} members formed in {formed:,.0f} ms; leave -> stable ms: {[round(t) for t in total]}",
+                      flush=True)  # fmt: skip
+        for protocol in ("classic", "consumer"):
+            if ("confluent" if protocol == "classic" else "confluent848") not in only:
+                continue
             with CpuWindow(node_pids) as cpu:
-                cfk = confluent_run(brokers, cluster, args.departures)
-            rows.append(["classic, 3 confluent-kafka consumers", str(len(cfk)), f"{min(cfk):,.0f}",
+                cfk = confluent_run(brokers, cluster, args.departures, protocol)
+            rows.append([f"{protocol}, 3 confluent-kafka consumers", str(len(cfk)), f"{min(cfk):,.0f}",
                          f"{med(cfk):,.0f}", f"{max(cfk):,.0f}", "-", "-", "-",
                          f"{100 * cpu.others_share:.0f}%"])  # fmt: skip
-            results["rebalance_confluent"] = {"ms": cfk, "others": cpu.others_share}
-            print(f"   confluent-kafka: leave -> stable ms: {[round(t) for t in cfk]}", flush=True)
+            results[f"rebalance_confluent_{protocol}"] = {"ms": cfk, "others": cpu.others_share}
+            print(f"   confluent-kafka ({protocol}): leave -> stable ms: {[round(t) for t in cfk]}", flush=True)
         if rows:
-            print(f"\nRebalance: LeaveGroup -> every remaining member has its SyncGroup answer of the new "
-                  f"generation (session {SESSION_MS} ms, heartbeat {HEARTBEAT_MS} ms)")  # fmt: skip
+            print(f"\nRebalance: a member leaves -> stable again. classic: every remaining member has its SyncGroup "
+                  f"answer of the new generation (session {SESSION_MS} ms, heartbeat {HEARTBEAT_MS} ms); consumer "
+                  f"(KIP-848): every remaining member at the new epoch, owning what it was given, all "
+                  f"{CONSUMER_TOPIC_PARTITIONS} partitions owned once (heartbeat {CONSUMER_HEARTBEAT_MS} ms); "
+                  f"confluent-kafka: the other two own 3 of the 6 partitions each")  # fmt: skip
             print(table(["group", "n", "min ms", "median ms", "max ms", "detect ms (med)", "rebalance ms (med)",
                          "target", "others"], rows), flush=True)  # fmt: skip
 
