@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python tests/perf/bench_groups.py
         [--only rebalance,kip848,confluent,confluent848,commits,failover,compaction] [--sizes 3,30,300]
-        [--departures 5] [--kills 5] [--duration 10] [--profile DIR] [--json-out F] [--keep]
+        [--kip848-sizes 3,30] [--departures 5] [--kills 5] [--duration 10] [--profile DIR] [--json-out F] [--keep]
 
 One real 3+3 cluster (`start_dataplane_cluster`: RF 3, min.insync.replicas 2,
 broker.session.timeout.ms 3000, fsync on) with `group.initial.rebalance.delay.ms` 3000
@@ -236,12 +236,45 @@ def range_assign(members: list[str], partitions: int) -> dict[str, list[int]]:
     return out
 
 
+async def call_coordinator(member: Any, api_key: int, version: int, limit_s: float, **fields: Any) -> Any:
+    """A request to `member`'s coordinator; when the connection fails or the answer is
+    COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR, the member looks for its coordinator again
+    (FindCoordinator, every 100 ms) and sends it there, as Kafka's clients do."""
+    while True:
+        try:
+            if member.conn is None:
+                member.conn = await Conn.open(member.port)
+            r = await member.conn.call(api_key, version, limit_s, **fields)
+            if int(r.error_code) not in (NOT_AVAILABLE, NOT_COORDINATOR):
+                return r
+            member.errors.append(int(r.error_code))
+        except (OSError, ConnectionError, TimeoutError):
+            pass
+        if member.conn is not None:
+            member.conn.close()
+            member.conn = None
+        member.moved += 1
+        await asyncio.sleep(0.1)
+        member.port = await find_coordinator(member.ports, member.group)
+
+
+async def stop_all(members: list[Any]) -> None:
+    for m in members:
+        if m.task is not None:
+            m.task.cancel()
+    await asyncio.gather(*(m.task for m in members if m.task is not None), return_exceptions=True)
+    for m in members:
+        if m.conn is not None:
+            m.conn.close()
+
+
 @dataclass
 class GroupMember:
     """A classic-protocol consumer as Kafka's clients behave, over its own connection."""
 
     group: str
     port: int
+    ports: list[int]  # every broker, to find the coordinator again
     topic: str = "bench-nominal"
     member_id: str = ""
     generation: int = -1
@@ -251,21 +284,24 @@ class GroupMember:
     errors: list[int] = field(default_factory=list)
     conn: Conn | None = None
     task: asyncio.Task[None] | None = None
+    moved: int = 0  # how often it found its coordinator gone and looked for it again
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _call(self, api_key: int, version: int, limit_s: float = 30.0, **fields: Any) -> Any:
+        return await call_coordinator(self, api_key, version, limit_s, **fields)
 
     async def _run(self) -> None:
         from kio.schema.join_group.v5.request import JoinGroupRequestProtocol
         from kio.schema.sync_group.v3.request import SyncGroupRequestAssignment
 
-        self.conn = await Conn.open(self.port)
         protocols = (JoinGroupRequestProtocol(name="range", metadata=subscription([self.topic])),)
         while True:
             # ---- join and sync
             if self.member_id:
                 self.rejoined.append(time.perf_counter())
-            j = await self.conn.call(
+            j = await self._call(
                 11, 5, limit_s=REBALANCE_TIMEOUT_MS / 1000 + 5, group_id=self.group,
                 session_timeout=timedelta(milliseconds=SESSION_MS),
                 rebalance_timeout=timedelta(milliseconds=REBALANCE_TIMEOUT_MS), member_id=self.member_id,
@@ -289,7 +325,7 @@ class GroupMember:
                     SyncGroupRequestAssignment(member_id=m, assignment=assignment(self.topic, ps))
                     for m, ps in plan.items()
                 )
-            s = await self.conn.call(
+            s = await self._call(
                 14, 3, group_id=self.group, generation_id=gen, member_id=self.member_id, group_instance_id=None,
                 assignments=assignments,
             )  # fmt: skip
@@ -304,7 +340,7 @@ class GroupMember:
             # ---- heartbeats every session/3 until a rebalance is announced
             while True:
                 await asyncio.sleep(HEARTBEAT_MS / 1000)
-                h = await self.conn.call(
+                h = await self._call(
                     12, 3, group_id=self.group, generation_id=gen, member_id=self.member_id, group_instance_id=None
                 )
                 code = int(h.error_code)
@@ -318,7 +354,7 @@ class GroupMember:
 
     async def leave(self) -> float:
         """Stop heartbeating and send LeaveGroup; the perf_counter just before it was written."""
-        assert self.task is not None and self.conn is not None
+        assert self.task is not None
         self.task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
@@ -326,17 +362,11 @@ class GroupMember:
 
         t0 = time.perf_counter()
         me = MemberIdentity(member_id=self.member_id, group_instance_id=None)
-        r = await self.conn.call(13, 3, group_id=self.group, members=(me,))
+        r = await self._call(13, 3, group_id=self.group, members=(me,))
         if int(r.error_code) != NONE:
             raise RuntimeError(f"LeaveGroup: error {r.error_code}")
-        self.conn.close()
+        await stop_all([self])
         return t0
-
-    def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-        if self.conn is not None:
-            self.conn.close()
 
 
 def stable_generation(members: list[GroupMember], after: int) -> int | None:
@@ -370,12 +400,15 @@ class Departure:
     rebalance_ms: float
 
 
+MOVES: list[int] = [0]  # coordinator moves the members of the last run saw (a member's view)
+
+
 async def rebalance_run(ports: list[int], size: int, departures: int) -> tuple[list[Departure], float]:
     """`departures` LeaveGroups from a Stable group of `size`; the time the group took to form."""
     group = f"bench-rebalance-{size}-{random.randrange(1 << 30)}"
     port = await find_coordinator(ports, group)
     t_form = time.perf_counter()
-    members = [GroupMember(group, port) for _ in range(size)]
+    members = [GroupMember(group, port, ports) for _ in range(size)]
     for m in members:
         m.start()
     gen = await wait_stable(members, -1, 120 + size)
@@ -392,13 +425,13 @@ async def rebalance_run(ports: list[int], size: int, departures: int) -> tuple[l
             last_join = max(max((t for t in m.rejoined if t >= t0), default=t0) for m in members)
             out.append(Departure((stable - t0) * 1000, (last_join - t0) * 1000, (stable - last_join) * 1000))
             # Back to `size`: a new member joins (not measured).
-            newcomer = GroupMember(group, port)
+            newcomer = GroupMember(group, port, ports)
             members.append(newcomer)
             newcomer.start()
             gen = await wait_stable(members, new_gen, 60)
     finally:
-        for m in members:
-            m.stop()
+        MOVES[0] = max((m.moved for m in members), default=0)
+        await stop_all(members)
     return out, formed * 1000
 
 
@@ -494,6 +527,7 @@ class ConsumerProtocolMember:
 
     group: str
     port: int
+    ports: list[int]
     topic: str
     member_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     epoch: int = 0
@@ -503,6 +537,7 @@ class ConsumerProtocolMember:
     errors: list[int] = field(default_factory=list)
     conn: Conn | None = None
     task: asyncio.Task[None] | None = None
+    moved: int = 0
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run())
@@ -513,9 +548,8 @@ class ConsumerProtocolMember:
         by_topic: dict[Any, list[int]] = {}
         for tid, p in sorted(self.owned):
             by_topic.setdefault(tid, []).append(p)
-        assert self.conn is not None
-        return await self.conn.call(
-            68, 1, group_id=self.group, member_id=self.member_id, member_epoch=self.epoch, instance_id=None,
+        return await call_coordinator(
+            self, 68, 1, 30.0, group_id=self.group, member_id=self.member_id, member_epoch=self.epoch, instance_id=None,
             rack_id=None, rebalance_timeout=timedelta(milliseconds=REBALANCE_TIMEOUT_MS),
             subscribed_topic_names=(self.topic,) if full else None, subscribed_topic_regex=None, server_assignor=None,
             topic_partitions=tuple(TopicPartitions(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items())
@@ -523,7 +557,6 @@ class ConsumerProtocolMember:
         )  # fmt: skip
 
     async def _run(self) -> None:
-        self.conn = await Conn.open(self.port)
         full, report, interval = True, True, CONSUMER_HEARTBEAT_MS / 1000
         while True:
             r = await self._heartbeat(full=full, report=report)
@@ -551,7 +584,7 @@ class ConsumerProtocolMember:
             await asyncio.sleep(interval)
 
     async def leave(self) -> float:
-        assert self.task is not None and self.conn is not None
+        assert self.task is not None
         self.task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
@@ -560,14 +593,8 @@ class ConsumerProtocolMember:
         r = await self._heartbeat(full=False, report=False)
         if int(r.error_code) != NONE:
             raise RuntimeError(f"leaving heartbeat: error {r.error_code}")
-        self.conn.close()
+        await stop_all([self])
         return t0
-
-    def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-        if self.conn is not None:
-            self.conn.close()
 
 
 def consumer_stable(members: list[ConsumerProtocolMember], partitions: int, after: int) -> int | None:
@@ -606,7 +633,7 @@ async def consumer_rebalance_run(ports: list[int], size: int, departures: int) -
     group = f"bench-848-{size}-{random.randrange(1 << 30)}"
     port = await find_coordinator(ports, group)
     t_form = time.perf_counter()
-    members = [ConsumerProtocolMember(group, port, CONSUMER_TOPIC) for _ in range(size)]
+    members = [ConsumerProtocolMember(group, port, ports, CONSUMER_TOPIC) for _ in range(size)]
     for m in members:
         m.start()
     epoch = await wait_consumer_stable(members, CONSUMER_TOPIC_PARTITIONS, 0, 120 + size)
@@ -620,13 +647,13 @@ async def consumer_rebalance_run(ports: list[int], size: int, departures: int) -
             new = await wait_consumer_stable(members, CONSUMER_TOPIC_PARTITIONS, epoch, 60)
             stable = max(m.changed_at for m in members)
             out.append(Departure((stable - t0) * 1000, float("nan"), float("nan")))
-            newcomer = ConsumerProtocolMember(group, port, CONSUMER_TOPIC)
+            newcomer = ConsumerProtocolMember(group, port, ports, CONSUMER_TOPIC)
             members.append(newcomer)
             newcomer.start()
             epoch = await wait_consumer_stable(members, CONSUMER_TOPIC_PARTITIONS, new, 60)
     finally:
-        for m in members:
-            m.stop()
+        MOVES[0] = max((m.moved for m in members), default=0)
+        await stop_all(members)
     return out, formed * 1000
 
 
@@ -934,6 +961,8 @@ def main() -> int:  # noqa: C901 (one scenario after the other)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="rebalance,kip848,confluent,confluent848,commits,failover,compaction")
     ap.add_argument("--sizes", default="3,30,300")
+    # 300 KIP-848 members did not converge within 420 s in two runs (2026-11-26, see the README)
+    ap.add_argument("--kip848-sizes", default="3,30")
     ap.add_argument("--departures", type=int, default=5)
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--duration", type=float, default=10.0)
@@ -971,8 +1000,8 @@ def main() -> int:  # noqa: C901 (one scenario after the other)
         asyncio.run(find_coordinator(ports, "bench-warm", limit_s=60))  # creates __consumer_offsets
         wait_full_isr(cluster)
 
-        sizes = [int(x) for x in args.sizes.split(",")]
         for protocol in ("classic", "consumer"):
+            sizes = [int(x) for x in (args.sizes if protocol == "classic" else args.kip848_sizes).split(",")]
             if ("rebalance" if protocol == "classic" else "kip848") not in only:
                 continue
             print(f"\n1. Rebalance after a departure ({protocol} protocol, this script's asyncio members)", flush=True)
@@ -996,8 +1025,8 @@ def main() -> int:  # noqa: C901 (one scenario after the other)
                 rows.append(row)
                 results[f"rebalance_{protocol}_{size}"] = {"departures": [d.__dict__ for d in deps],
                                                            "formed_ms": formed, "others": cpu.others_share}  # fmt: skip
-                print(f"   {size} members formed in {formed:,.0f} ms; leave -> stable ms: {[round(t) for t in total]}",
-                      flush=True)  # fmt: skip
+                print(f"   {size} members formed in {formed:,.0f} ms; leave -> stable ms: {[round(t) for t in total]}; "
+                      f"coordinator moves seen by a member: {MOVES[0]}", flush=True)  # fmt: skip
         for protocol in ("classic", "consumer"):
             if ("confluent" if protocol == "classic" else "confluent848") not in only:
                 continue
