@@ -239,7 +239,9 @@ def range_assign(members: list[str], partitions: int) -> dict[str, list[int]]:
 async def call_coordinator(member: Any, api_key: int, version: int, limit_s: float, **fields: Any) -> Any:
     """A request to `member`'s coordinator; when the connection fails or the answer is
     COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR, the member looks for its coordinator again
-    (FindCoordinator, every 100 ms) and sends it there, as Kafka's clients do."""
+    (FindCoordinator, every 100 ms) and sends it there, as Kafka's clients do; TimeoutError
+    after 60 s of that."""
+    deadline = time.monotonic() + 60
     while True:
         try:
             if member.conn is None:
@@ -254,6 +256,8 @@ async def call_coordinator(member: Any, api_key: int, version: int, limit_s: flo
             member.conn.close()
             member.conn = None
         member.moved += 1
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no answer from a coordinator of {member.group} for 60 s")
         await asyncio.sleep(0.1)
         member.port = await find_coordinator(member.ports, member.group)
 
