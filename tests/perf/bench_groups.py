@@ -360,8 +360,7 @@ class GroupMember:
         """Stop heartbeating and send LeaveGroup; the perf_counter just before it was written."""
         assert self.task is not None
         self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+        await asyncio.gather(self.task, return_exceptions=True)  # (a cancel of the caller still propagates)
         from kio.schema.leave_group.v3.request import MemberIdentity
 
         t0 = time.perf_counter()
@@ -590,8 +589,7 @@ class ConsumerProtocolMember:
     async def leave(self) -> float:
         assert self.task is not None
         self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+        await asyncio.gather(self.task, return_exceptions=True)  # (a cancel of the caller still propagates)
         t0 = time.perf_counter()
         self.epoch = -1
         r = await self._heartbeat(full=False, report=False)
