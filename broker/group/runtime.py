@@ -23,6 +23,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -52,7 +53,7 @@ from broker.group.records import (
     encode_key,
     encode_value,
 )
-from broker.group.shard import CoordinatorConfig, GroupShard, Outcome, Record, append_error
+from broker.group.shard import CoordinatorConfig, GroupShard, Outcome, append_error
 from broker.group.write_order import WriteOrder
 from broker.log.records import BatchHeader, batch_records, encode_records
 from broker.log.records import Record as LogRecord
@@ -65,6 +66,9 @@ log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 LOAD_CHUNK_BYTES: Final = 1 << 20  # what one read of a loading partition takes, before yielding the loop
+# The most bytes of keys and values one append of queued operations carries (well below the
+# topic's max.message.bytes of 1 MiB); an operation larger than this goes alone.
+COALESCE_MAX_BYTES: Final = 512 * 1024
 
 
 class LoggedPartition(Protocol):
@@ -120,6 +124,10 @@ class _Loaded:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     closed: bool = False
+    # Appends: one in flight per partition; the records of the operations that came meanwhile
+    # wait here (WriteOrder entry, encoded key/value pairs) and go together in the next batch.
+    writing: bool = False
+    queued: deque[tuple[int, list[tuple[bytes, bytes | None]]]] = field(default_factory=deque)
 
 
 class GroupCoordinator:
@@ -256,40 +264,70 @@ class GroupCoordinator:
 
     # ================================================================== writes and answers
 
-    def _encode(self, records: list[Record], now: int) -> bytes:
+    def _encode(self, records: list[tuple[bytes, bytes | None]], now: int) -> bytes:
         return encode_records(
-            [
-                LogRecord(i, now, encode_key(k), None if v is None else encode_value(v))
-                for i, (k, v) in enumerate(records)
-            ],
+            [LogRecord(i, now, k, v) for i, (k, v) in enumerate(records)],
             BatchHeader(partition_leader_epoch=-1, attributes=0),
         )
 
     def _dispatch(self, loaded: _Loaded, out: Outcome) -> asyncio.Future[ErrorCode]:
         """Append `out.records` (if any) and answer `out.replies` once they and everything
-        before them committed (`WriteOrder`'s rules); the append's outcome."""
+        before them committed (`WriteOrder`'s rules); the append's outcome. One append is in
+        flight per partition at a time: operations that come meanwhile are written together
+        in the next one (as Kafka's coordinator runtime batches its writes), in order."""
         loop = asyncio.get_running_loop()
         loaded.wake.set()  # deadlines may have moved earlier
         entry = loaded.order.submit(out)
         result: asyncio.Future[ErrorCode] = loop.create_future()
         loaded.results[entry] = result
         if out.records:
-            batch = self._encode(out.records, self.clock())
-            write = loop.create_task(self.host.append(loaded.partition, batch, self.commit_timeout_ms))
-
-            def finished(w: asyncio.Future[ErrorCode]) -> None:
-                code = ErrorCode.NOT_COORDINATOR if w.cancelled() or w.exception() is not None else w.result()
-                if not w.cancelled() and w.exception() is not None:
-                    log.error("appending to %s-%d failed: %s", OFFSETS_TOPIC, loaded.partition, w.exception())
-                if code != ErrorCode.NONE:
-                    log.warning("broker %d: a group write to %s-%d failed: %s", self.node_id, OFFSETS_TOPIC,
-                                loaded.partition, code.name)  # fmt: skip
-                loaded.order.completed(entry, code, undo=not loaded.closed)
-                self._release(loaded)
-
-            write.add_done_callback(finished)
+            encoded = [(encode_key(k), None if v is None else encode_value(v)) for k, v in out.records]
+            loaded.queued.append((entry, encoded))
+            if not loaded.writing:
+                self._write_queued(loaded)
         self._release(loaded)
         return result
+
+    def _write_queued(self, loaded: _Loaded) -> None:
+        """Start one append of the queued operations' records (up to COALESCE_MAX_BYTES)."""
+        entries: list[int] = []
+        records: list[tuple[bytes, bytes | None]] = []
+        size = 0
+        while loaded.queued:
+            entry, encoded = loaded.queued[0]
+            more = sum(len(k) + len(v or b"") for k, v in encoded)
+            if entries and size + more > COALESCE_MAX_BYTES:
+                break
+            loaded.queued.popleft()
+            entries.append(entry)
+            records.extend(encoded)
+            size += more
+        if not entries:
+            return
+        loaded.writing = True
+        batch = self._encode(records, self.clock())
+        write = asyncio.get_running_loop().create_task(
+            self.host.append(loaded.partition, batch, self.commit_timeout_ms)
+        )
+
+        def finished(w: asyncio.Future[ErrorCode]) -> None:
+            code = ErrorCode.NOT_COORDINATOR if w.cancelled() or w.exception() is not None else w.result()
+            if not w.cancelled() and w.exception() is not None:
+                log.error("appending to %s-%d failed: %s", OFFSETS_TOPIC, loaded.partition, w.exception())
+            if code != ErrorCode.NONE:
+                log.warning("broker %d: a group write to %s-%d failed: %s", self.node_id, OFFSETS_TOPIC,
+                            loaded.partition, code.name)  # fmt: skip
+            for entry in reversed(entries):  # the undos, latest first, so that they compose
+                loaded.order.completed(entry, code, undo=not loaded.closed)
+            loaded.writing = False
+            if loaded.closed:  # unloaded: what waits is never written
+                while loaded.queued:
+                    loaded.order.completed(loaded.queued.popleft()[0], ErrorCode.NOT_COORDINATOR, undo=False)
+            self._release(loaded)
+            if not loaded.closed:
+                self._write_queued(loaded)
+
+        write.add_done_callback(finished)
 
     def _release(self, loaded: _Loaded) -> None:
         for released in loaded.order.drain():

@@ -14,6 +14,7 @@ from quorum.kafka_errors import ErrorCode
 class Host:
     def __init__(self) -> None:
         self.appends: list[asyncio.Future[ErrorCode]] = []
+        self.batches: list[bytes] = []
 
     def offsets_partitions(self) -> int:
         return 1
@@ -27,6 +28,7 @@ class Host:
     async def append(self, partition: int, batch: bytes, timeout_ms: int) -> ErrorCode:
         fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
         self.appends.append(fut)
+        self.batches.append(batch)
         return await fut
 
 
@@ -76,12 +78,37 @@ def test_a_commit_is_answered_after_every_earlier_append() -> None:
         await spin()
         second = asyncio.create_task(coordinator.commit(request(7)))
         await spin()
-        host.appends[1].set_result(ErrorCode.NONE)
-        await spin()
-        assert not second.done()  # the first append is still out
+        assert len(host.appends) == 1  # one append in flight per partition: the second waits for it
         host.appends[0].set_result(ErrorCode.NONE)
         assert await first == [ErrorCode.NONE]
+        await spin()
+        assert len(host.appends) == 2 and not second.done()
+        host.appends[1].set_result(ErrorCode.NONE)
         assert await second == [ErrorCode.NONE]
+        await coordinator.close()
+
+    asyncio.run(run())
+
+
+def test_operations_that_come_during_an_append_are_written_together_in_the_next() -> None:
+    from broker.log.records import batch_records
+
+    async def run() -> None:
+        host, coordinator = await _started()
+        first = asyncio.create_task(coordinator.commit(request(1)))
+        await spin()
+        waiting = [asyncio.create_task(coordinator.commit(request(n))) for n in (2, 3, 4)]
+        await spin()
+        assert len(host.appends) == 1
+        host.appends[0].set_result(ErrorCode.NONE)
+        assert await first == [ErrorCode.NONE]
+        await spin()
+        assert len(host.appends) == 2  # the three commits in one batch
+        assert len(list(batch_records(host.batches[1]))) == 3
+        host.appends[1].set_result(ErrorCode.NOT_ENOUGH_REPLICAS)  # refused: all three answer it
+        assert [await w for w in waiting] == [[ErrorCode.COORDINATOR_NOT_AVAILABLE]] * 3
+        code, offsets = await coordinator.fetch_offsets("g", [("t", 0)])
+        assert code == ErrorCode.NONE and offsets[0].offset == 1  # their undos put the first back
         await coordinator.close()
 
     asyncio.run(run())
