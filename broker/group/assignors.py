@@ -14,6 +14,7 @@ topics are taken in sorted order).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from uuid import UUID
 
@@ -74,9 +75,13 @@ def uniform_assignment(
                 load[m] += 1
             else:
                 free.append(tp)
-        # The rest to the least loaded, so that no two members differ by more than one.
+        # The rest to the least loaded (a heap of (load, member)), so that no two members
+        # differ by more than one.
+        heap = [(load[m], m) for m in members]
+        heapq.heapify(heap)
         for tp in free:
-            m = min(members, key=lambda x: (load[x], x))
+            n, m = heapq.heappop(heap)
             out[m].add(tp)
-            load[m] += 1
+            load[m] = n + 1
+            heapq.heappush(heap, (n + 1, m))
     return out

@@ -60,6 +60,9 @@ class ConsumerGroup:
     topics: dict[str, tuple[UUID, int]] = field(default_factory=dict)  # subscribed topics' ids and sizes
     assignor: str = ""
     persisted: dict[Any, Any] = field(default_factory=dict)  # the records last written: key -> value
+    # Members whose records may differ from `persisted` (None: any member): a heartbeat then
+    # compares only those, not the whole group.
+    dirty: set[str] | None = None
 
     def state(self) -> str:
         if not self.members:
@@ -69,6 +72,10 @@ class ConsumerGroup:
         if any(m.epoch != self.assignment_epoch or m.state != MemberState.STABLE for m in self.members.values()):
             return "Reconciling"
         return "Stable"
+
+    def touch(self, member_id: str) -> None:
+        if self.dirty is not None:
+            self.dirty.add(member_id)
 
     def subscribed_topics(self) -> set[str]:
         return {t for m in self.members.values() for t in m.subscribed}

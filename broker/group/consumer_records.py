@@ -56,15 +56,17 @@ def _set(tps: Iterable[TopicPartitions]) -> set[TopicPartition]:
     return {(t.topic_id, p) for t in tps for p in t.partitions}
 
 
-def wanted(group: ConsumerGroup) -> dict[Any, Any]:
-    """The records (key -> value) that describe `group` now."""
+def wanted(group: ConsumerGroup, members: Iterable[str] | None = None) -> dict[Any, Any]:
+    """The records (key -> value) that describe `group` now: its own, and those of `members`
+    (None: every member) that are in it."""
     g = group.group_id
     out: dict[Any, Any] = {
         ConsumerGroupPartitionMetadataKey(g): ConsumerGroupPartitionMetadataValue(
             tuple(TopicMetadata(tid, name, n) for name, (tid, n) in sorted(group.topics.items()))
         ),
     }
-    for m in group.members.values():
+    chosen = group.members.values() if members is None else [group.members[m] for m in members if m in group.members]
+    for m in chosen:
         out[ConsumerGroupMemberMetadataKey(g, m.member_id)] = ConsumerGroupMemberMetadataValue(
             m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(sorted(m.subscribed)), None,
             m.server_assignor, m.rebalance_timeout_ms,
@@ -84,15 +86,33 @@ def wanted(group: ConsumerGroup) -> dict[Any, Any]:
 
 def changed_records(group: ConsumerGroup, *, deleted: bool = False) -> list[tuple[Any, Any]]:
     """The records that bring what was written of `group` to what it is now (or, with
-    `deleted`, tombstones for all of it); `group.persisted` is updated to match. Member
-    tombstones come first and the group's epoch record last, as Kafka orders them."""
-    now = {} if deleted else wanted(group)
+    `deleted`, tombstones for all of it); `group.persisted` is updated to match. Only the
+    group's own records and those of its dirty members are compared (`ConsumerGroup.dirty`;
+    all of them when it is None). Member tombstones come first and the group's epoch record
+    last, as Kafka orders them."""
     before = group.persisted
-    gone = [(k, None) for k in before if k not in now]
-    gone.sort(key=lambda kv: isinstance(kv[0], ConsumerGroupMetadataKey))  # the group's own record last
+    if deleted:
+        gone = [(k, None) for k in before]
+        gone.sort(key=lambda kv: isinstance(kv[0], ConsumerGroupMetadataKey))  # the group's own record last
+        group.persisted = {}
+        return gone
+    scope = group.dirty
+    now = wanted(group, scope)
+
+    def in_scope(key: Any) -> bool:
+        member = getattr(key, "member_id", None)
+        return scope is None or member is None or member in scope
+
+    gone = [(k, None) for k in before if k not in now and in_scope(k)]
+    gone.sort(key=lambda kv: isinstance(kv[0], ConsumerGroupMetadataKey))
     changed = [(k, v) for k, v in now.items() if before.get(k) != v]
-    group.persisted = now
-    return [*gone, *changed] if not deleted else gone
+    persisted = dict(before)
+    for k, _ in gone:
+        del persisted[k]
+    persisted.update(changed)
+    group.persisted = persisted
+    group.dirty = set()
+    return [*gone, *changed]
 
 
 def replay(groups: dict[str, ConsumerGroup], key: Any, value: Any) -> None:

@@ -959,6 +959,11 @@ class GroupShard:
         answer, and the records of what changed (to be committed before it is sent)."""
         was_classic = req.group_id in self.groups
         result = self._consumer_heartbeat(req, topic, now_ms)
+        cg = self.consumer_groups.get(req.group_id)
+        if cg is not None:
+            cg.touch(req.member_id)
+            if result.member_id:
+                cg.touch(result.member_id)
         out = Outcome()
         if was_classic and req.group_id not in self.groups:
             out.records.append((GroupKey(req.group_id), None))  # the empty classic group became this one
@@ -974,6 +979,7 @@ class GroupShard:
     def _restore_persisted(group: ConsumerGroup, before: dict[Any, Any]) -> Callable[[ErrorCode], dict[Token, Any]]:
         def undo(_code: ErrorCode) -> dict[Token, Any]:
             group.persisted = before  # not written: the next change writes it again
+            group.dirty = None  # compare every member then
             return {}
 
         return undo
@@ -1082,11 +1088,16 @@ class GroupShard:
         name = max(sorted(set(wanted)), key=wanted.count) if wanted else self.config.consumer_assignors[0]
         subscriptions = {m.member_id: m.subscribed for m in group.members.values()}
         current = {m.member_id: set(m.assigned) for m in group.members.values()}
-        group.target = assign(name, subscriptions, group.topics, current)
+        target = assign(name, subscriptions, group.topics, current)
+        for member_id, tps in target.items():
+            if group.target.get(member_id) != tps:
+                group.touch(member_id)  # its target assignment record changes
+        group.target = target
         group.assignor = name
         group.assignment_epoch = group.group_epoch
 
     def _remove_consumer_member(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        group.touch(member.member_id)  # its records become tombstones
         del group.members[member.member_id]
         group.target.pop(member.member_id, None)
         self.deadlines.cancel(("csession", group.group_id, member.member_id))

@@ -186,3 +186,30 @@ def test_the_records_written_rebuild_the_group_on_a_new_coordinator() -> None:
                                  tuple(sorted(a.assignment)), "client", "/h"), TOPICS.get, 1,
     )[0]  # fmt: skip
     assert r.error == E.NONE and r.member_epoch == again.consumer_groups["g"].assignment_epoch >= a.member_epoch
+
+
+def test_a_steady_heartbeat_writes_nothing_and_a_failed_write_is_written_again() -> None:
+    s = shard()
+
+    def beat(member: str, epoch: int, owned: set[tuple[uuid.UUID, int]] | None, subscribed: tuple[str, ...] | None):  # type: ignore[no-untyped-def]  # noqa: E501
+        req = ConsumerHeartbeatRequest(
+            "g", member, epoch, None, None, 30_000, subscribed, None,
+            None if owned is None else tuple(sorted(owned)), "client", "/h",
+        )  # fmt: skip
+        return s.consumer_heartbeat(req, TOPICS.get, 0)
+
+    a, out = beat("", 0, set(), ("t1",))
+    assert out.records  # the join is written
+    steady, out = beat(a.member_id, a.member_epoch, set(a.assignment), None)
+    assert steady.error == E.NONE and out.records == []  # nothing changed: nothing to write
+    b, out = beat("", 0, set(), ("t1",))  # a second member: a new target for a too
+    assert out.undo is not None
+    out.undo(E.NOT_LEADER_OR_FOLLOWER)  # that write failed: the next change writes it all again
+    _, again = beat(a.member_id, a.member_epoch, set(a.assignment), None)
+    keys = {type(k).__name__ for k, _ in again.records}
+    assert {
+        "ConsumerGroupMemberMetadataKey",
+        "ConsumerGroupTargetAssignmentMemberKey",
+        "ConsumerGroupMetadataKey",
+    } <= keys
+    assert any(getattr(k, "member_id", None) == b.member_id for k, _ in again.records)
