@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 from dataplane_support import bootstrap, create_topic, kcat, module_cluster, partition_state, requires_kcat
+from kafka_raw import call
 from metadata_cluster import MetadataCluster, wait_until
 
 from broker.group.records import coordinator_partition
@@ -404,49 +405,13 @@ def test_coordinator_killed_while_a_group_commits_keeps_every_acknowledged_commi
 # --------------------------------------------------------------------------- bad input
 
 
-def _call(port: int, api_key: int, version: int, **fields: Any) -> Any:
-    """One request written by kio to `port`, its response read by kio."""
-    import io
-    import socket
-    import struct
-
-    from kio.index import load_request_schema, load_response_schema
-    from kio.serial import entity_writer
-
-    from broker.kafka.apis import is_flexible
-    from broker.kafka.context import make
-    from quorum.wire._reader import read_request_body
-
-    body = io.BytesIO()
-    req_cls = load_request_schema(api_key, version)
-    entity_writer(req_cls)(body, make(req_cls, **fields))
-    flexible = is_flexible(api_key, version)
-    header = struct.pack(">hhih", api_key, version, 99, 4) + b"test" + (b"\x00" if flexible else b"")
-    frame = header + body.getvalue()
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-        s.sendall(struct.pack(">i", len(frame)) + frame)
-        size = struct.unpack(">i", _recv(s, 4))[0]
-        data = _recv(s, size)
-    assert struct.unpack(">i", data[:4])[0] == 99
-    return read_request_body(load_response_schema(api_key, version), data, 5 if flexible and api_key != 18 else 4)
-
-
-def _recv(s: Any, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        assert chunk, "connection closed"
-        out += chunk
-    return out
-
-
 def _coordinator_port(cluster: MetadataCluster, group: str) -> int:
     from datetime import timedelta  # noqa: F401  (kio's timedelta fields)
 
     port = cluster.nodes[cluster.broker_ids[0]].port
 
     def found() -> int | None:
-        r = _call(port, 10, 3, key=group, key_type=0)
+        r = call(port, 10, 3, key=group, key_type=0)
         return int(r.port) if int(r.error_code) == 0 else None
 
     result: int = wait_until(f"the coordinator of {group}", found, 30)
@@ -464,7 +429,7 @@ def test_bad_group_requests_get_kafka_error_codes_and_the_coordinator_keeps_serv
     port = _coordinator_port(cluster, group)
 
     def join(member: str, session_ms: int, metadata: bytes = b"\x00\x01", gid: str = group) -> Any:
-        return _call(
+        return call(
             port, 11, 5, group_id=gid, session_timeout=timedelta(milliseconds=session_ms),
             rebalance_timeout=timedelta(milliseconds=10_000), member_id=member, group_instance_id=None,
             protocol_type="consumer", protocols=(JoinGroupRequestProtocol(name="range", metadata=metadata),),
@@ -480,15 +445,15 @@ def test_bad_group_requests_get_kafka_error_codes_and_the_coordinator_keeps_serv
     assert int(joined.error_code) == 0 and joined.leader == member
     generation = int(joined.generation_id)
     # An unknown generation: ILLEGAL_GENERATION for Heartbeat, SyncGroup and OffsetCommit.
-    hb = _call(port, 12, 3, group_id=group, generation_id=generation + 7, member_id=member, group_instance_id=None)
+    hb = call(port, 12, 3, group_id=group, generation_id=generation + 7, member_id=member, group_instance_id=None)
     assert int(hb.error_code) == 22
-    sync = _call(port, 14, 3, group_id=group, generation_id=generation + 7, member_id=member, group_instance_id=None,
+    sync = call(port, 14, 3, group_id=group, generation_id=generation + 7, member_id=member, group_instance_id=None,
                  assignments=())  # fmt: skip
     assert int(sync.error_code) == 22
     from kio.schema.offset_commit.v7.request import OffsetCommitRequestPartition, OffsetCommitRequestTopic
 
     def commit(gen: int, topic: str) -> int:
-        r = _call(port, 8, 7, group_id=group, generation_id_or_member_epoch=gen, member_id=member,
+        r = call(port, 8, 7, group_id=group, generation_id_or_member_epoch=gen, member_id=member,
                   group_instance_id=None, topics=(OffsetCommitRequestTopic(name=topic, partitions=(
                       OffsetCommitRequestPartition(partition_index=0, committed_offset=5, committed_leader_epoch=-1,
                                                    committed_metadata=""),)),))  # fmt: skip
@@ -497,7 +462,7 @@ def test_bad_group_requests_get_kafka_error_codes_and_the_coordinator_keeps_serv
     assert commit(generation + 7, "grouped-bad-input") == 22  # ILLEGAL_GENERATION
     assert commit(generation, "no-such-topic") == 3  # UNKNOWN_TOPIC_OR_PARTITION
     # An unknown member.
-    hb = _call(port, 12, 3, group_id=group, generation_id=generation, member_id="nobody", group_instance_id=None)
+    hb = call(port, 12, 3, group_id=group, generation_id=generation, member_id="nobody", group_instance_id=None)
     assert int(hb.error_code) == 25  # UNKNOWN_MEMBER_ID
     # Huge protocol metadata (2 MiB): the group record cannot be written (larger than the
     # topic's max.message.bytes): SyncGroup fails, the group rebalances, nothing else breaks.
@@ -507,7 +472,7 @@ def test_bad_group_requests_get_kafka_error_codes_and_the_coordinator_keeps_serv
     first = join("", 10_000, metadata=b"x" * (2 << 20), gid=big_group)
     joined = join(first.member_id, 10_000, metadata=b"x" * (2 << 20), gid=big_group)
     assert int(joined.error_code) == 0
-    sync = _call(port, 14, 3, group_id=big_group, generation_id=joined.generation_id, member_id=first.member_id,
+    sync = call(port, 14, 3, group_id=big_group, generation_id=joined.generation_id, member_id=first.member_id,
                  group_instance_id=None, assignments=())  # fmt: skip
     assert int(sync.error_code) == -1, sync  # UNKNOWN_SERVER_ERROR, as Kafka maps a too-large group record
     port = saved
