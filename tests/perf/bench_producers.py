@@ -1,5 +1,5 @@
 """What idempotence and transactions cost (issue 21): confluent-kafka producing 1 KiB values,
-acks=all, to a 3-partition RF 3 topic (min.insync.replicas 2) on a 3+3 pykraft cluster, in
+acks=all, to a 12-partition RF 3 topic (min.insync.replicas 2) on a 3+3 pykraft cluster, in
 four modes measured side by side in one run, in alternating rounds so that the machine's
 noise falls on every mode alike:
 
@@ -17,6 +17,14 @@ transaction's COMMIT marker is below the LSO), p50/p99.
 
     PYTHONPATH=. .venv/bin/python tests/perf/bench_producers.py                 # ~4 min
     PYTHONPATH=. .venv/bin/python tests/perf/bench_producers.py --rounds 1 --seconds 5
+
+Why 12 partitions: librdkafka's idempotent producer keeps one Produce request in flight per
+partition (it caps a partition's in-flight *messages*, `rktp_msgs_inflight`, at 5, so any
+batch of 5 or more messages blocks the next), while without idempotence it pipelines many
+per connection. So on few partitions the idempotent rate is one batch per acks=all round trip
+per partition, and the figure measures the broker's produce latency, not what idempotence
+costs it. With 4 partitions per broker the client has enough requests in flight on either
+side (--partitions 3 shows the latency-bound case).
 
 Targets (issue 21): idempotence costs under 5 % of throughput; transactions of 10,000
 records cost under 10 %. Not collected by pytest (tests/perf/conftest.py).
@@ -39,7 +47,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 MODES = ("plain", "idempotent", "txn-100", "txn-10000")
 TARGETS = {"idempotent": 0.95, "txn-10000": 0.90}
-PARTITIONS = 3
+PARTITIONS = 12  # --partitions
 
 
 def producer_for(mode: str, bootstrap: str, work: Path, n: int) -> tuple[Any, int | None]:
@@ -140,6 +148,7 @@ def end_to_end(mode: str, bootstrap: str, topic: str, rate: int, seconds: float,
 
 
 def main() -> int:
+    global PARTITIONS
     from metadata_cluster import start_cluster
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -148,8 +157,10 @@ def main() -> int:
     ap.add_argument("--e2e-rate", type=int, default=1000)
     ap.add_argument("--e2e-seconds", type=float, default=10.0)
     ap.add_argument("--disk-budget-gb", type=float, default=4.0)
+    ap.add_argument("--partitions", type=int, default=PARTITIONS)
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="plain is always measured")
     args = ap.parse_args()
+    PARTITIONS = args.partitions
     modes = tuple(m for m in MODES if m == "plain" or m in args.modes)
     work = Path(tempfile.mkdtemp(prefix="bench-producers-"))
     print(f"load average at start: {os.getloadavg()}", flush=True)
