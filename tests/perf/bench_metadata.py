@@ -57,7 +57,6 @@ import gc
 import json
 import logging
 import os
-import platform
 import random
 import resource
 import shutil
@@ -80,6 +79,7 @@ if str(REPO) not in sys.path:
 
 import httpx  # noqa: E402
 import uvloop  # noqa: E402
+from bench_common import machine_info  # noqa: E402
 
 from quorum.controller import replication_control as rc  # noqa: E402
 from quorum.controller.active import QuorumController  # noqa: E402
@@ -1783,28 +1783,6 @@ def bench_cluster_writes(work: Path, quick: bool, profile: Path | None, clients:
 # ----------------------------------------------------------------------------- machine, table
 
 
-def machine_info(work: Path) -> dict[str, Any]:
-    model = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    mem = ""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        kb = int(Path("/proc/meminfo").read_text().splitlines()[0].split()[1])
-        mem = f"{kb / 1024 / 1024:.1f} GiB"
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpu_model": model,
-        "memory": mem,
-        "platform": platform.platform(),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "work_dir": str(work),
-        "py_spy": PySpy.version(),
-    }
-
-
 def code_version() -> str:
     try:
         head = subprocess.run(
@@ -2055,7 +2033,7 @@ def main() -> int:
     results: dict[str, Any] = {
         "date": started.isoformat(timespec="seconds"),
         "code": code_version(),
-        "machine": machine_info(work),
+        "machine": {**machine_info(work), "py_spy": PySpy.version()},
         "quick": args.quick,
         "profiled": profile is not None,
         "loadavg_at_start": loadavg(),

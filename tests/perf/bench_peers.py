@@ -52,6 +52,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench_common import stop_proc  # noqa: E402
+
 from quorum.controller.requests import (  # noqa: E402
     AlterConfigOp,
     AlterConfigOpType,
@@ -154,20 +156,6 @@ def launch(cmd: list[str], log_file: Path, env: dict[str, str] | None = None) ->
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     _STARTED.append(proc)
     return proc
-
-
-def stop_proc(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
-    """Stop one process we started, by pid; SIGKILL if it outlives `timeout_s`."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(proc.pid, sig)
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
 
 
 def stop_all_started() -> None:

@@ -27,7 +27,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -42,6 +41,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from bench_common import machine_info, stop_proc  # noqa: E402
 
 from quorum.node.cluster import NodePlan, free_cluster_base, plan_cluster, start_node  # noqa: E402
 from quorum.node.meta_properties import random_uuid  # noqa: E402
@@ -96,20 +97,6 @@ TIMINGS = [Timing("kafka-defaults", 1000, 2000), Timing("fast", 150, 300)]
 # ----------------------------------------------------------------------------- processes
 
 _ALL_PROCS: list[subprocess.Popen[bytes]] = []
-
-
-def _stop_proc(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
-    """Stop one node we started, by its pid; SIGKILL if it does not exit in time."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(proc.pid, sig)
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
 
 
 def stop_all_started() -> None:
@@ -291,7 +278,7 @@ class BenchCluster:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGTERM)
         for proc in self.procs.values():
-            _stop_proc(proc)
+            stop_proc(proc)
 
     @property
     def addresses(self) -> list[tuple[str, int]]:
@@ -354,36 +341,6 @@ class BenchCluster:
 
 
 # ----------------------------------------------------------------------------- machine, fsync
-
-
-def machine_info(work: Path) -> dict[str, Any]:
-    model = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    fs = ""
-    with contextlib.suppress(OSError):
-        best = ""
-        for line in Path("/proc/mounts").read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 3 and str(work).startswith(parts[1]) and len(parts[1]) >= len(best):
-                best, fs = parts[1], f"{parts[2]} on {parts[0]} ({parts[1]})"
-    mem = ""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        kb = int(Path("/proc/meminfo").read_text().splitlines()[0].split()[1])
-        mem = f"{kb / 1024 / 1024:.1f} GiB"
-    return {
-        "cpu_count": os.cpu_count(),
-        "processor": platform.processor(),
-        "cpu_model": model,
-        "memory": mem,
-        "platform": platform.platform(),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "work_dir": str(work),
-        "work_dir_fs": fs,
-    }
 
 
 def fsync_probe(work: Path, count: int = 1000, size: int = 4096) -> dict[str, Any]:
@@ -588,7 +545,7 @@ def run_failover(
                 try:
                     proc.wait(timeout=15)
                 except subprocess.TimeoutExpired:
-                    _stop_proc(proc, signal.SIGKILL)
+                    stop_proc(proc, signal.SIGKILL)
                 if exit_ms is None:
                     exit_ms = round(time.time() * 1000 - t0, 1)
                 if commit is None:
