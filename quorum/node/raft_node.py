@@ -158,6 +158,13 @@ class RaftNode:
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = 0
         self._snapshot_task: asyncio.Future[int] | None = None
+        # The fsync of the metadata log runs on a worker thread so that the loop keeps
+        # reading, decoding and answering meanwhile (what arrives is batched into the next
+        # append: group commit). While it runs nothing else touches the FileLog, and the
+        # core is driven by `_step` alone: `resign` and finished snapshots are queued for it.
+        self._flushing: asyncio.Future[None] | None = None
+        self._resign_requested = False
+        self._snapshots_created: deque[OffsetAndEpoch] = deque()
         self.fatal_error: BaseException | None = None
         # Serves the APIs on the controller listener that are not the quorum's own.
         self.extra_api_handler: Callable[[int, bytes], Awaitable[bytes | None]] | None = None
@@ -260,6 +267,9 @@ class RaftNode:
         for fut in self._inbound.values():
             if not fut.done():
                 fut.cancel()
+        if self._flushing is not None:
+            with contextlib.suppress(Exception):
+                await self._flushing
         if self._log is not None:
             self._log.close()
         self.stopped.set()
@@ -270,7 +280,7 @@ class RaftNode:
         holds its whole log; `stop` then waits for the successor's election."""
         core = self.core
         if core is not None and self._task is not None and not self._task.done():
-            core.resign(self.now_ms())
+            self._resign_requested = True  # done by `_step`, the core's only driver
             self._wake.set()
 
     # ------------------------------------------------------------- writing
@@ -346,9 +356,9 @@ class RaftNode:
         core = self.core
         assert core is not None
         try:
-            self._step()
+            await self._step()
             while not self._closing:
-                if not self._inbox and not self._proposals and not self._failed:
+                if not self._inbox and not self._proposals and not self._failed and not self._pending_calls():
                     delay = max(0, core.next_deadline() - self.now_ms()) / 1000
                     self._wake.clear()
                     timer = loop.call_later(delay, self._wake.set)
@@ -356,18 +366,28 @@ class RaftNode:
                     timer.cancel()
                 else:
                     await asyncio.sleep(0)  # let the network deliver what is ready
-                self._step()
+                await self._step()
         except Exception as exc:  # a safety check failed: stop rather than go on wrongly
             log.exception("node %d: raft loop failed", self.node_id)
             self.fatal_error = exc
             self._closing = True
             self.failed.set()
 
-    def _step(self) -> None:
+    def _pending_calls(self) -> bool:
+        return self._resign_requested or bool(self._snapshots_created)
+
+    async def _step(self) -> None:
         core = self.core
         assert core is not None
         now = self.now_ms()
         core.wall_clock_offset_ms = time.time_ns() // 1_000_000 - now
+        if self._resign_requested:
+            self._resign_requested = False
+            core.resign(now)
+        while self._snapshots_created:
+            sid = self._snapshots_created.popleft()
+            if sid.offset <= core.high_watermark:
+                core.snapshot_created(sid)
         while self._inbox:
             core.handle(self._inbox.popleft(), now)
         while self._failed:
@@ -378,7 +398,8 @@ class RaftNode:
         core.tick(now)
         while core.has_ready():
             ready = core.ready()
-            self._persist(ready)
+            if self._persist(ready):
+                await self._flush()
             self._dispatch(ready.messages)
             if ready.committed:
                 self._apply(ready.committed)
@@ -448,7 +469,9 @@ class RaftNode:
 
     # ----------------------------------------------------------- persisting
 
-    def _persist(self, ready: Ready) -> None:
+    def _persist(self, ready: Ready) -> bool:
+        """Write what `ready` asks for; True when the log must be fsynced (`_flush`) before
+        its messages go out."""
         assert self._log is not None and self._snapshots is not None
         if ready.election is not None:
             self._qstate.write(ready.election)
@@ -468,8 +491,19 @@ class RaftNode:
             self._log.truncate_to(ready.truncate_to)
         if ready.entries:
             self._log.append(ready.entries)
-        if ready.must_sync:
-            self._log.flush()
+        return ready.must_sync
+
+    async def _flush(self) -> None:
+        """fsync the log on a worker thread. If the Raft task is cancelled meanwhile (`stop`),
+        the flush still finishes before `stop` closes the log (`_flushing`)."""
+        log_ = self._log
+        assert log_ is not None
+        self._flushing = asyncio.ensure_future(asyncio.to_thread(log_.flush))
+        try:
+            await asyncio.shield(self._flushing)
+        finally:
+            if self._flushing.done():
+                self._flushing = None
 
     def _apply(self, batches: Sequence[Batch]) -> None:
         sm = self.state_machine
@@ -526,9 +560,8 @@ class RaftNode:
             log.error("node %d: writing snapshot %s failed: %s", self.node_id, sid, error)
             return
         log.info("node %d: wrote snapshot %s (%d bytes)", self.node_id, sid, done.result())
-        if sid.offset <= self.core.high_watermark:
-            self.core.snapshot_created(sid)
-            self._wake.set()
+        self._snapshots_created.append(sid)  # told to the core by `_step`
+        self._wake.set()
 
     def _delete_before(self, offset: Offset) -> None:
         assert self._log is not None and self._snapshots is not None
