@@ -77,9 +77,8 @@ class LogSegment:
         self.indexes_trusted = True
         # The aborted transactions whose marker is in this segment (`broker.log.txn_index`);
         # kept by the PartitionLog, which knows the producers' state.
-        self.txn_index = TransactionIndex(self._index_path(TXN_INDEX_SUFFIX))
+        self.txn_index = TransactionIndex(self._index_path(TXN_INDEX_SUFFIX), fresh=fresh)
         if fresh:
-            self.txn_index.path.unlink(missing_ok=True)
             self._new_indexes()
         else:
             self.created_ms = int(os.fstat(self.fd).st_mtime * 1000)

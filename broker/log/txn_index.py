@@ -68,9 +68,11 @@ def collect_aborted(
 
 
 class TransactionIndex:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, fresh: bool = False) -> None:
+        """`fresh`: a new segment's index, empty (any file left at its path is overwritten by
+        the first entry), so it is never read."""
         self.path = path
-        self._entries: list[AbortedTxn] | None = None  # None: not read yet
+        self._entries: list[AbortedTxn] | None = [] if fresh else None  # None: not read yet
 
     @property
     def entries(self) -> list[AbortedTxn]:
@@ -99,7 +101,7 @@ class TransactionIndex:
         entries = self.entries
         if entries and entry.last_offset <= entries[-1].last_offset:
             return
-        with open(self.path, "ab") as fh:
+        with open(self.path, "ab" if entries else "wb") as fh:
             fh.write(entry.encode())
         entries.append(entry)
 
