@@ -520,8 +520,9 @@ class PartitionLog:
     def _write(self, data: bytes | bytearray | memoryview, frames: list, now_ms: int) -> None:  # type: ignore[type-arg]
         last = frames[-1].last_offset
         self.maybe_roll(now_ms, len(data), last)
+        batches = _producer_batches(data, frames)  # before the write: a marker that does not parse writes nothing
         self.active.append(data, frames)
-        self._apply_producer_batches(self.active, _producer_batches(data, frames), last + 1)
+        self._apply_producer_batches(self.active, batches, last + 1)
         for f in frames:
             if f.leader_epoch >= 0 and (not self._epochs or f.leader_epoch > self._epochs[-1][0]):
                 self._assign(f.leader_epoch, f.base_offset)

@@ -385,12 +385,14 @@ class ProducerStateManager:
         """The first offset of the oldest transaction that is open, or closed by a marker at
         or above `high_watermark` (those below it are forgotten: the HW only rises between
         truncations, which reload the state); None when there is none."""
-        while self.unreplicated and self.unreplicated[0].last_offset < high_watermark:
-            self.unreplicated.pop(0)
-        firsts = [t.first_offset for t in self.unreplicated]
-        if self.ongoing:
-            firsts.append(next(iter(self.ongoing.values())))
-        return min(firsts) if firsts else None
+        unreplicated = self.unreplicated
+        while unreplicated and unreplicated[0].last_offset < high_watermark:
+            unreplicated.pop(0)
+        first = next(iter(self.ongoing.values()), None)  # the oldest open transaction
+        for txn in unreplicated:
+            if first is None or txn.first_offset < first:
+                first = txn.first_offset
+        return first
 
     def last_entry(self, producer_id: int) -> ProducerEntry | None:
         return self.entries.get(producer_id)

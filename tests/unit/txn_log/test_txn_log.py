@@ -394,3 +394,13 @@ def test_read_committed_sees_every_committed_record_and_nothing_open_or_aborted(
             assert first is None or lso <= first, f"producer {p}'s open transaction at {first} is below the LSO {lso}"
         assert read_committed(plog, lso, max_bytes) == model.expected_visible(lso)
         assert all_aborted(follower) == all_aborted(plog)
+
+
+def test_a_leaders_control_batch_that_is_no_marker_is_corrupt_and_writes_nothing(tmp_path: Path) -> None:
+    from broker.log.records import BatchHeader, Record, encode_records
+
+    follower = open_log(tmp_path)
+    follower.append_as_follower(tbatch(7, 0, 0))
+    bad = encode_records([Record(1, NOW, b"x", b"y")], BatchHeader(0, 0x30, 7, 0, -1))
+    assert refused(lambda: follower.append_as_follower(bad)) == ErrorCode.CORRUPT_MESSAGE
+    assert follower.log_end_offset == 1 and follower.last_stable_offset(1) == 0
