@@ -404,3 +404,38 @@ def test_a_leaders_control_batch_that_is_no_marker_is_corrupt_and_writes_nothing
     bad = encode_records([Record(1, NOW, b"x", b"y")], BatchHeader(0, 0x30, 7, 0, -1))
     assert refused(lambda: follower.append_as_follower(bad)) == ErrorCode.CORRUPT_MESSAGE
     assert follower.log_end_offset == 1 and follower.last_stable_offset(1) == 0
+
+
+def keyed(pid: int, seq: int, key: bytes, value: bytes, *, transactional: bool) -> bytes:
+    b = DefaultRecordBatchBuilder(2, 0, transactional, pid, 0 if pid >= 0 else -1, seq, batch_size=1 << 20)
+    b.append(0, timestamp=NOW, key=key, value=value, headers=[])
+    return bytes(b.build())
+
+
+def test_compaction_keeps_what_aborted_and_open_transactions_would_hide(tmp_path: Path) -> None:
+    """Kafka's cleaner rules: an aborted record never removes an older record of its key, an
+    open transaction's records are not cleaned, the `.txnindex` entries survive the swap."""
+    from broker.log import cleaner
+
+    plog = PartitionLog.open(tmp_path / "t-0", LogConfig(cleanup_policy=("compact",)), topic_id=uuid.uuid4())
+    plog.append_as_leader(keyed(-1, -1, b"k", b"committed", transactional=False), 0, NOW)  # 0
+    plog.roll()
+    plog.append_as_leader(keyed(7, 0, b"k", b"aborted", transactional=True), 0, NOW)  # 1
+    plog.append_marker(7, 0, ABORT, 0, NOW)  # 2
+    plog.roll()
+    plog.append_as_leader(keyed(8, 0, b"j", b"old", transactional=False), 0, NOW)  # 3
+    plog.roll()
+    plog.append_as_leader(keyed(9, 0, b"j", b"open", transactional=True), 0, NOW)  # 4: stays open
+    plog.roll()
+    plog.append_as_leader(keyed(-1, -1, b"i", b"later", transactional=False), 0, NOW)  # 5, active segment
+    hw = plog.log_end_offset
+    entries = all_aborted(plog)
+    assert entries == [AbortedTxn(7, 1, 2, 3)]
+    result = cleaner.clean(cleaner.plan(plog, 0, hw, NOW, -1))
+    assert result is not None and cleaner.swap(result)
+    lso = plog.last_stable_offset(hw)
+    assert lso == 4
+    assert read_committed(plog, lso, 1 << 20) == {0, 3}  # k=committed (offset 0) and j=old survive
+    assert all_aborted(plog) == entries
+    reopened = PartitionLog.open(tmp_path / "t-0", LogConfig(cleanup_policy=("compact",)), topic_id=None)
+    assert all_aborted(reopened) == entries
