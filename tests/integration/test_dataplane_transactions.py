@@ -181,7 +181,8 @@ def test_read_committed_sees_committed_transactions_only_across_a_leader_kill9(c
     assert write_marker(broker_port(cluster, follower), topic, other, 0, True) == NOT_LEADER_OR_FOLLOWER
     assert write_marker(port, "no-such-topic", other, 0, True) == UNKNOWN_TOPIC_OR_PARTITION
     assert produce(port, topic, [b"y"], pid=pid, epoch=1, seq=0, transactional=True, transactional_id=None) == (
-        TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        -1,
     )
     assert produce(port, topic, [], pid=pid, epoch=1, control=True)[0] == INVALID_RECORD
 
@@ -196,6 +197,7 @@ def test_read_committed_sees_committed_transactions_only_across_a_leader_kill9(c
     assert by_id[other].current_txn_start_offset == 11 and by_id[other].coordinator_epoch == 5
     assert by_id[pid].producer_epoch == 1 and by_id[pid].current_txn_start_offset == -1
     assert by_id[pid].coordinator_epoch == 3
+    assert describe_producers(broker_port(cluster, follower), topic).error_code == NOT_LEADER_OR_FOLLOWER
 
     # kill -9 of the leader: the new one knows `other`'s open transaction from what it copied.
     cluster.kill9(first)

@@ -72,7 +72,7 @@ def test_marker_batch_golden_bytes_and_kafka_python_reads_it() -> None:
     assert len(frames) == 1 and frames[0].attributes == 0x30 and frames[0].record_count == 1
     # The record: length 16, attributes 0, timestamp delta 0, offset delta 0, key (4 bytes:
     # version 0, type 1 = COMMIT), value (6 bytes: version 0, coordinator epoch 5), 0 headers.
-    assert data[61:] == bytes.fromhex("20" "00" "00" "00" "08" "00000001" "0c" "0000" "00000005" "00")
+    assert data[61:] == bytes.fromhex("20" "00" "00" "00" "08" "00000001" "0c" "0000" "00000005" "00")  # fmt: skip
     batch = DefaultRecordBatch(bytearray(data))
     assert batch.is_control_batch and batch.is_transactional
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (7, 3, -1)
@@ -88,7 +88,7 @@ def test_aborted_txn_entry_golden_bytes() -> None:
     entry = AbortedTxn(producer_id=0x0102030405060708, first_offset=10, last_offset=20, last_stable_offset=21)
     assert entry.encode() == bytes.fromhex(
         "0000" "0102030405060708" "000000000000000a" "0000000000000014" "0000000000000015"
-    )
+    )  # fmt: skip
     assert len(entry.encode()) == 34 and AbortedTxn.decode(entry.encode()) == entry
 
 
