@@ -439,3 +439,20 @@ def test_compaction_keeps_what_aborted_and_open_transactions_would_hide(tmp_path
     assert all_aborted(plog) == entries
     reopened = PartitionLog.open(tmp_path / "t-0", LogConfig(cleanup_policy=("compact",)), topic_id=None)
     assert all_aborted(reopened) == entries
+
+
+def test_log_dump_prints_markers_and_the_txnindex_as_kafka_dump_log(tmp_path: Path) -> None:
+    from broker.log.dump import dump_partition_file, is_partition_file
+
+    plog = open_log(tmp_path)
+    plog.append_as_leader(tbatch(7, 0, 0, 2), 0, NOW)
+    plog.append_marker(7, 0, EndTxnMarker(False, 4), 0, NOW)
+    txnindex = plog.segments[0].txn_index.path
+    assert is_partition_file(txnindex)
+    assert list(dump_partition_file(txnindex)) == [
+        f"Dumping {txnindex}",
+        "version: 0 producerId: 7 firstOffset: 0 lastOffset: 2 lastStableOffset: 3",
+    ]
+    lines = list(dump_partition_file(plog.segments[0].path, print_data_log=True))
+    assert any("isTransactional: true isControl: true" in line for line in lines)
+    assert any(line.endswith("endTxnMarker: ABORT coordinatorEpoch: 4") for line in lines)
