@@ -700,7 +700,10 @@ class PartitionLog:
         """min(first unstable offset, `high_watermark`), never below the log start (Kafka's
         LSO: records below it belong to no open transaction and to no transaction whose marker
         is not yet below the HW)."""
-        first = self.producers.first_unstable_offset(high_watermark)
+        producers = self.producers
+        if not producers.ongoing and not producers.unreplicated:  # no transaction: the fetch path's usual case
+            return high_watermark
+        first = producers.first_unstable_offset(high_watermark)
         if first is None or first >= high_watermark:
             return high_watermark
         return max(first, self.log_start_offset)
