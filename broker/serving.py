@@ -5,12 +5,14 @@ active controller."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from broker.kafka.forwarding import forward_frame
 from broker.kafka.services import (
     DeleteRecordsPartition,
     DeleteRecordsResult,
+    DescribeProducersResult,
     EpochEndOffset,
     EpochQuery,
     FetchParams,
@@ -21,12 +23,19 @@ from broker.kafka.services import (
     PartitionView,
     ProduceParams,
     ProducePartitionResult,
+    TxnMarker,
+    TxnMarkerListener,
+    TxnMarkerResult,
 )
 from broker.producer_ids import ProducerIdManager
 from broker.replica.manager import ReplicaManager
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.image import MetadataImage
 from quorum.node.controller_client import ControllerClient
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class LocalBrokerServices:
@@ -45,6 +54,8 @@ class LocalBrokerServices:
         self.replicas = replicas
         self.controller = controller
         self.producer_ids = producer_ids
+        # The group coordinator's hook for transactional offsets (set by the integrator).
+        self.txn_marker_listener: TxnMarkerListener | None = None
 
     @property
     def node_id(self) -> int:
@@ -84,6 +95,28 @@ class LocalBrokerServices:
 
     async def new_producer_id(self) -> tuple[ErrorCode, int]:
         return await self.producer_ids.generate()
+
+    async def write_txn_markers(self, markers: Sequence[TxnMarker], timeout_ms: int) -> list[TxnMarkerResult]:
+        results = await self.replicas.write_txn_markers(markers, timeout_ms)
+        listener = self.txn_marker_listener
+        if listener is None:
+            return results
+        out = []
+        for marker, result in zip(markers, results, strict=True):
+            errors = list(result.errors)
+            for i, ((topic, partition), error) in enumerate(zip(marker.partitions, errors, strict=True)):
+                if topic != OFFSETS_TOPIC or error != ErrorCode.NONE:
+                    continue
+                try:
+                    listener.on_txn_marker(partition, marker.producer_id, marker.committed)
+                except Exception:
+                    log.exception("the group coordinator failed on the marker of producer %d", marker.producer_id)
+                    errors[i] = ErrorCode.UNKNOWN_SERVER_ERROR
+            out.append(TxnMarkerResult(result.producer_id, tuple(errors)))
+        return out
+
+    def describe_producers(self, topic: str, partition: int) -> DescribeProducersResult:
+        return self.replicas.describe_producers(topic, partition)
 
     async def forward_to_controller(self, frame: bytes, api_key: int, api_version: int, timeout_ms: int) -> bytes:
         return await forward_frame(self.controller, frame, api_key, api_version, timeout_ms)

@@ -11,6 +11,8 @@ Ranges, with the reason for each bound:
 - ListOffsets 1-7 (v7: max timestamp), Metadata 0-12, OffsetForLeaderEpoch 2-4,
   ApiVersions 0-3, DeleteRecords 0-2, DescribeLogDirs 1-4, DescribeCluster 0-2.
 - InitProducerId 0-5 (Kafka 3.9's range), idempotent producers only (`init_producer_id`).
+- WriteTxnMarkers 0-1 (v1 flexible) and DescribeProducers 0: the partition logs' side of
+  transactions (`write_txn_markers`, `describe_producers`).
 - AlterConfigs 0-2: translated to IncrementalAlterConfigs for the controller (`alter_configs`).
 - The admin apis forwarded to the active controller: exactly the controller's ranges
   (`quorum.wire.admin_codec.ADMIN_API_VERSIONS`), so a forwarded frame always decodes there.
@@ -46,6 +48,7 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    WRITE_TXN_MARKERS = 27
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
@@ -55,6 +58,7 @@ class ApiKey(IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
 
@@ -101,6 +105,8 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.WRITE_TXN_MARKERS: (0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     **{int(key): ADMIN_API_VERSIONS[AdminApiKey(int(key))] for key in FORWARDED},
 }
 
@@ -136,6 +142,8 @@ FIRST_FLEXIBLE: Final[dict[int, int]] = {
     ApiKey.ELECT_LEADERS: 2,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
     ApiKey.DESCRIBE_CLUSTER: 0,
+    ApiKey.WRITE_TXN_MARKERS: 1,
+    ApiKey.DESCRIBE_PRODUCERS: 0,
 }
 
 

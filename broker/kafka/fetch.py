@@ -12,8 +12,9 @@ Rules applied here (the reading rules are the services', see `FetchParams`):
   a consumer that has a `rack_id` with a `preferred_read_replica` (and no records) for
   partitions where a replica in the client's rack is better; such a fetch is answered at
   once (no long poll), as Kafka does.
-- READ_COMMITTED answers an empty aborted-transactions list, READ_UNCOMMITTED null (no
-  transactions exist on this broker).
+- READ_COMMITTED answers the aborted transactions overlapping the records returned (the
+  log's `aborted_transactions`, an empty list when none), READ_UNCOMMITTED null; the
+  services read a READ_COMMITTED consumer's records below the last stable offset.
 """
 
 from __future__ import annotations
@@ -155,7 +156,13 @@ def encode_fetch_response(
             if v >= 5:
                 w.i64(res.log_start_offset)
             if committed:
-                w.length(0, flex, True)  # aborted_transactions: none
+                aborted = res.aborted_transactions
+                w.length(len(aborted), flex, True)
+                for txn in aborted:
+                    w.i64(txn.producer_id)
+                    w.i64(txn.first_offset)
+                    if flex:
+                        w.uvarint(0)  # no tagged fields
             else:
                 w.length(-1, flex, True)
             if v >= 11:

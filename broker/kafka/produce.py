@@ -10,8 +10,11 @@ the data are answered INVALID_RECORD before the log is touched. CRC-32C, sizes
 Versions 0-2 are advertised but refused (UNSUPPORTED_VERSION per partition; Kafka 4).
 acks=0 gets no response at all; if any partition failed, the connection is closed
 instead (Kafka's way of telling an acks=0 producer). Any acks other than -1/0/1 is
-INVALID_REQUIRED_ACKS. A transactional produce is INVALID_TXN_STATE: this broker has no
-transaction coordinator, so no partition can have been added to a transaction.
+INVALID_REQUIRED_ACKS. Transactional batches (attribute 0x10) in a request without a
+transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition (Kafka's
+KafkaApis rule, which holds without an authorizer too); with one, they go to the log, whose
+producer state opens the transaction (`broker.log.producer_state`). A control batch from a
+client is the log's INVALID_RECORD.
 """
 
 from __future__ import annotations
@@ -31,12 +34,21 @@ from broker.kafka.services import (
 from broker.kafka.wire import Reader, response_writer
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.image import MetadataImage
-from quorum.storage.batch_layout import BATCH_HEADER_SIZE, BATCH_LENGTH_AT, LOG_OVERHEAD, MAGIC, MAGIC_AT
+from quorum.storage.batch_layout import (
+    ATTR_TRANSACTIONAL,
+    ATTRIBUTES_AT,
+    BATCH_HEADER_SIZE,
+    BATCH_LENGTH_AT,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_AT,
+)
 from quorum.wire.transport import CloseConnection
 
 __all__ = ["ProduceRequest", "decode_produce", "encode_produce_response", "handle_produce", "validate_single_batch"]
 
 _I32: Final = struct.Struct(">i")
+_I16: Final = struct.Struct(">h")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +86,13 @@ def decode_produce(ctx: RequestContext) -> ProduceRequest:
     if flex:
         r.skip_tags()
     return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics))
+
+
+def _is_transactional(records: memoryview | None) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords, on the first batch's attributes."""
+    if records is None or len(records) < BATCH_HEADER_SIZE:
+        return False
+    return bool(_I16.unpack_from(records, ATTRIBUTES_AT)[0] & ATTR_TRANSACTIONAL)
 
 
 def validate_single_batch(records: memoryview | None) -> str | None:
@@ -192,8 +211,8 @@ async def handle_produce(ctx: RequestContext, services: BrokerServices, config: 
         refusal = ErrorCode.UNSUPPORTED_VERSION
     elif request.acks not in (-1, 0, 1):
         refusal = ErrorCode.INVALID_REQUIRED_ACKS
-    elif request.transactional_id is not None:
-        refusal = ErrorCode.INVALID_TXN_STATE
+    elif request.transactional_id is None and any(_is_transactional(records) for _, _, records in flat):
+        refusal = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     to_append: list[int] = []
     if refusal is not None:
         for i in range(len(flat)):
@@ -210,7 +229,7 @@ async def handle_produce(ctx: RequestContext, services: BrokerServices, config: 
             acks=request.acks,
             timeout_ms=request.timeout_ms,
             partitions=tuple(ProducePartition(flat[i][0], flat[i][1], flat[i][2] or b"") for i in to_append),
-            transactional_id=None,
+            transactional_id=request.transactional_id,
             client_id=ctx.header.client_id,
         )
         appended = await services.produce(params)

@@ -32,6 +32,7 @@ from broker.kafka.api_versions import handle_api_versions
 from broker.kafka.apis import FORWARDED, SUPPORTED, ApiKey, is_flexible
 from broker.kafka.cluster import handle_describe_cluster
 from broker.kafka.context import RequestContext
+from broker.kafka.describe_producers import handle_describe_producers
 from broker.kafka.fetch import handle_fetch
 from broker.kafka.fetch_session import FetchSessionCache
 from broker.kafka.group_apis import GroupApis
@@ -42,6 +43,7 @@ from broker.kafka.offsets import handle_list_offsets, handle_offset_for_leader_e
 from broker.kafka.produce import handle_produce
 from broker.kafka.services import BrokerServices, ListenerConfig
 from broker.kafka.wire import MalformedRequest, parse_request_header, peek_api
+from broker.kafka.write_txn_markers import handle_write_txn_markers
 from quorum.wire.limits import ConnectionLimits
 from quorum.wire.transport import CloseConnection, close_server, serve
 
@@ -134,6 +136,10 @@ class KafkaRequestHandler:
                 return await handle_init_producer_id(ctx, s)
             case ApiKey.ALTER_CONFIGS:
                 return await handle_alter_configs(ctx, s, c)
+            case ApiKey.WRITE_TXN_MARKERS:
+                return await handle_write_txn_markers(ctx, s)
+            case ApiKey.DESCRIBE_PRODUCERS:
+                return await handle_describe_producers(ctx, s)
             case ApiKey.FIND_COORDINATOR:
                 return await self.groups.find_coordinator(ctx)
             case ApiKey.JOIN_GROUP:

@@ -37,8 +37,10 @@ from broker.replica.requests import (
     MAX_TIMESTAMP,
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    AbortedTransaction,
     DeleteRecordsPartition,
     DeleteRecordsResult,
+    DescribeProducersResult,
     EpochEndOffset,
     EpochQuery,
     FetchParams,
@@ -53,8 +55,11 @@ from broker.replica.requests import (
     ProduceParams,
     ProducePartition,
     ProducePartitionResult,
+    ProducerDescription,
     RecordError,
     ReplicaView,
+    TxnMarker,
+    TxnMarkerResult,
 )
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.image import MetadataImage
@@ -68,7 +73,13 @@ __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
+    "AbortedTransaction",
     "BrokerServices",
+    "DescribeProducersResult",
+    "ProducerDescription",
+    "TxnMarker",
+    "TxnMarkerListener",
+    "TxnMarkerResult",
     "DeleteRecordsPartition",
     "DeleteRecordsResult",
     "EpochEndOffset",
@@ -155,6 +166,20 @@ class BrokerServices(Protocol):
         the cluster), or (COORDINATOR_LOAD_IN_PROGRESS, -1) while no id block is at hand."""
         ...
 
+    async def write_txn_markers(self, markers: Sequence[TxnMarker], timeout_ms: int) -> list[TxnMarkerResult]:
+        """WriteTxnMarkers: append each marker to each of its partitions this broker leads,
+        with acks=all (up to `timeout_ms`). Per partition: UNKNOWN_TOPIC_OR_PARTITION (not
+        hosted here), NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, INVALID_PRODUCER_EPOCH,
+        TRANSACTION_COORDINATOR_FENCED, REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR. Once a marker
+        on a `__consumer_offsets` partition is committed, the `TxnMarkerListener` (if any) is
+        told before the answer."""
+        ...
+
+    def describe_producers(self, topic: str, partition: int) -> DescribeProducersResult:
+        """DescribeProducers: the active producers of a partition this broker leads
+        (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION otherwise)."""
+        ...
+
     async def forward_to_controller(self, frame: bytes, api_key: int, api_version: int, timeout_ms: int) -> bytes:
         """Send a complete admin request frame (length prefix included, any correlation
         id) to the active controller, retrying NOT_CONTROLLER and unreachable controllers
@@ -162,6 +187,17 @@ class BrokerServices(Protocol):
         the correlation id of `frame`. `broker.kafka.forwarding.forward_frame` does all of
         this over a `ControllerClient`. Raises TimeoutError when no controller answered."""
         ...
+
+
+class TxnMarkerListener(Protocol):
+    """The group coordinator's side of a transaction's end (Kafka's
+    GroupCoordinator.onTransactionCompleted): told once a COMMIT (`committed`) or ABORT marker
+    of `producer_id` is committed on `__consumer_offsets` partition `partition`, so that the
+    transaction's pending offset commits are made visible or dropped. Called on the event
+    loop, before the WriteTxnMarkers answer; an exception makes that partition's answer
+    UNKNOWN_SERVER_ERROR (the coordinator sends the marker again)."""
+
+    def on_txn_marker(self, partition: int, producer_id: int, committed: bool) -> None: ...
 
 
 # --------------------------------------------------------------------------- listener settings

@@ -27,6 +27,12 @@ than `min.compaction.lag.ms` by their largest timestamp). One cleaning:
    swap ever has `.swap` files: a crash after their rename is finished by
    `PartitionLog.open`, one before it discards the `.cleaned` files.
 
+Transactions (Kafka's rules): the first uncleanable offset is also at most the last stable
+offset, so no record of an open transaction, or of one whose marker the HW has not passed,
+is cleaned; records of aborted transactions (the `.txnindex` entries of the cleaned range)
+never enter the offset map, so an aborted record never removes an older record of its key
+(and, not being its key's latest, it goes itself). Markers are kept as they are.
+
 Tombstones (a null value) follow KIP-534: the first cleaning that keeps a tombstone
 rewrites its batch with a delete horizon (`ATTR_DELETE_HORIZON`, baseTimestamp = now +
 `delete.retention.ms`); a later cleaning after that time drops it.
@@ -46,7 +52,8 @@ from broker.log.config import LogConfig
 from broker.log.partition_log import CLEANED_SUFFIX, PartitionLog
 from broker.log.records import BatchHeader, Record, RecordsError, batch_records, encode_records
 from broker.log.segment import LogSegment
-from quorum.storage.batch_layout import ATTR_CONTROL, ATTR_DELETE_HORIZON, HEADER
+from broker.log.txn_index import AbortedTxn
+from quorum.storage.batch_layout import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL, HEADER
 from quorum.storage.durable import fsync_dir
 from quorum.storage.record_batch import BatchFrame, scan_frames
 
@@ -75,11 +82,12 @@ class CleanPlan:
     log: PartitionLog
     segments: tuple[SourceSegment, ...]  # sealed, contiguous, from the log's first segment
     first_dirty: int  # the cleaner checkpoint, clamped to the log
-    first_uncleanable: int  # min(active segment base, high watermark)
+    first_uncleanable: int  # min(active segment base, last stable offset)
     truncations: int
     config: LogConfig
     now_ms: int
     delete_horizon_due: bool  # a tombstone kept by an earlier cleaning may go now
+    aborted: tuple[AbortedTxn, ...] = ()  # the aborted transactions overlapping the cleanable range
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +115,7 @@ def now_ms() -> int:
 
 def plan(plog: PartitionLog, first_dirty: int, high_watermark: int, now: int, next_delete_horizon_ms: int) -> CleanPlan:
     """The snapshot of what a cleaning may touch (on the loop; no IO)."""
-    uncleanable = min(plog.active.base_offset, high_watermark)
+    uncleanable = min(plog.active.base_offset, plog.last_stable_offset(high_watermark))
     sources = []
     for i, seg in enumerate(plog.segments[:-1]):
         end = plog.segments[i + 1].base_offset
@@ -118,7 +126,8 @@ def plan(plog: PartitionLog, first_dirty: int, high_watermark: int, now: int, ne
     if not start <= first_dirty <= uncleanable:
         first_dirty = start  # no checkpoint, or one a truncation made stale: all of it is dirty
     due = 0 <= next_delete_horizon_ms <= now
-    return CleanPlan(plog, tuple(sources), first_dirty, uncleanable, plog.truncations, plog.config, now, due)
+    aborted = tuple(plog.aborted_transactions(start, uncleanable)) if uncleanable > start else ()
+    return CleanPlan(plog, tuple(sources), first_dirty, uncleanable, plog.truncations, plog.config, now, due, aborted)
 
 
 def swap(result: CleanResult) -> bool:
@@ -174,7 +183,7 @@ def _clean(p: CleanPlan, cfg: LogConfig, max_map_keys: int) -> CleanResult | Non
     offset_map: dict[bytes, int] = {}
     mapped: list[SourceSegment] = []
     for s in dirty:
-        keys = _latest_offsets(s)
+        keys = _latest_offsets(s, p.aborted)
         if mapped and len(offset_map) + len(keys) > max_map_keys:
             break  # the rest waits for the next cleaning
         for key, offset in keys.items():
@@ -258,10 +267,17 @@ def _records(f: BatchFrame, data: bytes, where: Path) -> list[_Decoded]:
         return []
 
 
-def _latest_offsets(s: SourceSegment) -> dict[bytes, int]:
+def _is_aborted(f: BatchFrame, aborted: tuple[AbortedTxn, ...]) -> bool:
+    """A transactional batch of an aborted transaction (between its first offset and marker)."""
+    return bool(f.attributes & ATTR_TRANSACTIONAL) and any(
+        t.producer_id == f.producer_id and t.first_offset <= f.base_offset < t.last_offset for t in aborted
+    )
+
+
+def _latest_offsets(s: SourceSegment, aborted: tuple[AbortedTxn, ...]) -> dict[bytes, int]:
     latest: dict[bytes, int] = {}
     for f, data in _batches(s):
-        if f.attributes & ATTR_CONTROL:
+        if f.attributes & ATTR_CONTROL or _is_aborted(f, aborted):
             continue
         for offset, _ts, key, _v, _h in _records(f, data, s.path):
             if key is not None:

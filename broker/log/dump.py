@@ -12,7 +12,8 @@
   `isvalid: false`; bytes that do not frame end the dump with Kafka's
   `Found N invalid bytes at the end of <file>`.
 - an offset index (`.index`): `offset: N position: P` per entry; a time index
-  (`.timeindex`): `timestamp: T offset: N` per entry.
+  (`.timeindex`): `timestamp: T offset: N` per entry; an aborted-transaction index
+  (`.txnindex`): `version: 0 producerId: P firstOffset: F lastOffset: L lastStableOffset: S`.
 - `verify_index_only`: check each index entry against the segment instead and report
   mismatches (`Mismatches in :<file>` / `  Index offset: I, log offset: L`), or for a time
   index the entries whose timestamp or offset the segment contradicts.
@@ -29,7 +30,9 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from broker.log.control_records import MarkerError, decode_marker_record
 from broker.log.records import batch_records
+from broker.log.txn_index import ABORTED_TXN_VERSION, TXN_INDEX_SUFFIX, TransactionIndex
 from quorum.storage.batch_layout import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
@@ -54,19 +57,14 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
 
-# Kafka's ControlRecordType ids of the transaction markers (EndTransactionMarker).
-_END_TXN_MARKERS = {0: "ABORT", 1: "COMMIT"}
-
-
 def _end_txn_marker(key: bytes | None, value: bytes | None) -> str:
-    """` endTxnMarker: COMMIT coordinatorEpoch: N` for a transaction marker (a control record:
-    key = int16 version, int16 type; value = int16 version, int32 coordinator epoch), else ""."""
-    if key is None or value is None or len(key) < 4 or len(value) < 6:
+    """` endTxnMarker: COMMIT coordinatorEpoch: N` for a transaction marker (a control record,
+    `broker.log.control_records`), else ""."""
+    try:
+        marker = decode_marker_record(key, value)
+    except MarkerError:
         return ""
-    marker = _END_TXN_MARKERS.get(struct.unpack_from(">h", key, 2)[0])
-    if marker is None:
-        return ""
-    return f" endTxnMarker: {marker} coordinatorEpoch: {_I32.unpack_from(value, 2)[0]}"
+    return f" endTxnMarker: {'COMMIT' if marker.committed else 'ABORT'} coordinatorEpoch: {marker.coordinator_epoch}"
 
 
 def _text(raw: bytes) -> str:
@@ -210,6 +208,15 @@ def dump_time_index(path: Path, *, verify_index_only: bool = False) -> Iterator[
         yield f"Index {path} is consistent with its segment ({len(entries)} entries)."
 
 
+def dump_txn_index(path: Path) -> Iterator[str]:
+    """Kafka's dumpTxnIndex: one line per aborted transaction."""
+    for t in TransactionIndex(path).entries:
+        yield (
+            f"version: {ABORTED_TXN_VERSION} producerId: {t.producer_id} firstOffset: {t.first_offset} "
+            f"lastOffset: {t.last_offset} lastStableOffset: {t.last_stable_offset}"
+        )
+
+
 def dump_partition_file(
     path: Path,
     *,
@@ -223,6 +230,8 @@ def dump_partition_file(
         yield from dump_offset_index(path, verify_index_only=verify_index_only)
     elif path.suffix == ".timeindex":
         yield from dump_time_index(path, verify_index_only=verify_index_only)
+    elif path.suffix == TXN_INDEX_SUFFIX:
+        yield from dump_txn_index(path)
     else:
         yield from dump_segment(path, deep_iteration=deep_iteration, print_data_log=print_data_log, parser=parser)
 
@@ -230,4 +239,6 @@ def dump_partition_file(
 def is_partition_file(path: Path) -> bool:
     """A file of a partition log (not of the metadata log `__cluster_metadata-0`)."""
     parent = path.resolve().parent.name
-    return path.suffix in (".log", ".index", ".timeindex") and not parent.startswith("__cluster_metadata")
+    return path.suffix in (".log", ".index", ".timeindex", TXN_INDEX_SUFFIX) and not parent.startswith(
+        "__cluster_metadata"
+    )

@@ -26,6 +26,13 @@ Invariants:
   log end: every append updates it, and a truncation or an open reloads it from the newest
   `<offset>.snapshot` at or below the log end plus the batches after it; a snapshot's offset
   is never above the log end nor below the first segment.
+- transactions (broker.log.producer_state): each segment's `.txnindex` holds exactly the
+  aborted transactions whose ABORT marker lies in that segment and below the producers'
+  map end (the log end once an append or a reload is done): the appends that close a
+  transaction write its entry, a reload cuts the indexes at the snapshot's offset and the
+  replay after it writes them again, so recovery and truncation rebuild them with the very
+  rule that wrote them. The last stable offset is min(first unstable offset, HW), never
+  below the log start.
 """
 
 from __future__ import annotations
@@ -52,12 +59,14 @@ from broker.log.checkpoints import (
 )
 from broker.log.compression import DecompressionError
 from broker.log.config import LogConfig
+from broker.log.control_records import EndTxnMarker, encode_marker_batch
 from broker.log.dir_failure import LogDirFailures, storage_op
 from broker.log.disk_queue import INLINE, DiskQueue
 from broker.log.epoch_cache import end_offset_for
 from broker.log.errors import LogError
 from broker.log.producer_state import (
     NO_PRODUCER_ID,
+    CompletedTxn,
     ProducerBatch,
     ProducerStateManager,
     SnapshotError,
@@ -67,9 +76,10 @@ from broker.log.producer_state import (
 )
 from broker.log.records import RecordsError, batch_records
 from broker.log.segment import LogSegment
+from broker.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from broker.log.validation import assign
 from quorum.kafka_errors import ErrorCode
-from quorum.storage.batch_layout import BATCH_HEADER_SIZE, LOG_OVERHEAD
+from quorum.storage.batch_layout import ATTR_CONTROL, BATCH_HEADER_SIZE, LOG_OVERHEAD
 from quorum.storage.durable import fsync_dir
 from quorum.storage.record_batch import BatchFrame, scan_frames
 
@@ -294,6 +304,11 @@ class PartitionLog:
             plog.recovery_point = end
         plog.recovery = RecoveryReport(recovered, cut_total, reason, len(segments))
         plog._snapshots = sorted(o for p in directory.glob("*.snapshot") if (o := snapshot_offset(p.name)) is not None)
+        if recovered_tail is not None:
+            # The re-walked segments' .txnindex files may have lost entries with an unflushed
+            # tail: the producers' state is replayed through all of them, which rewrites them.
+            tail = recovered_tail
+            plog._delete_snapshots(lambda o: o <= tail)
         if clean and not plog._snapshots and end > plog.log_start_offset:
             # Kafka's upgrade rule: a cleanly closed log without any snapshot was written before
             # producer state was kept (pykraft served no producer ids then), so there is nothing
@@ -355,7 +370,7 @@ class PartitionLog:
 
     @staticmethod
     def _delete_files(directory: Path, base: int) -> None:
-        for suffix in (".log", ".index", ".timeindex"):
+        for suffix in (".log", ".index", ".timeindex", TXN_INDEX_SUFFIX):
             (directory / f"{base:020d}{suffix}").unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ views
@@ -505,8 +520,9 @@ class PartitionLog:
     def _write(self, data: bytes | bytearray | memoryview, frames: list, now_ms: int) -> None:  # type: ignore[type-arg]
         last = frames[-1].last_offset
         self.maybe_roll(now_ms, len(data), last)
+        batches = _producer_batches(data, frames)  # before the write: a marker that does not parse writes nothing
         self.active.append(data, frames)
-        self.producers.on_append(_producer_batches(data, frames), last + 1)
+        self._apply_producer_batches(self.active, batches, last + 1)
         for f in frames:
             if f.leader_epoch >= 0 and (not self._epochs or f.leader_epoch > self._epochs[-1][0]):
                 self._assign(f.leader_epoch, f.base_offset)
@@ -534,6 +550,23 @@ class PartitionLog:
                     duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, duplicate.last_offset,
                     append_time, self.log_start_offset, 0, 0,
                 )  # fmt: skip
+        self._write(a.data, a.frames, now_ms)
+        return AppendInfo(
+            a.first_offset, a.last_offset, a.max_timestamp, a.offset_of_max_timestamp, a.log_append_time_ms,
+            self.log_start_offset, a.record_count, len(a.data),
+        )  # fmt: skip
+
+    @storage_op("append")
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, marker: EndTxnMarker, leader_epoch: int, now_ms: int
+    ) -> AppendInfo:
+        """A transaction coordinator's COMMIT or ABORT marker (WriteTxnMarkers): checked against
+        the producer's state (LogError INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED),
+        then written as a control batch at the log end."""
+        self.producers.check_marker(producer_id, producer_epoch, marker, self.log_end_offset)
+        batch = encode_marker_batch(producer_id, producer_epoch, marker, now_ms)
+        a = assign(batch, self.config, next_offset=self.log_end_offset, leader_epoch=leader_epoch, now_ms=now_ms,
+                   control=True)  # fmt: skip
         self._write(a.data, a.frames, now_ms)
         return AppendInfo(
             a.first_offset, a.last_offset, a.max_timestamp, a.offset_of_max_timestamp, a.log_append_time_ms,
@@ -631,23 +664,61 @@ class PartitionLog:
         self._last_expiry_check_ms = now
 
     def _replay_producers(self, start: int) -> None:
-        """Apply the producer fields of every batch from offset `start` to the log end."""
+        """Apply the producer fields of every batch from offset `start` to the log end (the
+        whole batch of a control batch: its marker)."""
         end = self.log_end_offset
         for seg in self.segments[self._segment_for(start) :] if start < end else []:
+            seg.txn_index.truncate_to(start)  # the replay writes the entries from `start` again
             position = seg.offset_index.lookup(start) if seg.base_offset <= start else 0
             while position < seg.size:
                 frames = seg.frames_from(position, _REPLAY_CHUNK)
                 if not frames:
                     break
                 batches = [
-                    ProducerBatch.from_header(seg.read(f.position, BATCH_HEADER_SIZE), 0, f.base_offset,
-                                              f.last_offset_delta, f.max_timestamp)
+                    ProducerBatch.from_header(
+                        seg.read(f.position, f.size if f.attributes & ATTR_CONTROL else BATCH_HEADER_SIZE), 0,
+                        f.base_offset, f.last_offset_delta, f.max_timestamp,
+                    )
                     for f in frames
                     if f.producer_id != NO_PRODUCER_ID and f.base_offset >= start
                 ]  # fmt: skip
-                self.producers.on_append(batches, frames[-1].last_offset + 1)
+                self._apply_producer_batches(seg, batches, frames[-1].last_offset + 1)
                 position = frames[-1].position + frames[-1].size
         self.producers.map_end_offset = end
+
+    def _apply_producer_batches(self, seg: LogSegment, batches: list[ProducerBatch], end_offset: int) -> None:
+        """The one path of every batch into the producers' state (appends of leaders and
+        followers, replays): an aborted transaction's entry goes to `seg`, the segment that
+        holds its marker."""
+        for txn, lso in self.producers.on_append(batches, end_offset):
+            if txn.aborted:
+                seg.txn_index.append(_aborted_entry(txn, lso))
+
+    # ------------------------------------------------------------------ transactions
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """min(first unstable offset, `high_watermark`), never below the log start (Kafka's
+        LSO: records below it belong to no open transaction and to no transaction whose marker
+        is not yet below the HW)."""
+        producers = self.producers
+        if not producers.ongoing and not producers.unreplicated:  # no transaction: the fetch path's usual case
+            return high_watermark
+        first = producers.first_unstable_offset(high_watermark)
+        if first is None or first >= high_watermark:
+            return high_watermark
+        return max(first, self.log_start_offset)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Kafka's collectAbortedTxns: the aborted transactions overlapping
+        [fetch_offset, upper_bound_offset), from the segment holding `fetch_offset` on, until
+        an entry's last stable offset reaches the upper bound."""
+        found: list[AbortedTxn] = []
+        for seg in self.segments[self._segment_for(fetch_offset) :]:
+            entries, complete = seg.txn_index.collect(fetch_offset, upper_bound_offset)
+            found += entries
+            if complete or seg.base_offset >= upper_bound_offset:
+                break
+        return found
 
     def _maybe_expire_producers(self, now_ms: int) -> None:
         """producer.id.expiration.ms, checked every producer.id.expiration.check.interval.ms
@@ -877,6 +948,7 @@ class PartitionLog:
         for sources, base in groups:
             i = self.segments.index(sources[0])
             end = self.segments[i + len(sources)].base_offset
+            aborted = [e for seg in sources for e in seg.txn_index.entries]  # offsets never move
             for seg in sources:
                 if seg in self._dirty:
                     self._dirty.remove(seg)
@@ -889,6 +961,8 @@ class PartitionLog:
                 disk=self.disk,
             )  # fmt: skip
             new.open_sealed(end)
+            for entry in aborted:
+                new.txn_index.append(entry)
             self.segments[i : i + len(sources)] = [new]
         self._bases = [s.base_offset for s in self.segments]
         directory = self.directory
@@ -938,7 +1012,7 @@ class PartitionLog:
         written are vouched for."""
         upto = min(upto, self.log_end_offset)
         segments = tuple(self._dirty) + ((self.active,) if upto > self.active.base_offset else ())
-        paths = [p for seg in segments for p in seg.file_paths()]
+        paths = [p for seg in segments for p in seg.durable_paths()]
         directory, truncations = self.directory, self._truncations
         write_epochs_first = self._epochs_writer()
 
@@ -979,6 +1053,10 @@ class PartitionLog:
         """Close and remove the whole directory."""
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _aborted_entry(txn: CompletedTxn, last_stable_offset: int) -> AbortedTxn:
+    return AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, last_stable_offset)
 
 
 def _producer_batches(data: bytes | bytearray | memoryview, frames: list[BatchFrame]) -> list[ProducerBatch]:

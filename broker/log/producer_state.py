@@ -18,6 +18,22 @@ against that state before it is written:
   start at any sequence. Kafka 3.9's broker never answers UNKNOWN_PRODUCER_ID (the client
   infers it); neither does this one.
 
+Transactions (Kafka 3.9's ProducerAppendInfo and ProducerStateManager): a transactional
+batch (attribute 0x10) of a producer with no open transaction opens one at its first
+offset (`current_txn_first_offset`); a control batch (0x20: an end-transaction marker,
+`broker.log.control_records`) closes it. Rules for a leader's writes:
+
+- a client's non-transactional batch while its producer has a transaction open:
+  INVALID_TXN_STATE;
+- a marker with a producer epoch below the producer's: INVALID_PRODUCER_EPOCH; with a
+  coordinator epoch below the last one this partition saw for the producer:
+  TRANSACTION_COORDINATOR_FENCED.
+
+Open transactions, in first-offset order, and the closed ones whose marker the high
+watermark has not passed yet give the **first unstable offset**; the log's last stable
+offset is min(first unstable offset, HW). A marker of a transaction that wrote nothing here
+closes nothing (Kafka: no CompletedTxn for an empty transaction).
+
 Batches a follower copies from its leader are not checked (the leader did it): a lower
 epoch is accepted too, and the state follows whatever the log holds, so that a follower
 that becomes leader knows every producer's sequences already.
@@ -29,6 +45,9 @@ state of every producer as of that offset, the last batch of each only (as Kafka
     ProducerEntries int32 count, then per producer: ProducerId int64 | Epoch int16 |
     LastSequence int32 | LastOffset int64 | OffsetDelta int32 | Timestamp int64 |
     CoordinatorEpoch int32 | CurrentTxnFirstOffset int64 (-1: none)
+
+Every append, a leader's, a follower's, and the replay of the log at open or after a
+truncation, goes through `on_append`: the same transitions everywhere.
 
 Units: offsets are Kafka offsets, timestamps and durations epoch milliseconds.
 """
@@ -42,9 +61,18 @@ from typing import Final
 
 from crc32c import crc32c
 
+from broker.log.control_records import EndTxnMarker, MarkerError, decode_marker_batch
 from broker.log.errors import LogError
 from quorum.kafka_errors import ErrorCode
-from quorum.storage.batch_layout import BASE_SEQUENCE_AT, PRODUCER_EPOCH_AT, PRODUCER_ID_AT
+from quorum.storage.batch_layout import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    ATTRIBUTES_AT,
+    BASE_SEQUENCE_AT,
+    LOG_OVERHEAD,
+    PRODUCER_EPOCH_AT,
+    PRODUCER_ID_AT,
+)
 
 NUM_BATCHES_TO_RETAIN: Final = 5
 NO_PRODUCER_ID: Final = -1
@@ -56,6 +84,8 @@ SNAPSHOT_VERSION: Final = 1
 DEFAULT_PRODUCER_ID_EXPIRATION_MS: Final = 86_400_000  # producer.id.expiration.ms
 
 _PRODUCER_FIELDS: Final = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+_ATTRIBUTES: Final = struct.Struct(">h")
+_BATCH_LENGTH: Final = struct.Struct(">i")
 _SNAPSHOT_HEAD: Final = struct.Struct(">hIi")  # version, crc, entry count
 _SNAPSHOT_ENTRY: Final = struct.Struct(">qhiqiqiq")
 _SNAPSHOT_CRC_COVERS_FROM: Final = 6  # the CRC covers the bytes after version and crc
@@ -82,7 +112,8 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ProducerBatch:
-    """What the producer state needs of one batch header (offsets as written or to be)."""
+    """What the producer state needs of one batch header (offsets as written or to be);
+    for a control batch, its end-transaction marker (None: an emptied control batch)."""
 
     producer_id: int
     producer_epoch: int
@@ -90,6 +121,8 @@ class ProducerBatch:
     base_offset: int
     last_offset_delta: int  # records in the batch - 1
     max_timestamp: int
+    attributes: int = 0
+    marker: EndTxnMarker | None = None
 
     @property
     def last_sequence(self) -> int:
@@ -99,14 +132,44 @@ class ProducerBatch:
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta
 
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
     @classmethod
     def from_header(
         cls, data: bytes | bytearray | memoryview, position: int, base_offset: int, last_offset_delta: int,
         max_timestamp: int,
     ) -> ProducerBatch:  # fmt: skip
-        """From the batch header at `position` of `data` (its producer fields)."""
+        """From the batch at `position` of `data` (its header; the whole batch when it is a
+        control batch: its marker is decoded, and its record's timestamp taken as the
+        batch's). LogError CORRUPT_MESSAGE for a control batch that holds no marker."""
         pid, epoch, seq = _PRODUCER_FIELDS.unpack_from(data, position + PRODUCER_ID_AT)
-        return cls(pid, epoch, seq, base_offset, last_offset_delta, max_timestamp)
+        (attributes,) = _ATTRIBUTES.unpack_from(data, position + ATTRIBUTES_AT)
+        marker = None
+        if attributes & ATTR_CONTROL:
+            (length,) = _BATCH_LENGTH.unpack_from(data, position + LOG_OVERHEAD - 4)
+            try:
+                decoded = decode_marker_batch(memoryview(data)[position : position + LOG_OVERHEAD + length])
+            except MarkerError as exc:
+                raise LogError(ErrorCode.CORRUPT_MESSAGE, f"control batch at offset {base_offset}: {exc}") from None
+            if decoded is not None:
+                marker, max_timestamp = decoded
+        return cls(pid, epoch, seq, base_offset, last_offset_delta, max_timestamp, attributes, marker)
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction closed by its marker at `last_offset` (Kafka's CompletedTxn)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +197,7 @@ class ProducerEntry:
     batches: tuple[BatchMetadata, ...] = ()
     last_timestamp: int = -1
     coordinator_epoch: int = -1
-    current_txn_first_offset: int = -1  # -1: no open transaction (transactions are not served yet)
+    current_txn_first_offset: int = -1  # the first offset of its open transaction; -1: none
 
     @property
     def last_seq(self) -> int:
@@ -151,26 +214,67 @@ class ProducerEntry:
         return None
 
     def with_batch(self, batch: ProducerBatch) -> ProducerEntry:
-        """After appending `batch` (a new epoch forgets the older epoch's batches)."""
+        """After appending data `batch` (a new epoch forgets the older epoch's batches); a
+        transactional batch opens a transaction at its first offset if none is open."""
         kept = self.batches if batch.producer_epoch == self.producer_epoch else ()
         added = BatchMetadata(batch.last_sequence, batch.last_offset, batch.last_offset_delta, batch.max_timestamp)
+        txn_first = self.current_txn_first_offset
+        if batch.is_transactional and txn_first < 0:
+            txn_first = batch.base_offset
         return ProducerEntry(
             self.producer_id, batch.producer_epoch, (*kept, added)[-NUM_BATCHES_TO_RETAIN:], batch.max_timestamp,
-            self.coordinator_epoch, self.current_txn_first_offset,
+            self.coordinator_epoch, txn_first,
         )  # fmt: skip
+
+    def with_marker(self, producer_epoch: int, coordinator_epoch: int, timestamp: int) -> ProducerEntry:
+        """After an end-transaction marker (Kafka's ProducerStateEntry.update): the transaction
+        is closed; a new producer epoch forgets the older epoch's batches."""
+        kept = self.batches if producer_epoch == self.producer_epoch else ()
+        return ProducerEntry(self.producer_id, producer_epoch, kept, timestamp, coordinator_epoch, -1)
+
+
+def check_producer_epoch(current: ProducerEntry, epoch: int, offset: int, where: str) -> None:
+    """INVALID_PRODUCER_EPOCH for a write (data or marker) with an epoch below the producer's."""
+    if epoch < current.producer_epoch:
+        raise LogError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"Epoch of producer {current.producer_id} at offset {offset} in {where} is {epoch}, "
+            f"which is smaller than the last seen epoch {current.producer_epoch}",
+        )
+
+
+def check_marker(
+    entry: ProducerEntry | None, producer_id: int, producer_epoch: int, marker: EndTxnMarker, offset: int, where: str
+) -> None:
+    """A coordinator's marker against its producer's state: INVALID_PRODUCER_EPOCH, then
+    TRANSACTION_COORDINATOR_FENCED (a coordinator epoch below the last one seen here)."""
+    current = entry if entry is not None else ProducerEntry(producer_id)
+    check_producer_epoch(current, producer_epoch, offset, where)
+    if current.coordinator_epoch > marker.coordinator_epoch:
+        raise LogError(
+            ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+            f"Invalid coordinator epoch for producerId {producer_id} at offset {offset} in {where}: "
+            f"{marker.coordinator_epoch} (zombie), {current.coordinator_epoch} (current)",
+        )
 
 
 def check_client_batch(entry: ProducerEntry | None, batch: ProducerBatch, where: str) -> None:
     """A client's (non-duplicate) batch against its producer's state: LogError with
-    INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER where Kafka raises them."""
+    INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER where Kafka raises them, and
+    INVALID_TXN_STATE for a non-transactional batch while the producer's transaction is open."""
     current = entry if entry is not None else ProducerEntry(batch.producer_id)
-    pid, epoch, first_seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
-    if epoch < current.producer_epoch:
+    pid = batch.producer_id
+    check_producer_epoch(current, batch.producer_epoch, batch.base_offset, where)
+    _check_sequence(current, batch, where)
+    if current.current_txn_first_offset >= 0 and not batch.is_transactional:
         raise LogError(
-            ErrorCode.INVALID_PRODUCER_EPOCH,
-            f"Epoch of producer {pid} at offset {batch.base_offset} in {where} is {epoch}, "
-            f"which is smaller than the last seen epoch {current.producer_epoch}",
+            ErrorCode.INVALID_TXN_STATE,
+            f"Expected transactional write from producer {pid} at offset {batch.base_offset} in {where}",
         )
+
+
+def _check_sequence(current: ProducerEntry, batch: ProducerBatch, where: str) -> None:
+    pid, epoch, first_seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
     if epoch != current.producer_epoch:
         if first_seq != 0 and current.producer_epoch != NO_PRODUCER_EPOCH:
             raise LogError(
@@ -205,6 +309,11 @@ class ProducerStateManager:
         self.expiration_ms = expiration_ms
         self.entries: dict[int, ProducerEntry] = {}
         self.map_end_offset = 0
+        # Open transactions: producer id -> first offset, in first-offset order (each opens at
+        # the offset being appended, above every open one; `load` sorts).
+        self.ongoing: dict[int, int] = {}
+        # Closed transactions whose marker the high watermark has not passed, marker order.
+        self.unreplicated: list[CompletedTxn] = []
 
     # ------------------------------------------------------------------ the client path
 
@@ -231,15 +340,59 @@ class ProducerStateManager:
 
     # ------------------------------------------------------------------ every append
 
-    def on_append(self, batches: Iterable[ProducerBatch], end_offset: int) -> None:
-        """Batches written to the log (by the leader after `check_client_append`, or copied
-        by a follower: not checked), in offset order; `end_offset` is the log end after them."""
+    def check_marker(self, producer_id: int, producer_epoch: int, marker: EndTxnMarker, offset: int) -> None:
+        """Before a leader writes a coordinator's marker: LogError INVALID_PRODUCER_EPOCH or
+        TRANSACTION_COORDINATOR_FENCED; the state is not changed."""
+        check_marker(self.entries.get(producer_id), producer_id, producer_epoch, marker, offset, self.where)
+
+    # ------------------------------------------------------------------ every append
+
+    def on_append(self, batches: Iterable[ProducerBatch], end_offset: int) -> list[tuple[CompletedTxn, int]]:
+        """Batches written to the log (by the leader after `check_client_append` or
+        `check_marker`, copied by a follower, or replayed from the log: not checked), in
+        offset order; `end_offset` is the log end after them. Returns each transaction a
+        marker closed with the last stable offset right after that marker (the first offset
+        of the oldest transaction of another producer still open, else the marker + 1): what
+        the aborted-transaction index records."""
+        completed: list[tuple[CompletedTxn, int]] = []
         for batch in batches:
-            if batch.producer_id == NO_PRODUCER_ID:
+            pid = batch.producer_id
+            if pid == NO_PRODUCER_ID:
                 continue
-            entry = self.entries.get(batch.producer_id) or ProducerEntry(batch.producer_id)
-            self.entries[batch.producer_id] = entry.with_batch(batch)
+            entry = self.entries.get(pid) or ProducerEntry(pid)
+            if not batch.is_control:
+                updated = entry.with_batch(batch)
+                if updated.current_txn_first_offset >= 0 and pid not in self.ongoing:
+                    self.ongoing[pid] = updated.current_txn_first_offset
+                self.entries[pid] = updated
+                continue
+            if batch.marker is None:  # a control batch the cleaner emptied: nothing to close
+                continue
+            if entry.current_txn_first_offset >= 0:
+                txn = CompletedTxn(pid, entry.current_txn_first_offset, batch.base_offset, not batch.marker.committed)
+                self.ongoing.pop(pid, None)
+                lso = next(iter(self.ongoing.values()), batch.base_offset + 1)
+                self.unreplicated.append(txn)
+                completed.append((txn, lso))
+            self.entries[pid] = entry.with_marker(batch.producer_epoch, batch.marker.coordinator_epoch,
+                                                  batch.max_timestamp)  # fmt: skip
         self.map_end_offset = max(self.map_end_offset, end_offset)
+        return completed
+
+    # ------------------------------------------------------------------ transactions
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the oldest transaction that is open, or closed by a marker at
+        or above `high_watermark` (those below it are forgotten: the HW only rises between
+        truncations, which reload the state); None when there is none."""
+        unreplicated = self.unreplicated
+        while unreplicated and unreplicated[0].last_offset < high_watermark:
+            unreplicated.pop(0)
+        first = next(iter(self.ongoing.values()), None)  # the oldest open transaction
+        for txn in unreplicated:
+            if first is None or txn.first_offset < first:
+                first = txn.first_offset
+        return first
 
     def last_entry(self, producer_id: int) -> ProducerEntry | None:
         return self.entries.get(producer_id)
@@ -260,11 +413,19 @@ class ProducerStateManager:
     def reset(self, offset: int) -> None:
         """No producer is known; the state covers nothing below `offset` (an empty log)."""
         self.entries.clear()
+        self.ongoing.clear()
+        self.unreplicated.clear()
         self.map_end_offset = offset
 
     def load(self, entries: Iterable[ProducerEntry], offset: int, now_ms: int) -> None:
         """Start from a snapshot's state as of `offset` (expired producers are dropped)."""
         self.entries = {e.producer_id: e for e in entries if not self.is_expired(e, now_ms)}
+        self.ongoing = {
+            e.producer_id: e.current_txn_first_offset
+            for e in sorted(self.entries.values(), key=lambda e: e.current_txn_first_offset)
+            if e.current_txn_first_offset >= 0
+        }
+        self.unreplicated = []
         self.map_end_offset = offset
 
     # ------------------------------------------------------------------ snapshots
@@ -286,12 +447,14 @@ def snapshot_offset(name: str) -> int | None:
 
 
 def encode_snapshot(entries: Iterable[ProducerEntry]) -> bytes:
-    rows = [e for e in entries if e.batches]
+    # A producer whose last write was a marker of a new epoch has no batch: it is kept
+    # (LastSequence and LastOffset -1) for its epoch and coordinator epoch.
+    rows = [e for e in entries if e.batches or e.coordinator_epoch >= 0 or e.current_txn_first_offset >= 0]
     body = bytearray(_SNAPSHOT_HEAD.pack(SNAPSHOT_VERSION, 0, len(rows)))
     for e in rows:
-        last = e.batches[-1]
+        last = e.batches[-1] if e.batches else BatchMetadata(NO_SEQUENCE, -1, 0, e.last_timestamp)
         body += _SNAPSHOT_ENTRY.pack(
-            e.producer_id, e.producer_epoch, last.last_seq, last.last_offset, last.offset_delta, last.timestamp,
+            e.producer_id, e.producer_epoch, last.last_seq, last.last_offset, last.offset_delta, e.last_timestamp,
             e.coordinator_epoch, e.current_txn_first_offset,
         )  # fmt: skip
     struct.pack_into(">I", body, 2, crc32c(memoryview(body)[_SNAPSHOT_CRC_COVERS_FROM:]))
@@ -313,8 +476,6 @@ def decode_snapshot(data: bytes) -> list[ProducerEntry]:
         pid, epoch, last_seq, last_offset, delta, ts, coordinator_epoch, txn_first = _SNAPSHOT_ENTRY.unpack_from(
             data, _SNAPSHOT_HEAD.size + i * _SNAPSHOT_ENTRY.size
         )
-        out.append(
-            ProducerEntry(pid, epoch, (BatchMetadata(last_seq, last_offset, delta, ts),), ts, coordinator_epoch,
-                          txn_first)
-        )  # fmt: skip
+        batches = (BatchMetadata(last_seq, last_offset, delta, ts),) if last_offset >= 0 else ()
+        out.append(ProducerEntry(pid, epoch, batches, ts, coordinator_epoch, txn_first))
     return out

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from broker.log.disk_queue import INLINE, DiskQueue
 from broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from broker.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 from quorum.storage.batch_layout import BATCH_LENGTH_AT, LOG_OVERHEAD
 from quorum.storage.record_batch import BatchFrame, scan_frames
 
@@ -74,6 +75,9 @@ class LogSegment:
         # False when an index file is missing or has a size no index can have: the caller
         # rebuilds. The content is checked (O(1)) when the index is first mapped.
         self.indexes_trusted = True
+        # The aborted transactions whose marker is in this segment (`broker.log.txn_index`);
+        # kept by the PartitionLog, which knows the producers' state.
+        self.txn_index = TransactionIndex(self._index_path(TXN_INDEX_SUFFIX), fresh=fresh)
         if fresh:
             self._new_indexes()
         else:
@@ -161,8 +165,12 @@ class LogSegment:
         self._time_index = TimeIndex(self._index_path(".timeindex"), self.base_offset, self.index_bytes, fresh=True)
 
     def file_paths(self) -> list[Path]:
-        """The segment's files: what a flush makes durable."""
+        """The segment's files but its `.txnindex` (which exists only once it has an entry)."""
         return [self.path, *(self._index_path(s) for s in INDEX_SUFFIXES)]
+
+    def durable_paths(self) -> list[Path]:
+        """What a flush makes durable and a deletion removes: every file, `.txnindex` too."""
+        return [*self.file_paths(), self.txn_index.path]
 
     # ------------------------------------------------------------------ writing
 
@@ -346,6 +354,7 @@ class LogSegment:
         self.size = cut_at
         self.offset_index.truncate_to_offset(f.base_offset)
         self.time_index.truncate_to_offset(f.base_offset)
+        self.txn_index.truncate_to(f.base_offset)
         # Recompute the tail state from the last index entry.
         self.next_offset = self.base_offset
         self.max_timestamp = NO_TIMESTAMP
@@ -354,6 +363,12 @@ class LogSegment:
 
     def flush(self) -> None:
         os.fsync(self.fd)
+        if self.txn_index.entries:
+            fd = os.open(self.txn_index.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         for index in (self._offset_index, self._time_index):
             if index is not None:
                 index.flush()
@@ -384,8 +399,9 @@ class LogSegment:
                 index.release()
         self._offset_index = self._time_index = None
         os.close(self.fd)
+        self.txn_index.forget()
         doomed: list[Path] = []
-        for path in self.file_paths():
+        for path in self.durable_paths():
             target = path.with_name(path.name + DELETED_SUFFIX)
             try:
                 os.rename(path, target)

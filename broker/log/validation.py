@@ -6,7 +6,7 @@ that apply to magic-v2 batches, without decompressing):
 - a batch larger than `max.message.bytes` (MESSAGE_TOO_LARGE), a request larger than a
   segment (RECORD_LIST_TOO_LARGE);
 - a record count that agrees with the last offset delta, no control batches from
-  clients, no transactional batches (no transaction coordinator yet) (INVALID_RECORD);
+  clients (INVALID_RECORD: only a transaction coordinator's WriteTxnMarkers writes them);
 - a known compression codec (none, gzip, snappy, lz4, zstd);
 - on a compacted topic, every record has a key (INVALID_RECORD), as Kafka's LogValidator:
   the one produce path that walks records, compressed batches decompressed for it (a
@@ -33,7 +33,6 @@ from quorum.kafka_errors import ErrorCode
 from quorum.storage.batch_layout import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
-    ATTR_TRANSACTIONAL,
     ATTRIBUTES_AT,
     BASE_OFFSET_AT,
     BATCH_HEADER_SIZE,
@@ -81,8 +80,9 @@ def _check_keys(view: memoryview, f: BatchFrame) -> None:
         raise LogError(ErrorCode.CORRUPT_MESSAGE, f"a record of the batch is malformed: {exc}") from None
 
 
-def validate(records: bytes | bytearray | memoryview, config: LogConfig) -> list[BatchFrame]:
-    """The batches of a produce request, or LogError with the Kafka code to answer."""
+def validate(records: bytes | bytearray | memoryview, config: LogConfig, *, control: bool = False) -> list[BatchFrame]:
+    """The batches of a produce request (or, with `control`, a coordinator's marker batch),
+    or LogError with the Kafka code to answer."""
     size = len(records)
     if size == 0:
         raise LogError(ErrorCode.INVALID_RECORD, "The produce request carries no record batch.")
@@ -108,22 +108,26 @@ def validate(records: bytes | bytearray | memoryview, config: LogConfig) -> list
                 ErrorCode.INVALID_RECORD,
                 f"Record count {f.record_count} does not match the last offset delta {f.last_offset_delta}.",
             )
-        if f.attributes & ATTR_CONTROL:
-            raise LogError(ErrorCode.INVALID_RECORD, "Clients may not write control records.")
-        if f.attributes & ATTR_TRANSACTIONAL:
-            raise LogError(ErrorCode.INVALID_RECORD, "Transactional records are not supported by this broker yet.")
+        if f.attributes & ATTR_CONTROL and not control:
+            raise LogError(ErrorCode.INVALID_RECORD, "Clients are not allowed to write control records.")
         if f.compression > _MAX_CODEC:
             raise LogError(ErrorCode.CORRUPT_MESSAGE, f"Unknown compression codec {f.compression}.")
-        if config.compacted:
+        if config.compacted and not f.attributes & ATTR_CONTROL:
             _check_keys(view, f)
     return scan.frames
 
 
 def assign(
-    records: bytes | bytearray | memoryview, config: LogConfig, *, next_offset: int, leader_epoch: int, now_ms: int
+    records: bytes | bytearray | memoryview,
+    config: LogConfig,
+    *,
+    next_offset: int,
+    leader_epoch: int,
+    now_ms: int,
+    control: bool = False,
 ) -> Assigned:
     """Validate, then give the batches offsets from `next_offset` and the leader's epoch."""
-    frames = validate(records, config)
+    frames = validate(records, config, control=control)
     data = bytearray(records)
     log_append = config.message_timestamp_type == "LogAppendTime"
     out: list[BatchFrame] = []

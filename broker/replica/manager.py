@@ -33,6 +33,8 @@ from pathlib import Path
 from uuid import UUID
 
 from broker.log import LogConfig, LogError, LogManager, PartitionLog
+from broker.log.control_records import EndTxnMarker
+from broker.log.partition_log import AppendInfo
 from broker.replica.follower import apply_fetch_answer, apply_leader_offsets
 from broker.replica.log_creator import OFF_LOOP_MIN as LOG_CREATION_OFF_LOOP_MIN
 from broker.replica.log_creator import Created, LogCreator
@@ -43,8 +45,11 @@ from broker.replica.requests import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
+    READ_COMMITTED,
+    AbortedTransaction,
     DeleteRecordsPartition,
     DeleteRecordsResult,
+    DescribeProducersResult,
     EpochEndOffset,
     EpochQuery,
     FetchParams,
@@ -59,7 +64,10 @@ from broker.replica.requests import (
     ProduceParams,
     ProducePartition,
     ProducePartitionResult,
+    ProducerDescription,
     ReplicaView,
+    TxnMarker,
+    TxnMarkerResult,
 )
 from broker.replica.state import FollowerPlan, LeaderAnswer, PartitionState
 from quorum.kafka_errors import ErrorCode
@@ -67,6 +75,7 @@ from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
 from quorum.metadata.records import ConfigResourceType
 from quorum.node.config import NodeConfig
+from quorum.storage.record_batch import scan_frames
 
 log = logging.getLogger(__name__)
 
@@ -324,41 +333,66 @@ class ReplicaManager:
             results.append(result)
             if wait is not None:
                 waits.append((i, wait[0], wait[1]))
-        if waits:
-            futures = [w[2] for w in waits]
-            done, _ = await asyncio.wait(futures, timeout=max(params.timeout_ms, 0) / 1000)
-            for i, hosted, fut in waits:
-                if fut in done:
-                    code = fut.result()
-                else:
-                    fut.cancel()
-                    code = ErrorCode.REQUEST_TIMED_OUT
-                if code != ErrorCode.NONE:
-                    r = results[i]
-                    results[i] = ProducePartitionResult(
-                        error=code,
-                        base_offset=r.base_offset if code == ErrorCode.REQUEST_TIMED_OUT else -1,
-                        log_start_offset=hosted.log.log_start_offset,
-                        current_leader=hosted.leader_hint() if code == ErrorCode.NOT_LEADER_OR_FOLLOWER else None,
-                    )
+        await self._wait_for_acks(results, waits, params.timeout_ms)
         return results
+
+    async def _wait_for_acks(
+        self,
+        results: list[ProducePartitionResult],
+        waits: list[tuple[int, HostedPartition, asyncio.Future[ErrorCode]]],
+        timeout_ms: int,
+    ) -> None:
+        """acks=all: wait up to `timeout_ms` for each append of `waits` (result index, its
+        partition, its future); an error replaces its result in place."""
+        if not waits:
+            return
+        futures = [w[2] for w in waits]
+        done, _ = await asyncio.wait(futures, timeout=max(timeout_ms, 0) / 1000)
+        for i, hosted, fut in waits:
+            if fut in done:
+                code = fut.result()
+            else:
+                fut.cancel()
+                code = ErrorCode.REQUEST_TIMED_OUT
+            if code != ErrorCode.NONE:
+                r = results[i]
+                results[i] = ProducePartitionResult(
+                    error=code,
+                    base_offset=r.base_offset if code == ErrorCode.REQUEST_TIMED_OUT else -1,
+                    log_start_offset=hosted.log.log_start_offset,
+                    current_leader=hosted.leader_hint() if code == ErrorCode.NOT_LEADER_OR_FOLLOWER else None,
+                )
 
     def _append(
         self, part: ProducePartition, acks: int, now: int
     ) -> tuple[ProducePartitionResult, tuple[HostedPartition, asyncio.Future[ErrorCode]] | None]:
-        hosted, error = self._leader_partition(part.topic, part.partition)
+        records = part.records
+        return self._append_to(
+            part.topic,
+            part.partition,
+            acks,
+            now,
+            lambda hosted: hosted.log.append_as_leader(records, hosted.state.leader_epoch, now),
+        )
+
+    def _append_to(
+        self, topic: str, partition: int, acks: int, now: int, write: Callable[[HostedPartition], AppendInfo]
+    ) -> tuple[ProducePartitionResult, tuple[HostedPartition, asyncio.Future[ErrorCode]] | None]:
+        """The leader's append path of clients' batches and coordinators' markers: leadership,
+        min.insync.replicas, `write`, then (acks=all) a waiter for the HW to pass the append."""
+        hosted, error = self._leader_partition(topic, partition)
         if error != ErrorCode.NONE or hosted is None:
-            hint = self._hint(part.topic, part.partition) if error == ErrorCode.NOT_LEADER_OR_FOLLOWER else None
+            hint = self._hint(topic, partition) if error == ErrorCode.NOT_LEADER_OR_FOLLOWER else None
             return ProducePartitionResult(error=error, current_leader=hint), None
-        check = hosted.state.check_produce(acks, self.min_insync_replicas(part.topic))
+        check = hosted.state.check_produce(acks, self.min_insync_replicas(topic))
         if check.error != ErrorCode.NONE:
             return ProducePartitionResult(error=check.error, error_message=check.message or None), None
         try:
-            info = hosted.log.append_as_leader(part.records, hosted.state.leader_epoch, now)
+            info = write(hosted)
         except LogError as exc:
             return ProducePartitionResult(error=exc.code, error_message=str(exc)), None
         except OSError as exc:
-            log.error("append to %s-%d failed: %s", part.topic, part.partition, exc)
+            log.error("append to %s-%d failed: %s", topic, partition, exc)
             return ProducePartitionResult(error=ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(exc)), None
         hosted.state.on_local_append(now, hosted.log)
         hosted.progress.log_end_moved()
@@ -375,6 +409,53 @@ class ReplicaManager:
         hosted.acks.add(info.last_offset + 1, hosted.state.leader_epoch, future_callback(fut))
         self._advance(hosted)
         return result, (hosted, fut)
+
+    # ------------------------------------------------------------------ transactions
+
+    async def write_txn_markers(self, markers: Sequence[TxnMarker], timeout_ms: int) -> list[TxnMarkerResult]:
+        """WriteTxnMarkers (Kafka's handleWriteTxnMarkersRequest): each marker is written as a
+        control batch to each of its partitions this broker leads, with acks=all; a partition
+        this broker does not host is UNKNOWN_TOPIC_OR_PARTITION (Kafka: no local log), a
+        follower's NOT_LEADER_OR_FOLLOWER; the producer-state checks give
+        INVALID_PRODUCER_EPOCH and TRANSACTION_COORDINATOR_FENCED."""
+        results: list[ProducePartitionResult] = []
+        waits: list[tuple[int, HostedPartition, asyncio.Future[ErrorCode]]] = []
+        now = now_ms()
+        for m in markers:
+            marker = EndTxnMarker(m.committed, m.coordinator_epoch)
+            for topic, partition in m.partitions:
+                if (topic, partition) not in self.partitions:
+                    results.append(ProducePartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                    continue
+
+                def write(hosted: HostedPartition, m: TxnMarker = m, marker: EndTxnMarker = marker) -> AppendInfo:
+                    return hosted.log.append_marker(
+                        m.producer_id, m.producer_epoch, marker, hosted.state.leader_epoch, now
+                    )
+
+                result, wait = self._append_to(topic, partition, -1, now, write)
+                if wait is not None:
+                    waits.append((len(results), wait[0], wait[1]))
+                results.append(result)
+        await self._wait_for_acks(results, waits, timeout_ms)
+        out = []
+        i = 0
+        for m in markers:
+            out.append(TxnMarkerResult(m.producer_id, tuple(r.error for r in results[i : i + len(m.partitions)])))
+            i += len(m.partitions)
+        return out
+
+    def describe_producers(self, topic: str, partition: int) -> DescribeProducersResult:
+        """DescribeProducers: the leader's active producers of the partition."""
+        hosted, error = self._leader_partition(topic, partition)
+        if error != ErrorCode.NONE or hosted is None:
+            return DescribeProducersResult(error)
+        producers = tuple(
+            ProducerDescription(e.producer_id, e.producer_epoch, e.last_seq, e.last_timestamp, e.coordinator_epoch,
+                                e.current_txn_first_offset)
+            for e in hosted.log.producers.entries.values()
+        )  # fmt: skip
+        return DescribeProducersResult(ErrorCode.NONE, producers)
 
     # ------------------------------------------------------------------ fetch
 
@@ -441,7 +522,8 @@ class ReplicaManager:
                 # Caught up at the log end and the HW, as last time: nothing to read (the idle
                 # partitions of a follower's fetch session cost this much, not a read).
                 hw = hosted.state.high_watermark
-                results.append(FetchPartitionResult(ErrorCode.NONE, hw, hw, hosted.log.log_start_offset))
+                lso = hosted.log.last_stable_offset(hw)
+                results.append(FetchPartitionResult(ErrorCode.NONE, hw, lso, hosted.log.log_start_offset))
                 continue
             r = self._read_one(params, fp, budget, min_one=(total == 0), follower=follower, now=now)
             results.append(r)
@@ -556,7 +638,7 @@ class ReplicaManager:
                 return FetchPartitionResult(
                     ErrorCode.NONE,
                     high_watermark=state.high_watermark,
-                    last_stable_offset=state.high_watermark,
+                    last_stable_offset=plog.last_stable_offset(state.high_watermark),
                     log_start_offset=plog.log_start_offset,
                     diverging_epoch=outcome.diverging_epoch,
                 )
@@ -570,17 +652,29 @@ class ReplicaManager:
         else:
             max_offset = state.high_watermark
         hw = state.high_watermark
+        lso = plog.last_stable_offset(hw)
+        committed = not follower and params.isolation_level == READ_COMMITTED
+        if committed:
+            max_offset = lso  # Kafka: a read_committed consumer reads below the LSO only
         limit = min(fp.partition_max_bytes, budget) if not min_one else fp.partition_max_bytes
         try:
             records = plog.read(fp.fetch_offset, max(limit, 0), max_offset=max_offset, min_one_batch=min_one)
         except LogError as exc:
             return FetchPartitionResult(exc.code, high_watermark=hw, log_start_offset=plog.log_start_offset)
+        aborted: tuple[AbortedTransaction, ...] = ()
+        if committed and records:
+            upper = scan_frames(records, verify_crc=False).frames[-1].last_offset + 1
+            aborted = tuple(
+                AbortedTransaction(t.producer_id, t.first_offset)
+                for t in plog.aborted_transactions(fp.fetch_offset, upper)
+            )
         return FetchPartitionResult(
             ErrorCode.NONE,
             high_watermark=hw,
-            last_stable_offset=hw,
+            last_stable_offset=lso,
             log_start_offset=plog.log_start_offset,
             records=records,
+            aborted_transactions=aborted,
         )
 
     def _fetch_broker_epoch(self, params: FetchParams) -> int:
@@ -624,7 +718,6 @@ class ReplicaManager:
     async def list_offsets(
         self, replica_id: int, isolation_level: int, partitions: Sequence[ListOffsetsPartition]
     ) -> list[ListOffsetsResult]:
-        del isolation_level  # the LSO equals the HW without transactions: both levels read the same
         out = []
         for p in partitions:
             hosted, error = self._leader_partition(p.topic, p.partition, p.current_leader_epoch)
@@ -637,6 +730,9 @@ class ReplicaManager:
             plog = hosted.log
             hw = hosted.state.high_watermark
             client = replica_id == CONSUMER_REPLICA_ID
+            # What a client may read: below the HW, or the LSO for READ_COMMITTED (Kafka's
+            # lastFetchableOffset); LATEST answers it, and no offset by time at or above it.
+            fetchable = plog.last_stable_offset(hw) if isolation_level == READ_COMMITTED else hw
             # Kafka: a new leader whose HW is still below the start of its epoch does not know
             # yet what is committed: a client asking for the latest offset (or a time beyond
             # the HW) gets OFFSET_NOT_AVAILABLE and retries, rather than a stale offset.
@@ -645,9 +741,8 @@ class ReplicaManager:
                 if hw_lagging:
                     out.append(ListOffsetsResult(ErrorCode.OFFSET_NOT_AVAILABLE))
                     continue
-                # A replica (or a debugging tool) gets the log end; a client the HW (the LSO equals
-                # the HW without transactions, so both isolation levels get it).
-                offset = hw if client else plog.log_end_offset
+                # A replica (or a debugging tool) gets the log end; a client the HW or the LSO.
+                offset = fetchable if client else plog.log_end_offset
                 latest = plog.latest_epoch()
                 out.append(ListOffsetsResult(ErrorCode.NONE, -1, offset, -1 if latest is None else latest))
                 continue
@@ -657,7 +752,7 @@ class ReplicaManager:
                 out.append(ListOffsetsResult(ErrorCode.NONE, -1, start, found[2] if found else -1))
                 continue
             found = plog.offset_for_timestamp(p.timestamp)
-            if found is None or (client and found[0] >= hw):
+            if found is None or (client and found[0] >= fetchable):
                 code = ErrorCode.OFFSET_NOT_AVAILABLE if hw_lagging else ErrorCode.NONE
                 out.append(ListOffsetsResult(code, -1, -1, -1))
                 continue
@@ -721,9 +816,7 @@ class ReplicaManager:
 
     def _low_watermark(self, hosted: HostedPartition) -> int:
         alive = self.image().cluster.brokers
-        return hosted.state.low_watermark(
-            hosted.log, lambda b: b in alive and not alive[b].fenced
-        )
+        return hosted.state.low_watermark(hosted.log, lambda b: b in alive and not alive[b].fenced)
 
     def _complete_deletes(self, hosted: HostedPartition) -> None:
         low = self._low_watermark(hosted)

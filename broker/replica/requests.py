@@ -52,7 +52,7 @@ class ProduceParams:
     """One Produce request. `acks`: 0 (no response is sent at all), 1 (leader append),
     -1 (all: wait until the HW passes the append, up to `timeout_ms`, honouring
     `min.insync.replicas`). Any other value was already answered INVALID_REQUIRED_ACKS.
-    `transactional_id` is always None here (transactional produce is rejected earlier)."""
+    `transactional_id`: the producer's, when its batches are transactional."""
 
     acks: int
     timeout_ms: int
@@ -131,6 +131,15 @@ class FetchParams:
 
 
 @dataclass(frozen=True, slots=True)
+class AbortedTransaction:
+    """Fetch's AbortedTransactions entry: a READ_COMMITTED consumer drops this producer's
+    records from `first_offset` up to its ABORT marker."""
+
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class FetchPartitionResult:
     error: ErrorCode
     high_watermark: int = -1
@@ -140,6 +149,8 @@ class FetchPartitionResult:
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset), followers only
     current_leader: LeaderHint | None = None
     preferred_read_replica: int = -1  # set by the listener (KIP-392), not the implementation
+    # READ_COMMITTED consumers: the aborted transactions overlapping `records`.
+    aborted_transactions: tuple[AbortedTransaction, ...] = ()
 
 
 # --------------------------------------------------------------------------- KIP-392 replica selection
@@ -245,3 +256,48 @@ class LogDirDescription:
     partitions: tuple[LogDirPartition, ...]
     total_bytes: int = -1  # filesystem size (v4+), -1 unknown
     usable_bytes: int = -1  # free bytes (v4+), -1 unknown
+
+
+# --------------------------------------------------------------------------- WriteTxnMarkers
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """One marker of a WriteTxnMarkers request: write COMMIT (`committed`) or ABORT for the
+    producer's transaction to each of `partitions` (topic, partition) this broker leads."""
+
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    coordinator_epoch: int
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerResult:
+    """Per partition of the marker, in its order: NONE once the marker is committed (the HW
+    passed it: markers are written with acks=all), else the error."""
+
+    producer_id: int
+    errors: tuple[ErrorCode, ...]
+
+
+# --------------------------------------------------------------------------- DescribeProducers
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerDescription:
+    """One active producer of a partition, as Kafka's DescribeProducers lists it."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1: no open transaction
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeProducersResult:
+    error: ErrorCode
+    producers: tuple[ProducerDescription, ...] = ()

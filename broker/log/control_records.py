@@ -1,0 +1,77 @@
+"""Transaction markers: the control batches that end a transaction in a partition log.
+
+A marker is a magic-v2 batch with the transactional (0x10) and control (0x20) attribute
+bits, the producer id and epoch of the transaction, base sequence -1, no compression, and
+one record (offset delta 0, no headers) whose
+
+    key   = version int16 (0) | type int16 (0: ABORT, 1: COMMIT)     (Kafka's ControlRecordType)
+    value = version int16 (0) | coordinatorEpoch int32                (Kafka's EndTransactionMarker)
+
+Kafka reads keys and values of a higher version by their first fields (a version above 0
+may append fields); a key or value shorter than those fields is not a marker.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+from broker.log.records import BatchHeader, Record, RecordsError, batch_records, encode_records
+from quorum.storage.batch_layout import ATTR_CONTROL, ATTR_TRANSACTIONAL
+
+CONTROL_ABORT: Final = 0
+CONTROL_COMMIT: Final = 1
+MARKER_VERSION: Final = 0
+MARKER_ATTRIBUTES: Final = ATTR_TRANSACTIONAL | ATTR_CONTROL
+
+_KEY: Final = struct.Struct(">hh")  # version, type
+_VALUE: Final = struct.Struct(">hi")  # version, coordinator epoch
+
+
+class MarkerError(ValueError):
+    """A control batch whose record is not an end-transaction marker."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnMarker:
+    committed: bool  # COMMIT (True) or ABORT (False)
+    coordinator_epoch: int
+
+
+def encode_marker_record(marker: EndTxnMarker) -> tuple[bytes, bytes]:
+    """(key, value) of the marker's record."""
+    key = _KEY.pack(MARKER_VERSION, CONTROL_COMMIT if marker.committed else CONTROL_ABORT)
+    return key, _VALUE.pack(MARKER_VERSION, marker.coordinator_epoch)
+
+
+def decode_marker_record(key: bytes | None, value: bytes | None) -> EndTxnMarker:
+    if key is None or len(key) < _KEY.size:
+        raise MarkerError("a control record key holds a version and a type (4 bytes)")
+    _version, kind = _KEY.unpack_from(key, 0)
+    if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+        raise MarkerError(f"control record type {kind} is not an end-transaction marker")
+    if value is None or len(value) < _VALUE.size:
+        raise MarkerError("an end-transaction marker value holds a version and a coordinator epoch (6 bytes)")
+    _version, coordinator_epoch = _VALUE.unpack_from(value, 0)
+    return EndTxnMarker(kind == CONTROL_COMMIT, coordinator_epoch)
+
+
+def encode_marker_batch(producer_id: int, producer_epoch: int, marker: EndTxnMarker, timestamp_ms: int) -> bytes:
+    """The marker batch as a coordinator writes it (base offset 0 and leader epoch -1: the
+    leader's append assigns both)."""
+    key, value = encode_marker_record(marker)
+    header = BatchHeader(-1, MARKER_ATTRIBUTES, producer_id, producer_epoch, -1)
+    return encode_records([Record(0, timestamp_ms, key, value)], header)
+
+
+def decode_marker_batch(batch: bytes | memoryview) -> tuple[EndTxnMarker, int] | None:
+    """(marker, record timestamp in ms) of a whole control batch (header included), None
+    when the batch holds no record (the log cleaner emptied it). MarkerError when its
+    record is not a marker or does not parse."""
+    try:
+        for _offset, timestamp, record in batch_records(batch, payloads=True):
+            return decode_marker_record(record.key, record.value), timestamp
+    except RecordsError as exc:
+        raise MarkerError(f"the control record does not parse: {exc}") from None
+    return None
