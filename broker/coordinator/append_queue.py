@@ -17,9 +17,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from broker.log.records import BatchHeader, Record, encode_records
 from quorum.kafka_errors import ErrorCode
 
-__all__ = ["COALESCE_MAX_BYTES", "AppendQueue", "EncodedRecords"]
+__all__ = ["COALESCE_MAX_BYTES", "AppendQueue", "EncodedRecords", "encode_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,14 @@ log = logging.getLogger(__name__)
 COALESCE_MAX_BYTES: Final = 512 * 1024
 
 EncodedRecords = list[tuple[bytes, bytes | None]]  # (key, value or None: a tombstone)
+
+
+def encode_batch(records: EncodedRecords, now_ms: int) -> bytes:
+    """One uncompressed batch of `records` (the leader sets its offsets and leader epoch)."""
+    return encode_records(
+        [Record(i, now_ms, k, v) for i, (k, v) in enumerate(records)],
+        BatchHeader(partition_leader_epoch=-1, attributes=0),
+    )
 
 
 class AppendQueue:

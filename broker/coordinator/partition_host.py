@@ -14,7 +14,7 @@ from broker.replica.requests import ProduceParams, ProducePartition
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.image import MetadataImage
 
-__all__ = ["LoggedPartition", "ReplicaPartitionHost"]
+__all__ = ["CoordinatorPartitionHost", "LoggedPartition", "ReplicaPartitionHost"]
 
 
 class LoggedPartition(Protocol):
@@ -27,6 +27,18 @@ class LoggedPartition(Protocol):
     def log_end_offset(self) -> int: ...
 
     def read(self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool) -> bytes | memoryview: ...
+
+
+class CoordinatorPartitionHost(Protocol):
+    """What a coordinator runtime needs of the broker around it (`ReplicaPartitionHost`)."""
+
+    def partition_count(self) -> int: ...
+
+    def led_epoch(self, partition: int) -> int | None: ...
+
+    def partition_log(self, partition: int) -> LoggedPartition | None: ...
+
+    async def append(self, partition: int, batch: bytes, timeout_ms: int) -> ErrorCode: ...
 
 
 class ReplicaPartitionHost:

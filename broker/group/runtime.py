@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 from uuid import UUID
 
-from broker.coordinator.append_queue import AppendQueue, EncodedRecords
+from broker.coordinator.append_queue import AppendQueue, EncodedRecords, encode_batch
 from broker.coordinator.leadership import leadership_changes
 from broker.coordinator.log_replay import replay_log
 from broker.coordinator.partition_host import LoggedPartition
@@ -58,8 +58,6 @@ from broker.group.records import (
 )
 from broker.group.shard import CoordinatorConfig, GroupShard, Outcome, append_error
 from broker.group.write_order import WriteOrder
-from broker.log.records import BatchHeader, encode_records
-from broker.log.records import Record as LogRecord
 from quorum.kafka_errors import ErrorCode
 
 __all__ = ["GroupCoordinator", "LoggedPartition", "OFFSETS_TOPIC", "PartitionHost"]
@@ -152,7 +150,7 @@ class GroupCoordinator:
         loaded = _Loaded(n, epoch, GroupShard(self.config))
 
         async def append(records: EncodedRecords) -> ErrorCode:
-            return await self.host.append(n, self._encode(records, self.clock()), self.commit_timeout_ms)
+            return await self.host.append(n, encode_batch(records, self.clock()), self.commit_timeout_ms)
 
         loaded.appends = AppendQueue(
             f"{OFFSETS_TOPIC}-{n}", append, lambda entries, code: self._appended(loaded, entries, code)
@@ -230,12 +228,6 @@ class GroupCoordinator:
                 self._dispatch(loaded, out)
 
     # ================================================================== writes and answers
-
-    def _encode(self, records: list[tuple[bytes, bytes | None]], now: int) -> bytes:
-        return encode_records(
-            [LogRecord(i, now, k, v) for i, (k, v) in enumerate(records)],
-            BatchHeader(partition_leader_epoch=-1, attributes=0),
-        )
 
     def _dispatch(self, loaded: _Loaded, out: Outcome) -> asyncio.Future[ErrorCode]:
         """Append `out.records` (if any) and answer `out.replies` once they and everything
