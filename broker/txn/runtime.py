@@ -232,6 +232,9 @@ class TxnRuntime:
             return None
         return p
 
+    def is_current(self, request: MarkerRequest) -> bool:
+        return self.current(request) is not None
+
     def markers_written(self, request: MarkerRequest, results: Mapping[TopicPartition, ErrorCode]) -> None:
         p = self.current(request)
         if p is not None:
