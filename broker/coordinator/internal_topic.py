@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker.kafka.services import BrokerServices
@@ -15,7 +16,11 @@ from quorum.controller.requests import CreatableTopic, CreateTopicsRequest
 from quorum.kafka_errors import ErrorCode
 from quorum.wire.admin_codec import decode_admin_response, encode_admin_request
 
-__all__ = ["InternalTopic", "InternalTopicCreator"]
+__all__ = ["COORDINATOR_NOT_AVAILABLE", "CoordinatorAddress", "InternalTopic", "InternalTopicCreator"]
+
+# FindCoordinator's answer for one key: (error, node id, host, port)
+CoordinatorAddress = tuple[ErrorCode, int, str, int]
+COORDINATOR_NOT_AVAILABLE: CoordinatorAddress = (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +45,24 @@ class InternalTopicCreator:
         self.spec = topic
         self.forward_timeout_ms = forward_timeout_ms
         self._creating: asyncio.Task[None] | None = None
+
+    def coordinator(self, key: str, partition_of: Callable[[str, int], int], listener_name: str) -> CoordinatorAddress:
+        """FindCoordinator for `key`: the leader of the topic's partition `partition_of(key,
+        partition count)` on `listener_name`; COORDINATOR_NOT_AVAILABLE while the topic does
+        not exist (its creation is started) or the partition has no leader."""
+        image = self.services.image()
+        topic = image.topics.by_name.get(self.spec.name)
+        if topic is None or not topic.partitions:
+            self.ensure()
+            return COORDINATOR_NOT_AVAILABLE
+        reg = topic.partitions.get(partition_of(key, len(topic.partitions)))
+        if reg is None or reg.leader < 0:
+            return COORDINATOR_NOT_AVAILABLE
+        broker = image.broker(reg.leader)
+        endpoint = None if broker is None else broker.endpoint(listener_name)
+        if endpoint is None:
+            return COORDINATOR_NOT_AVAILABLE
+        return (ErrorCode.NONE, reg.leader, endpoint.host, endpoint.port)
 
     def ensure(self) -> None:
         """Start creating the topic unless a creation is under way."""

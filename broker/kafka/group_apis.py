@@ -15,10 +15,16 @@ COORDINATOR_LOAD_IN_PROGRESS while it loads it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Final
 
-from broker.coordinator.internal_topic import InternalTopic, InternalTopicCreator
+from broker.coordinator.internal_topic import (
+    COORDINATOR_NOT_AVAILABLE,
+    CoordinatorAddress,
+    InternalTopic,
+    InternalTopicCreator,
+)
 from broker.group.messages import (
     CommitPartition,
     CommitRequest,
@@ -63,6 +69,8 @@ class GroupApis:
         self.services = services
         self.config = config
         self.groups = groups
+        # FindCoordinator for transactional ids (key type 1): `broker.kafka.txn_apis`'s.
+        self.transaction_coordinator: Callable[[str], CoordinatorAddress] | None = None
         self._offsets_topic = InternalTopicCreator(
             services,
             InternalTopic(
@@ -109,27 +117,16 @@ class GroupApis:
             ),  # fmt: skip
         )
 
-    def _coordinator(self, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
-        none = (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
+    def _coordinator(self, key: str, key_type: int) -> CoordinatorAddress:
         if key_type == TRANSACTION_KEY:
-            return none  # transactions are not served yet
+            if self.transaction_coordinator is None:
+                return COORDINATOR_NOT_AVAILABLE
+            return self.transaction_coordinator(key)
         if key_type != GROUP_KEY:
             return (ErrorCode.INVALID_REQUEST, -1, "", -1)
         if self.groups is None:
-            return none
-        image = self.services.image()
-        topic = image.topics.by_name.get(OFFSETS_TOPIC)
-        if topic is None or not topic.partitions:
-            self._offsets_topic.ensure()
-            return none
-        reg = topic.partitions.get(coordinator_partition(key, len(topic.partitions)))
-        if reg is None or reg.leader < 0:
-            return none
-        broker = image.broker(reg.leader)
-        endpoint = None if broker is None else broker.endpoint(self.config.listener_name)
-        if endpoint is None:
-            return none
-        return (ErrorCode.NONE, reg.leader, endpoint.host, endpoint.port)
+            return COORDINATOR_NOT_AVAILABLE
+        return self._offsets_topic.coordinator(key, coordinator_partition, self.config.listener_name)
 
     # ------------------------------------------------------------------ membership
 
