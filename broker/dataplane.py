@@ -48,7 +48,9 @@ from broker.replica.manager import HostedPartition, ReplicaManager, now_ms
 from broker.serving import LocalBrokerServices
 from broker.txn.coordinator import TxnConfig
 from broker.txn.marker_sender import MarkerSender
+from broker.txn.records import transaction_partition
 from broker.txn.runtime import TRANSACTION_STATE_TOPIC, TxnRuntime
+from broker.txn.verification import TxnVerifier
 from quorum.controller.topic_configs import effective_config
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.delta import MetadataDelta
@@ -115,6 +117,9 @@ class DataPlane:
         )
         self.txn_markers = MarkerSender(config.node_id, self._leader_of, self.endpoint, self.txns)
         self.txns.markers = self.txn_markers
+        # KIP-890 part 1: what a partition leader asks the coordinator before a transactional
+        # append (to be called by Produce).
+        self.txn_verifier = TxnVerifier(config.node_id, self._txn_coordinator_of, self.endpoint, self.txns.verify)
         self._server: KafkaListeners | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
@@ -208,6 +213,14 @@ class DataPlane:
         reg = None if t is None else t.partitions.get(partition)
         return None if reg is None else (reg.leader, reg.leader_epoch)
 
+    def _txn_coordinator_of(self, transactional_id: str) -> int | None:
+        """The broker leading the transactional id's `__transaction_state` partition (None: none)."""
+        t = self.image().topics.by_name.get(TRANSACTION_STATE_TOPIC)
+        if t is None or not t.partitions:
+            return None
+        leader = self._leader_of(TRANSACTION_STATE_TOPIC, transaction_partition(transactional_id, len(t.partitions)))
+        return None if leader is None or leader[0] < 0 else leader[0]
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, *, broker_epoch: Callable[[], int]) -> None:
@@ -253,6 +266,7 @@ class DataPlane:
         await self.groups.close()
         await self.txns.close()
         await self.txn_markers.stop()
+        await self.txn_verifier.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

@@ -37,6 +37,7 @@ from broker.txn.messages import (
     EndTxnRequest,
     InitProducerIdRequest,
     TopicPartition,
+    TransactionDescription,
     TransactionListing,
     TxnResult,
 )
@@ -233,13 +234,13 @@ class TxnApis:
         tcls = nested(cls, "TopicData")
         states = []
         for tid in body.transactional_ids:
-            d = self.txns.describe(tid) if self.txns is not None else None
-            if d is None:
-                states.append(make(scls, error_code=kio_error(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                                   transactional_id=tid, transaction_state="", transaction_timeout=timedelta(0),
-                                   transaction_start_time=_datetime(-1), producer_id=-1, producer_epoch=-1,
-                                   topics=()))  # fmt: skip
-                continue
+            if self.txns is None:
+                d = TransactionDescription(ErrorCode.COORDINATOR_NOT_AVAILABLE, tid)
+            else:
+                d = self.txns.describe(tid)
+            # An error entry carries Kafka's field defaults (start time 0); an Empty
+            # transaction's start time is -1, as Kafka answers it.
+            start = d.transaction_start_time_ms if d.error == ErrorCode.NONE else 0
             states.append(
                 make(
                     scls,
@@ -247,7 +248,7 @@ class TxnApis:
                     transactional_id=tid,
                     transaction_state=d.state,
                     transaction_timeout=timedelta(milliseconds=d.transaction_timeout_ms),
-                    transaction_start_time=_datetime(d.transaction_start_time_ms),
+                    transaction_start_time=_datetime(start),
                     producer_id=d.producer_id,
                     producer_epoch=d.producer_epoch,
                     topics=tuple(tcls(topic=t, partitions=ps) for t, ps in d.topics),

@@ -13,7 +13,8 @@ TransactionMarkerChannelManager).
   cannot be reached (or answers garbage) is tried again after `retry_backoff_s`.
 - Markers of a coordinator that moved or reloaded (`is_current` false) are dropped.
 
-The connections are the replica fetcher's (`quorum.wire.transport.PeerClient`).
+The connections are the replica fetcher's (`quorum.wire.transport.PeerClient`, one per broker:
+`broker.txn.peers.PeerPool`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Final, Protocol
 
 from broker.replica.fetch_wire import FetchWireError
 from broker.txn.messages import MarkerRequest, TopicPartition
+from broker.txn.peers import PeerPool
 from broker.txn.txn_wire import (
     WRITE_TXN_MARKERS_API_KEY,
     WRITE_TXN_MARKERS_VERSION,
@@ -36,7 +38,7 @@ from broker.txn.txn_wire import (
     encode_write_txn_markers_request,
 )
 from quorum.kafka_errors import ErrorCode
-from quorum.wire.transport import PeerClient, PeerUnavailable
+from quorum.wire.transport import PeerUnavailable
 
 __all__ = ["NO_PARTITION", "MarkerResults", "MarkerSender"]
 
@@ -92,7 +94,7 @@ class MarkerSender:
         self._busy: set[int] = set()  # destination brokers with a request in flight
         # A partition refused by its leader of (id, epoch): not sent again while that holds.
         self._refused: dict[TopicPartition, tuple[int, int]] = {}
-        self._peers: dict[int, tuple[tuple[str, int], PeerClient]] = {}
+        self._peers = PeerPool(endpoint, request_timeout_s=request_timeout_s)
         self._correlation = itertools.count(1)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -121,9 +123,7 @@ class MarkerSender:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._task = None
-        for _address, peer in self._peers.values():
-            await peer.close()
-        self._peers.clear()
+        await self._peers.close()
 
     @property
     def waiting(self) -> int:
@@ -172,19 +172,6 @@ class MarkerSender:
             self._sends.add(task)
             task.add_done_callback(self._sends.discard)
 
-    def _peer(self, broker: int) -> PeerClient | None:
-        address = self.endpoint(broker)
-        if address is None:
-            return None
-        known = self._peers.get(broker)
-        if known is not None and known[0] == address:
-            return known[1]
-        if known is not None:
-            asyncio.ensure_future(known[1].close())
-        peer = PeerClient(address[0], address[1], connect_timeout_s=2.0, request_timeout_s=self.request_timeout_s)
-        self._peers[broker] = (address, peer)
-        return peer
-
     async def _send_to(self, broker: int, items: list[_Item]) -> None:
         # One entry per transaction (a retry's request and the original's are the same markers).
         grouped: dict[tuple[str, int, int, int, int], tuple[MarkerRequest, list[TopicPartition]]] = {}
@@ -218,7 +205,7 @@ class MarkerSender:
     async def _exchange(
         self, broker: int, markers: list[tuple[MarkerRequest, list[TopicPartition]]]
     ) -> dict[int, dict[TopicPartition, ErrorCode]]:
-        peer = self._peer(broker)
+        peer = self._peers.peer(broker)
         if peer is None:
             raise PeerUnavailable(f"broker {broker} has no inter-broker endpoint")
         correlation = next(self._correlation)
