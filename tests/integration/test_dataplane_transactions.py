@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from dataplane_support import bootstrap, create_topic, module_cluster, partition_state
-from metadata_cluster import MetadataCluster, wait_until
+from metadata_cluster import MetadataCluster, run_pykraft, wait_until
 
 from broker.kafka.apis import SUPPORTED
 from broker.txn.records import transaction_partition
@@ -95,6 +95,30 @@ def test_init_transactions_finds_its_coordinator_and_gets_a_producer_id(cluster:
     state = partition_state(cluster, "__transaction_state", cluster.broker_ids[0])
     assert len(state) == TXN_PARTITIONS
     assert all(len(s["replicas"]) == 3 for s in state.values())
+
+
+def test_the_transactions_tool_lists_and_describes_like_kafka_transactions_sh(cluster: MetadataCluster) -> None:
+    brokers = bootstrap(cluster)
+    p = producer(brokers, "tool-listed")
+    p.init_transactions(60)
+    coordinator = coordinator_of(cluster, "tool-listed")
+    listed = run_pykraft("transactions", "--bootstrap-server", brokers, "--list")
+    assert listed.returncode == 0, listed.stderr
+    lines = [line.split("\t") for line in listed.stdout.splitlines()]
+    assert [c.strip() for c in lines[0]] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    rows = {r[0].strip(): [c.strip() for c in r] for r in lines[1:]}
+    assert rows["tool-listed"][1] == str(coordinator) and rows["tool-listed"][3] == "Empty"
+    described = run_pykraft("transactions", "--bootstrap-server", brokers, "--describe", "--transactional-id",
+                            "tool-listed")  # fmt: skip
+    assert described.returncode == 0, described.stderr
+    header, row = ([c.strip() for c in line.split("\t")] for line in described.stdout.splitlines())
+    assert header == ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
+                      "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
+                      "TopicPartitions"]  # fmt: skip
+    assert row[:2] == [str(coordinator), "tool-listed"] and row[2] == rows["tool-listed"][2]
+    assert row[3:] == ["0", "Empty", "60000", "None", "None", ""]
+    missing = run_pykraft("transactions", "--bootstrap-server", brokers, "--describe", "--transactional-id", "nope")
+    assert missing.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr
 
 
 @needs_markers
