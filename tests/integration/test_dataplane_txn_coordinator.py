@@ -35,7 +35,7 @@ TXN_PARTITIONS = 5
 ABORT_CHECK_MS = 500
 
 cluster = module_cluster(
-    "transactions",
+    "txn-coordinator",
     {
         "transaction.state.log.num.partitions": str(TXN_PARTITIONS),
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": str(ABORT_CHECK_MS),
