@@ -56,6 +56,9 @@ __all__ = ["TRANSACTION_STATE_TOPIC", "MarkerChannel", "TxnRuntime"]
 log = logging.getLogger(__name__)
 
 TRANSACTION_STATE_TOPIC: Final = "__transaction_state"
+# Append results after which the record may still commit (it is in the leader's log, the
+# replicas were not waited for long enough): the coordinator must not be told it failed.
+MAY_COMMIT: Final = frozenset({ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
 
 
 class MarkerChannel(Protocol):
@@ -209,10 +212,20 @@ class TxnRuntime:
         p.wake.set()  # deadlines may have moved earlier
 
     def _appended(self, p: _Partition, entries: list[int], code: ErrorCode) -> None:
-        """An append of `entries` finished with `code`: each record's result to the coordinator."""
+        """An append of `entries` finished with `code`: each record's result to the coordinator.
+        An append that may still commit (`MAY_COMMIT`) is not a failure the coordinator can
+        undo: the partition is loaded again from its log (its waiting requests are answered
+        NOT_COORDINATOR and retried by the clients), so the state never lags the log."""
         if code != ErrorCode.NONE:
             log.warning("broker %d: a transaction state write to %s-%d failed: %s", self.node_id,
                         TRANSACTION_STATE_TOPIC, p.partition, code.name)  # fmt: skip
+        if code in MAY_COMMIT and not p.closed:
+            for entry in entries:
+                p.written.pop(entry, None)
+            self._unload(p)
+            if self.host.led_epoch(p.partition) == p.epoch:
+                self._load(p.partition, p.epoch)
+            return
         now = self.clock()
         for entry in entries:
             for tid in p.written.pop(entry, []):

@@ -61,10 +61,11 @@ class Host:
         self.held.append((fut, batch))
         return await fut
 
-    def finish(self, code: ErrorCode = E.NONE) -> None:
-        """Complete the held appends with `code` (NONE: into the log)."""
+    def finish(self, code: ErrorCode = E.NONE, *, written: bool | None = None) -> None:
+        """Complete the held appends with `code`; their records go into the log if `written`
+        (default: when NONE; a timed-out append may have been written too)."""
         held, self.held = self.held, []
         for fut, batch in held:
-            if code == E.NONE:
+            if written if written is not None else code == E.NONE:
                 self._commit(batch)
             fut.set_result(code)

@@ -180,3 +180,27 @@ def test_a_transaction_open_past_its_timeout_is_aborted_by_the_timer() -> None:
         await runtime.close()
 
     run(go())
+
+
+def test_an_append_that_timed_out_reloads_the_partition_so_the_state_follows_the_log() -> None:
+    async def go() -> None:
+        host = Host()
+        runtime, markers = await started(host)
+        init = await open_transaction(runtime)
+        host.auto = False
+        req = EndTxnRequest(TID, init.producer_id, init.producer_epoch, TxnResult.COMMIT)
+        end = asyncio.create_task(runtime.end_txn(req))
+        await spin()
+        # The PrepareCommit is in the leader's log but the replicas did not confirm in time:
+        # it may still commit, so the coordinator is not told it failed.
+        host.finish(E.REQUEST_TIMED_OUT, written=True)
+        assert await end == E.NOT_COORDINATOR  # the client finds the coordinator again and retries
+        host.auto = True
+        await spin()
+        assert runtime.is_coordinator(TID) == E.NONE  # loaded again, from the log
+        assert runtime.describe(TID).state == "PrepareCommit"
+        assert [m.result for m in markers.sent] == [TxnResult.COMMIT]  # its markers resumed
+        assert await runtime.end_txn(req) == E.CONCURRENT_TRANSACTIONS  # the retry sees the commit under way
+        await runtime.close()
+
+    run(go())
