@@ -146,6 +146,28 @@ def test_commit_and_abort_and_read_committed_sees_only_the_committed(cluster: Me
 
 
 @needs_markers
+def test_kafka_python_commits_and_aborts_too(cluster: MetadataCluster) -> None:
+    from kafka import KafkaProducer
+
+    brokers = bootstrap(cluster)
+    topic = "txn-kafka-python"
+    create_topic(cluster, topic, partitions=2, rf=3)
+    p = KafkaProducer(bootstrap_servers=brokers, transactional_id="kafka-python")  # AddPartitionsToTxn v3
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(10):
+            p.send(topic, value=f"kept-{i}".encode(), partition=i % 2)
+        p.commit_transaction()
+        p.begin_transaction()
+        p.send(topic, value=b"dropped", partition=0)
+        p.abort_transaction()
+    finally:
+        p.close(timeout=10)
+    assert sorted(read_committed(brokers, topic, 2, 10)) == sorted(f"kept-{i}".encode() for i in range(10))
+
+
+@needs_markers
 def test_a_second_producer_with_the_same_transactional_id_fences_the_first(cluster: MetadataCluster) -> None:
     from confluent_kafka import KafkaException
 
