@@ -217,6 +217,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_consumer_groups_command(commands)
 
+    # kafka-transactions.sh
+    from api.transactions import add_commands as add_transactions_command
+
+    add_transactions_command(commands)
+
     # audit and export of the metadata log (PySpark is imported only when they run)
     from quorum.audit.cli import add_audit_commands
 

@@ -33,6 +33,7 @@ import resource
 from collections.abc import Callable
 from pathlib import Path
 
+from broker.coordinator.partition_host import ReplicaPartitionHost as CoordinatorHost
 from broker.fd_limit import DescriptorBudget
 from broker.group.replica_host import ReplicaPartitionHost
 from broker.group.runtime import GroupCoordinator
@@ -45,6 +46,11 @@ from broker.producer_ids import ProducerIdManager
 from broker.replica.fetcher import FetcherManager
 from broker.replica.manager import HostedPartition, ReplicaManager, now_ms
 from broker.serving import LocalBrokerServices
+from broker.txn.coordinator import TxnConfig
+from broker.txn.marker_sender import MarkerSender
+from broker.txn.records import transaction_partition
+from broker.txn.runtime import TRANSACTION_STATE_TOPIC, TxnRuntime
+from broker.txn.verification import TxnVerifier
 from quorum.controller.topic_configs import effective_config
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.delta import MetadataDelta
@@ -103,6 +109,17 @@ class DataPlane:
             commit_timeout_ms=int(getattr(config, "offsets_commit_timeout_ms", 5_000)),
             retention_check_interval_ms=int(getattr(config, "offsets_retention_check_interval_ms", 600_000)),
         )
+        self.txns = TxnRuntime(
+            config.node_id,
+            CoordinatorHost(self.replicas, image, TRANSACTION_STATE_TOPIC),
+            txn_config_from(config),
+            self.producer_ids.take_nowait,
+        )
+        self.txn_markers = MarkerSender(config.node_id, self._leader_of, self.endpoint, self.txns)
+        self.txns.markers = self.txn_markers
+        # KIP-890 part 1: what a partition leader asks the coordinator before a transactional
+        # append (to be called by Produce).
+        self.txn_verifier = TxnVerifier(config.node_id, self._txn_coordinator_of, self.endpoint, self.txns.verify)
         self._server: KafkaListeners | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
@@ -172,6 +189,8 @@ class DataPlane:
             return  # no log dir left: the broker is stepping out and hosts nothing any more
         self.replicas.on_metadata(delta, image)
         self.groups.on_metadata()
+        self.txns.on_metadata()
+        self.txn_markers.on_metadata()
 
     def _maybe_publish(self, image: MetadataImage) -> None:
         """Partitions follow the metadata only once this broker's image has caught up with its
@@ -185,6 +204,22 @@ class DataPlane:
         log.info("broker %d: metadata caught up at offset %d; hosting partitions", self.config.node_id, image.offset)
         self.replicas.on_metadata(MetadataDelta.diff(EMPTY_IMAGE, image), image)
         self.groups.on_metadata()
+        self.txns.on_metadata()
+
+    def _leader_of(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(leader id or -1, leader epoch) of a partition in the metadata image; None: no such
+        partition (its topic was deleted)."""
+        t = self.image().topics.by_name.get(topic)
+        reg = None if t is None else t.partitions.get(partition)
+        return None if reg is None else (reg.leader, reg.leader_epoch)
+
+    def _txn_coordinator_of(self, transactional_id: str) -> int | None:
+        """The broker leading the transactional id's `__transaction_state` partition (None: none)."""
+        t = self.image().topics.by_name.get(TRANSACTION_STATE_TOPIC)
+        if t is None or not t.partitions:
+            return None
+        leader = self._leader_of(TRANSACTION_STATE_TOPIC, transaction_partition(transactional_id, len(t.partitions)))
+        return None if leader is None or leader[0] < 0 else leader[0]
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -192,7 +227,8 @@ class DataPlane:
         self.broker_epoch = broker_epoch
         self._started = True
         self.isr.start()
-        self._server = await start_kafka_listener(self.config, self.services, self.groups)
+        self._server = await start_kafka_listener(self.config, self.services, self.groups, self.txns)
+        self.txn_markers.start()
         c = self.config
         # The recovery points and log starts as loaded, at once (Kafka's first write waits
         # 30 s): a crash before the first interval then still recovers from these.
@@ -228,6 +264,9 @@ class DataPlane:
         if self._server is not None:
             await stop_kafka_listener(self._server)
         await self.groups.close()
+        await self.txns.close()
+        await self.txn_markers.stop()
+        await self.txn_verifier.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -296,4 +335,27 @@ def coordinator_config_from(config: NodeConfig) -> CoordinatorConfig:
         consumer_session_timeout_ms=get("group_consumer_session_timeout_ms", d.consumer_session_timeout_ms),
         consumer_heartbeat_interval_ms=get("group_consumer_heartbeat_interval_ms", d.consumer_heartbeat_interval_ms),
         consumer_assignors=tuple(getattr(config, "group_consumer_assignors", d.consumer_assignors)),
+    )
+
+
+def txn_config_from(config: NodeConfig) -> TxnConfig:
+    """The transaction coordinator's settings from the node config (Kafka's names; a setting
+    the config does not carry keeps Kafka's default)."""
+    d = TxnConfig()
+
+    def get(name: str, default: int) -> int:
+        return int(getattr(config, name, default))
+
+    return TxnConfig(
+        transaction_max_timeout_ms=get("transaction_max_timeout_ms", d.transaction_max_timeout_ms),
+        transactional_id_expiration_ms=get("transactional_id_expiration_ms", d.transactional_id_expiration_ms),
+        abort_timed_out_transaction_cleanup_interval_ms=get(
+            "transaction_abort_timed_out_transaction_cleanup_interval_ms",
+            d.abort_timed_out_transaction_cleanup_interval_ms,
+        ),
+        remove_expired_transaction_cleanup_interval_ms=get(
+            "transaction_remove_expired_transaction_cleanup_interval_ms",
+            d.remove_expired_transaction_cleanup_interval_ms,
+        ),
+        offsets_topic_num_partitions=get("offsets_topic_num_partitions", d.offsets_topic_num_partitions),
     )

@@ -55,16 +55,9 @@ class ProducerIdManager:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_s
         while True:
-            if self._next >= self._end and self._pending is not None:
-                (self._block_first, self._end), self._pending = self._pending, None
-                self._next = self._block_first
-            if self._next < self._end:
-                pid = self._next
-                self._next += 1
-                if self._next - self._block_first >= PREFETCH_RATIO * (self._end - self._block_first):
-                    self._request_next_block()
-                return ErrorCode.NONE, pid
-            self._request_next_block()
+            code, pid = self.take_nowait()
+            if code == ErrorCode.NONE:
+                return code, pid
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1
@@ -72,6 +65,28 @@ class ProducerIdManager:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await self._arrived.wait()
+
+    def take_nowait(self) -> tuple[ErrorCode, int]:
+        """`generate` without waiting, for callers on the event loop that must not suspend (the
+        transaction coordinator's sans-IO rules): (NONE, an id) from the current or prefetched
+        block, else (COORDINATOR_LOAD_IN_PROGRESS, -1) with the next block requested, which
+        the client's retry then finds. The first call of a broker only starts the prefetch."""
+        if self._next >= self._end and self._pending is not None:
+            (self._block_first, self._end), self._pending = self._pending, None
+            self._next = self._block_first
+        if self._next >= self._end:
+            self._request_next_block()
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1
+        pid = self._next
+        self._next += 1
+        if self._next - self._block_first >= PREFETCH_RATIO * (self._end - self._block_first):
+            self._request_next_block()
+        return ErrorCode.NONE, pid
+
+    def prefetch(self) -> None:
+        """Ask for a block now if none is at hand (a broker about to coordinate transactions)."""
+        if self._next >= self._end and self._pending is None:
+            self._request_next_block()
 
     def _request_next_block(self) -> None:
         if self._pending is None and (self._fetch is None or self._fetch.done()):

@@ -23,12 +23,15 @@ import contextlib
 import itertools
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 from uuid import UUID
 
+from broker.coordinator.append_queue import AppendQueue, EncodedRecords, encode_batch
+from broker.coordinator.leadership import leadership_changes
+from broker.coordinator.log_replay import replay_log
+from broker.coordinator.partition_host import LoggedPartition
 from broker.group.messages import (
     CommitRequest,
     CommittedOffset,
@@ -55,32 +58,13 @@ from broker.group.records import (
 )
 from broker.group.shard import CoordinatorConfig, GroupShard, Outcome, append_error
 from broker.group.write_order import WriteOrder
-from broker.log.records import BatchHeader, batch_records, encode_records
-from broker.log.records import Record as LogRecord
 from quorum.kafka_errors import ErrorCode
-from quorum.storage.batch_layout import ATTR_CONTROL, BATCH_HEADER_SIZE, HEADER, LOG_HEADER, LOG_OVERHEAD
 
-__all__ = ["GroupCoordinator", "OFFSETS_TOPIC", "PartitionHost"]
+__all__ = ["GroupCoordinator", "LoggedPartition", "OFFSETS_TOPIC", "PartitionHost"]
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
-LOAD_CHUNK_BYTES: Final = 1 << 20  # what one read of a loading partition takes, before yielding the loop
-# The most bytes of keys and values one append of queued operations carries (well below the
-# topic's max.message.bytes of 1 MiB); an operation larger than this goes alone.
-COALESCE_MAX_BYTES: Final = 512 * 1024
-
-
-class LoggedPartition(Protocol):
-    """What loading needs of a partition log (`broker.log.PartitionLog`)."""
-
-    @property
-    def log_start_offset(self) -> int: ...
-
-    @property
-    def log_end_offset(self) -> int: ...
-
-    def read(self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool) -> bytes | memoryview: ...
 
 
 class PartitionHost(Protocol):
@@ -125,9 +109,8 @@ class _Loaded:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     closed: bool = False
     # Appends: one in flight per partition; the records of the operations that came meanwhile
-    # wait here (WriteOrder entry, encoded key/value pairs) and go together in the next batch.
-    writing: bool = False
-    queued: deque[tuple[int, list[tuple[bytes, bytes | None]]]] = field(default_factory=deque)
+    # wait there (by WriteOrder entry) and go together in the next batch (set by the runtime).
+    appends: AppendQueue | None = None
 
 
 class GroupCoordinator:
@@ -155,25 +138,30 @@ class GroupCoordinator:
 
     def on_metadata(self) -> None:
         """Load the partitions this broker leads now, drop those it does not."""
-        count = self.host.offsets_partitions()
-        for n in range(count):
-            epoch = self.host.led_epoch(n)
-            current = self.partitions.get(n)
-            if current is not None and (epoch is None or epoch != current.epoch):
-                self._unload(current)
-                current = None
-            if current is None and epoch is not None:
-                self._load(n, epoch)
-        for n in [n for n in self.partitions if n >= count]:
+        unload, load = leadership_changes(
+            self.host.offsets_partitions(), self.host.led_epoch, {n: p.epoch for n, p in self.partitions.items()}
+        )
+        for n in unload:
             self._unload(self.partitions[n])
+        for n, epoch in load:
+            self._load(n, epoch)
 
     def _load(self, n: int, epoch: int) -> None:
         loaded = _Loaded(n, epoch, GroupShard(self.config))
+
+        async def append(records: EncodedRecords) -> ErrorCode:
+            return await self.host.append(n, encode_batch(records, self.clock()), self.commit_timeout_ms)
+
+        loaded.appends = AppendQueue(
+            f"{OFFSETS_TOPIC}-{n}", append, lambda entries, code: self._appended(loaded, entries, code)
+        )
         self.partitions[n] = loaded
         loaded.tasks.append(asyncio.get_running_loop().create_task(self._load_and_run(loaded)))
 
     def _unload(self, loaded: _Loaded) -> None:
         loaded.closed = True
+        if loaded.appends is not None:
+            loaded.appends.close()
         if self.partitions.get(loaded.partition) is loaded:
             del self.partitions[loaded.partition]
         for task in loaded.tasks:
@@ -206,40 +194,17 @@ class GroupCoordinator:
         await asyncio.gather(self._run_timers(loaded), self._run_expiry(loaded))
 
     async def _replay_log(self, loaded: _Loaded, plog: LoggedPartition) -> int:
-        offset = plog.log_start_offset
-        end = plog.log_end_offset
-        count = 0
-        while offset < end:
-            data = memoryview(plog.read(offset, LOAD_CHUNK_BYTES, max_offset=end, min_one_batch=True))
-            if not data:
-                break
-            pos = 0
-            while pos + LOG_OVERHEAD <= len(data):
-                size = LOG_OVERHEAD + LOG_HEADER.unpack_from(data, pos)[1]
-                if size < BATCH_HEADER_SIZE or pos + size > len(data):
-                    break
-                fields = HEADER.unpack_from(data, pos)
-                base, attrs, last_delta = fields[0], fields[5], fields[6]
-                if not attrs & ATTR_CONTROL:
-                    for _off, _ts, rec in batch_records(data[pos : pos + size], payloads=True):
-                        if rec.key is None:
-                            continue
-                        try:
-                            key = decode_key(rec.key)
-                            value = decode_value(key, rec.value)
-                        except RecordSchemaError as exc:
-                            log.warning(
-                                "skipping an unreadable record of %s-%d: %s", OFFSETS_TOPIC, loaded.partition, exc
-                            )
-                            continue
-                        loaded.shard.replay(key, value, self.clock())
-                        count += 1
-                offset = base + last_delta + 1
-                pos += size
-            if pos == 0:
-                break
-            await asyncio.sleep(0)
-        return count
+        def apply(raw_key: bytes | memoryview, raw_value: bytes | memoryview | None) -> bool:
+            try:
+                key = decode_key(raw_key)
+                value = decode_value(key, raw_value)
+            except RecordSchemaError as exc:
+                log.warning("skipping an unreadable record of %s-%d: %s", OFFSETS_TOPIC, loaded.partition, exc)
+                return False
+            loaded.shard.replay(key, value, self.clock())
+            return True
+
+        return await replay_log(plog, apply)
 
     async def _run_timers(self, loaded: _Loaded) -> None:
         while not loaded.closed:
@@ -264,12 +229,6 @@ class GroupCoordinator:
 
     # ================================================================== writes and answers
 
-    def _encode(self, records: list[tuple[bytes, bytes | None]], now: int) -> bytes:
-        return encode_records(
-            [LogRecord(i, now, k, v) for i, (k, v) in enumerate(records)],
-            BatchHeader(partition_leader_epoch=-1, attributes=0),
-        )
-
     def _dispatch(self, loaded: _Loaded, out: Outcome) -> asyncio.Future[ErrorCode]:
         """Append `out.records` (if any) and answer `out.replies` once they and everything
         before them committed (`WriteOrder`'s rules); the append's outcome. One append is in
@@ -280,54 +239,23 @@ class GroupCoordinator:
         entry = loaded.order.submit(out)
         result: asyncio.Future[ErrorCode] = loop.create_future()
         loaded.results[entry] = result
-        if out.records:
+        if out.records and loaded.appends is not None:
             encoded = [(encode_key(k), None if v is None else encode_value(v)) for k, v in out.records]
-            loaded.queued.append((entry, encoded))
-            if not loaded.writing:
-                self._write_queued(loaded)
+            loaded.appends.submit(entry, encoded)
         self._release(loaded)
         return result
 
-    def _write_queued(self, loaded: _Loaded) -> None:
-        """Start one append of the queued operations' records (up to COALESCE_MAX_BYTES)."""
-        entries: list[int] = []
-        records: list[tuple[bytes, bytes | None]] = []
-        size = 0
-        while loaded.queued:
-            entry, encoded = loaded.queued[0]
-            more = sum(len(k) + len(v or b"") for k, v in encoded)
-            if entries and size + more > COALESCE_MAX_BYTES:
-                break
-            loaded.queued.popleft()
-            entries.append(entry)
-            records.extend(encoded)
-            size += more
-        if not entries:
-            return
-        loaded.writing = True
-        batch = self._encode(records, self.clock())
-        write = asyncio.get_running_loop().create_task(
-            self.host.append(loaded.partition, batch, self.commit_timeout_ms)
-        )
-
-        def finished(w: asyncio.Future[ErrorCode]) -> None:
-            code = ErrorCode.NOT_COORDINATOR if w.cancelled() or w.exception() is not None else w.result()
-            if not w.cancelled() and w.exception() is not None:
-                log.error("appending to %s-%d failed: %s", OFFSETS_TOPIC, loaded.partition, w.exception())
-            if code != ErrorCode.NONE:
-                log.warning("broker %d: a group write to %s-%d failed: %s", self.node_id, OFFSETS_TOPIC,
-                            loaded.partition, code.name)  # fmt: skip
-            for entry in reversed(entries):  # the undos, latest first, so that they compose
-                loaded.order.completed(entry, code, undo=not loaded.closed)
-            loaded.writing = False
-            if loaded.closed:  # unloaded: what waits is never written
-                while loaded.queued:
-                    loaded.order.completed(loaded.queued.popleft()[0], ErrorCode.NOT_COORDINATOR, undo=False)
-            self._release(loaded)
-            if not loaded.closed:
-                self._write_queued(loaded)
-
-        write.add_done_callback(finished)
+    def _appended(self, loaded: _Loaded, entries: list[int], code: ErrorCode) -> None:
+        """An append of `entries` finished with `code`."""
+        if code != ErrorCode.NONE:
+            log.warning("broker %d: a group write to %s-%d failed: %s", self.node_id, OFFSETS_TOPIC,
+                        loaded.partition, code.name)  # fmt: skip
+        for entry in reversed(entries):  # the undos, latest first, so that they compose
+            loaded.order.completed(entry, code, undo=not loaded.closed)
+        if loaded.closed and loaded.appends is not None:  # unloaded: what waits is never written
+            for entry in loaded.appends.take_unwritten():
+                loaded.order.completed(entry, ErrorCode.NOT_COORDINATOR, undo=False)
+        self._release(loaded)
 
     def _release(self, loaded: _Loaded) -> None:
         for released in loaded.order.drain():

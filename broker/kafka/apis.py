@@ -10,7 +10,8 @@ Ranges, with the reason for each bound:
   v12 when topic ids are not offered.
 - ListOffsets 1-7 (v7: max timestamp), Metadata 0-12, OffsetForLeaderEpoch 2-4,
   ApiVersions 0-3, DeleteRecords 0-2, DescribeLogDirs 1-4, DescribeCluster 0-2.
-- InitProducerId 0-5 (Kafka 3.9's range), idempotent producers only (`init_producer_id`).
+- InitProducerId 0-5 (Kafka 3.9's range): idempotent producers (`init_producer_id`), and
+  transactional ones (`txn_apis`).
 - WriteTxnMarkers 0-1 (v1 flexible) and DescribeProducers 0: the partition logs' side of
   transactions (`write_txn_markers`, `describe_producers`).
 - AlterConfigs 0-2: translated to IncrementalAlterConfigs for the controller (`alter_configs`).
@@ -47,6 +48,9 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
     OFFSET_FOR_LEADER_EPOCH = 23
     WRITE_TXN_MARKERS = 27
     DESCRIBE_CONFIGS = 32
@@ -59,6 +63,8 @@ class ApiKey(IntEnum):
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
 
@@ -107,6 +113,14 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.WRITE_TXN_MARKERS: (0, 1),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    # The transaction apis (broker.kafka.txn_apis), Kafka 3.9's ranges: AddPartitionsToTxn 0-5
+    # (v4+: the inter-broker batched form, KIP-890 part 1), AddOffsetsToTxn 0-4, EndTxn 0-4,
+    # DescribeTransactions 0, ListTransactions 0-1.
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 4),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
     **{int(key): ADMIN_API_VERSIONS[AdminApiKey(int(key))] for key in FORWARDED},
 }
 
@@ -134,6 +148,11 @@ FIRST_FLEXIBLE: Final[dict[int, int]] = {
     ApiKey.DELETE_TOPICS: 4,
     ApiKey.DELETE_RECORDS: 2,
     ApiKey.INIT_PRODUCER_ID: 2,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 3,
+    ApiKey.ADD_OFFSETS_TO_TXN: 3,
+    ApiKey.END_TXN: 3,
+    ApiKey.DESCRIBE_TRANSACTIONS: 0,
+    ApiKey.LIST_TRANSACTIONS: 0,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.ALTER_CONFIGS: 2,

@@ -14,11 +14,17 @@ COORDINATOR_LOAD_IN_PROGRESS while it loads it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Final
 
+from broker.coordinator.internal_topic import (
+    COORDINATOR_NOT_AVAILABLE,
+    CoordinatorAddress,
+    InternalTopic,
+    InternalTopicCreator,
+)
 from broker.group.messages import (
     CommitPartition,
     CommitRequest,
@@ -39,9 +45,7 @@ from broker.group.records import coordinator_partition
 from broker.group.runtime import OFFSETS_TOPIC, GroupCoordinator
 from broker.kafka.context import RequestContext, decode_body, encode_body, kio_error, make, nested, response_type
 from broker.kafka.services import BrokerServices, ListenerConfig
-from quorum.controller.requests import CreatableTopic, CreateTopicsRequest
 from quorum.kafka_errors import ErrorCode
-from quorum.wire.admin_codec import decode_admin_response, encode_admin_request
 from quorum.wire.transport import PEER_HOST
 
 __all__ = ["GroupApis"]
@@ -65,7 +69,24 @@ class GroupApis:
         self.services = services
         self.config = config
         self.groups = groups
-        self._creating: asyncio.Task[None] | None = None
+        # FindCoordinator for transactional ids (key type 1): `broker.kafka.txn_apis`'s.
+        self.transaction_coordinator: Callable[[str], CoordinatorAddress] | None = None
+        self._offsets_topic = InternalTopicCreator(
+            services,
+            InternalTopic(
+                OFFSETS_TOPIC,
+                config.offsets_topic_num_partitions,
+                config.offsets_topic_replication_factor,
+                "offsets.topic.replication.factor",
+                {
+                    "cleanup.policy": "compact",
+                    "compression.type": "producer",
+                    "segment.bytes": str(config.offsets_topic_segment_bytes),
+                },
+                client_id="group-coordinator",
+            ),  # fmt: skip
+            config.forward_timeout_ms,
+        )
 
     # ------------------------------------------------------------------ FindCoordinator
 
@@ -96,72 +117,16 @@ class GroupApis:
             ),  # fmt: skip
         )
 
-    def _coordinator(self, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
-        none = (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
+    def _coordinator(self, key: str, key_type: int) -> CoordinatorAddress:
         if key_type == TRANSACTION_KEY:
-            return none  # transactions are not served yet
+            if self.transaction_coordinator is None:
+                return COORDINATOR_NOT_AVAILABLE
+            return self.transaction_coordinator(key)
         if key_type != GROUP_KEY:
             return (ErrorCode.INVALID_REQUEST, -1, "", -1)
         if self.groups is None:
-            return none
-        image = self.services.image()
-        topic = image.topics.by_name.get(OFFSETS_TOPIC)
-        if topic is None or not topic.partitions:
-            self._create_offsets_topic()
-            return none
-        reg = topic.partitions.get(coordinator_partition(key, len(topic.partitions)))
-        if reg is None or reg.leader < 0:
-            return none
-        broker = image.broker(reg.leader)
-        endpoint = None if broker is None else broker.endpoint(self.config.listener_name)
-        if endpoint is None:
-            return none
-        return (ErrorCode.NONE, reg.leader, endpoint.host, endpoint.port)
-
-    def _create_offsets_topic(self) -> None:
-        if self._creating is not None and not self._creating.done():
-            return
-        self._creating = asyncio.get_running_loop().create_task(self._create())
-
-    async def _create(self) -> None:
-        c = self.config
-        live = len(self.services.image().cluster.active_broker_ids())
-        rf = c.offsets_topic_replication_factor
-        if live < rf:
-            log.warning(
-                "creating %s with replication factor %d: offsets.topic.replication.factor is %d but only %d "
-                "brokers are alive", OFFSETS_TOPIC, max(live, 1), rf, live,
-            )  # fmt: skip
-            rf = max(live, 1)
-        request = CreateTopicsRequest(
-            topics=(
-                CreatableTopic(
-                    name=OFFSETS_TOPIC,
-                    num_partitions=c.offsets_topic_num_partitions,
-                    replication_factor=rf,
-                    configs={
-                        "cleanup.policy": "compact",
-                        "compression.type": "producer",
-                        "segment.bytes": str(c.offsets_topic_segment_bytes),
-                    },
-                ),
-            ),
-            timeout_ms=c.forward_timeout_ms,
-        )
-        try:
-            frame, api_key, api_version = encode_admin_request(request, correlation_id=0, client_id="group-coordinator")
-            answer = await self.services.forward_to_controller(frame, api_key, api_version, c.forward_timeout_ms)
-            reply = decode_admin_response(api_key, api_version, answer, request)
-        except Exception as exc:  # retried at the next FindCoordinator
-            log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
-            return
-        for result in getattr(reply, "topics", ()):
-            if result.error_code == ErrorCode.NONE:
-                log.info("created %s (%d partitions, replication factor %d)", OFFSETS_TOPIC,
-                         c.offsets_topic_num_partitions, rf)  # fmt: skip
-            elif result.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                log.warning("creating %s failed: %s %s", OFFSETS_TOPIC, ErrorCode(result.error_code).name,
-                            result.message or "")  # fmt: skip
+            return COORDINATOR_NOT_AVAILABLE
+        return self._offsets_topic.coordinator(key, coordinator_partition, self.config.listener_name)
 
     # ------------------------------------------------------------------ membership
 

@@ -36,14 +36,15 @@ from broker.kafka.describe_producers import handle_describe_producers
 from broker.kafka.fetch import handle_fetch
 from broker.kafka.fetch_session import FetchSessionCache
 from broker.kafka.group_apis import GroupApis
-from broker.kafka.init_producer_id import handle_init_producer_id
 from broker.kafka.log_apis import handle_delete_records, handle_describe_log_dirs
 from broker.kafka.metadata import AutoTopicCreator, handle_metadata
 from broker.kafka.offsets import handle_list_offsets, handle_offset_for_leader_epoch
 from broker.kafka.produce import handle_produce
 from broker.kafka.services import BrokerServices, ListenerConfig
+from broker.kafka.txn_apis import TxnApis
 from broker.kafka.wire import MalformedRequest, parse_request_header, peek_api
 from broker.kafka.write_txn_markers import handle_write_txn_markers
+from broker.txn.runtime import TxnRuntime
 from quorum.wire.limits import ConnectionLimits
 from quorum.wire.transport import CloseConnection, close_server, serve
 
@@ -73,11 +74,17 @@ class KafkaRequestHandler:
     """Turns one request frame (without its length prefix) into its response frame."""
 
     def __init__(
-        self, services: BrokerServices, config: ListenerConfig, groups: GroupCoordinator | None = None
+        self,
+        services: BrokerServices,
+        config: ListenerConfig,
+        groups: GroupCoordinator | None = None,
+        txns: TxnRuntime | None = None,
     ) -> None:
         self.services = services
         self.config = config
         self.groups = GroupApis(services, config, groups)
+        self.txns = TxnApis(services, config, txns)
+        self.groups.transaction_coordinator = self.txns.coordinator
         self.sessions = FetchSessionCache(
             config.max_incremental_fetch_session_cache_slots, config.min_incremental_fetch_session_eviction_ms
         )
@@ -133,7 +140,17 @@ class KafkaRequestHandler:
             case ApiKey.DESCRIBE_CLUSTER:
                 return await handle_describe_cluster(ctx, s, c)
             case ApiKey.INIT_PRODUCER_ID:
-                return await handle_init_producer_id(ctx, s)
+                return await self.txns.init_producer_id(ctx)
+            case ApiKey.ADD_PARTITIONS_TO_TXN:
+                return await self.txns.add_partitions_to_txn(ctx)
+            case ApiKey.ADD_OFFSETS_TO_TXN:
+                return await self.txns.add_offsets_to_txn(ctx)
+            case ApiKey.END_TXN:
+                return await self.txns.end_txn(ctx)
+            case ApiKey.DESCRIBE_TRANSACTIONS:
+                return await self.txns.describe_transactions(ctx)
+            case ApiKey.LIST_TRANSACTIONS:
+                return await self.txns.list_transactions(ctx)
             case ApiKey.ALTER_CONFIGS:
                 return await handle_alter_configs(ctx, s, c)
             case ApiKey.WRITE_TXN_MARKERS:
@@ -188,9 +205,13 @@ class KafkaListener:
     """One listening socket speaking the Kafka protocol to clients."""
 
     def __init__(
-        self, services: BrokerServices, config: ListenerConfig, groups: GroupCoordinator | None = None
+        self,
+        services: BrokerServices,
+        config: ListenerConfig,
+        groups: GroupCoordinator | None = None,
+        txns: TxnRuntime | None = None,
     ) -> None:
-        self.handler = KafkaRequestHandler(services, config, groups)
+        self.handler = KafkaRequestHandler(services, config, groups, txns)
         self.config = config
         self._server: asyncio.Server | None = None
         self.started_ms = -1
@@ -238,6 +259,15 @@ def listener_config_from(node_config: Any, listener_name: str) -> ListenerConfig
             get("offsets_topic_replication_factor", defaults.offsets_topic_replication_factor)
         ),
         offsets_topic_segment_bytes=int(get("offsets_topic_segment_bytes", defaults.offsets_topic_segment_bytes)),
+        **{
+            name: int(get(name, getattr(defaults, name)))
+            for name in (
+                "transaction_state_log_num_partitions",
+                "transaction_state_log_replication_factor",
+                "transaction_state_log_min_isr",
+                "transaction_state_log_segment_bytes",
+            )
+        },
         limits=ConnectionLimits.from_config(node_config),
     )
 
@@ -256,7 +286,7 @@ class KafkaListeners:
 
 
 async def start_kafka_listener(
-    node_config: Any, services: BrokerServices, groups: GroupCoordinator | None = None
+    node_config: Any, services: BrokerServices, groups: GroupCoordinator | None = None, txns: TxnRuntime | None = None
 ) -> KafkaListeners:
     """Start a KafkaListener on each broker listener of `node_config` (the entries of
     `listeners` not named in `controller.listener.names`)."""
@@ -266,7 +296,7 @@ async def start_kafka_listener(
         for entry in node_config.listeners:
             if entry.name in controller_names:
                 continue
-            listener = KafkaListener(services, listener_config_from(node_config, entry.name), groups)
+            listener = KafkaListener(services, listener_config_from(node_config, entry.name), groups, txns)
             group.ports[entry.name] = await listener.start(entry.host or None, entry.port)
             group.listeners.append(listener)
     except BaseException:

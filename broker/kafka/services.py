@@ -223,6 +223,10 @@ class ListenerConfig:
     offsets_topic_num_partitions: int = 50  # offsets.topic.num.partitions
     offsets_topic_replication_factor: int = 3  # offsets.topic.replication.factor
     offsets_topic_segment_bytes: int = 104_857_600  # offsets.topic.segment.bytes
+    transaction_state_log_num_partitions: int = 50  # transaction.state.log.num.partitions
+    transaction_state_log_replication_factor: int = 3  # transaction.state.log.replication.factor
+    transaction_state_log_min_isr: int = 2  # transaction.state.log.min.isr
+    transaction_state_log_segment_bytes: int = 104_857_600  # transaction.state.log.segment.bytes
     # The listener's connection limits (socket.request.max.bytes, queued.max.request.bytes,
     # max.connections[.per.ip], connections.max.idle.ms); None: Kafka's defaults.
     limits: ConnectionLimits | None = None

@@ -404,6 +404,16 @@ class NodeConfig:
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
     group_coordinator_rebalance_protocols: tuple[str, ...] = ("classic", "consumer")
+    # The transaction coordinator and __transaction_state (Kafka's TransactionLogConfig and
+    # TransactionStateManagerConfig names and defaults).
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3  # capped by the live brokers when the topic is created
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 100 * MIB
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     # Listener resource limits (Kafka's socket server keys; see quorum.wire.limits).
     socket_request_max_bytes: int = 100 * MIB
     # Kafka's default is -1 (unbounded); pykraft bounds what all connections buffer by default.
@@ -519,6 +529,15 @@ _INT_KEYS: dict[str, _IntSpec] = {
     "group.max.size": (1, _INT32_MAX),
     "group.consumer.heartbeat.interval.ms": (1, _INT32_MAX),
     "group.consumer.session.timeout.ms": (1, _INT32_MAX),
+    # The transaction coordinator (Kafka's validators and Java types).
+    "transaction.state.log.num.partitions": (1, _INT32_MAX),
+    "transaction.state.log.replication.factor": (1, 32767),
+    "transaction.state.log.min.isr": (1, _INT32_MAX),
+    "transaction.state.log.segment.bytes": (1, _INT32_MAX),
+    "transaction.max.timeout.ms": (1, _INT32_MAX),
+    "transactional.id.expiration.ms": (1, _INT32_MAX),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (1, _INT32_MAX),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (1, _INT32_MAX),
 }
 _BOOL_KEYS = (
     "unclean.leader.election.enable",

@@ -300,8 +300,10 @@ CASES = list(_cases())
 
 def test_every_advertised_api_and_version_has_array_cases() -> None:
     keys_with_arrays = {c.values[0] for c in CASES}
-    # ApiVersions, DescribeCluster, Heartbeat and InitProducerId have no arrays in their requests.
-    no_arrays = {ApiKey.API_VERSIONS, ApiKey.DESCRIBE_CLUSTER, ApiKey.HEARTBEAT, ApiKey.INIT_PRODUCER_ID}
+    # ApiVersions, DescribeCluster, Heartbeat, InitProducerId, AddOffsetsToTxn and EndTxn have no
+    # arrays in their requests.
+    no_arrays = {ApiKey.API_VERSIONS, ApiKey.DESCRIBE_CLUSTER, ApiKey.HEARTBEAT, ApiKey.INIT_PRODUCER_ID,
+                 ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN}  # fmt: skip
     assert keys_with_arrays == set(SUPPORTED) - no_arrays
     assert any(c.values[3] is None and c.values[4] for c in CASES)  # nullable arrays exist and are covered
 
