@@ -16,6 +16,8 @@ process (tests/integration/group_member.py) so that it can be killed:
 - The coordinator is killed with kill -9 while a member commits (classic and KIP-848): the
   group finds the new coordinator, which loaded the group, and the last acknowledged
   commit is there.
+- KIP-848 regex subscriptions (`subscribe(["^regexed-.*"])`): the matching topics are read,
+  the others not, and a matching topic created later too.
 - Bad input: absurd session timeouts, an unknown generation, commits for unknown topics and
   huge protocol metadata get Kafka's error codes, and the coordinator keeps serving.
 """
@@ -408,6 +410,42 @@ def test_coordinator_killed_while_a_group_commits_keeps_every_acknowledged_commi
     assert last_acked <= tp.offset <= last_tried, (last_acked, tp.offset, last_tried)
     print(f"{len(acked)} commits acknowledged, {len(failures)} refused during the move: {set(failures)}")
     cluster.wait_unfenced([victim], timeout=60)
+
+
+def test_kip848_regex_subscription_follows_the_topics_that_match(cluster: MetadataCluster) -> None:
+    """confluent-kafka with group.protocol=consumer subscribed to `^regexed-.*` (sent as
+    SubscribedTopicRegex): it reads the topics whose whole name matches, not the others, and a
+    matching topic created later within the coordinator's refresh (10 s) and a heartbeat."""
+    from confluent_kafka import Consumer
+
+    brokers = bootstrap(cluster)
+    for name in ("regexed-a", "regexed-b", "not-regexed-a"):
+        create_topic(cluster, name, partitions=2, rf=3)
+        produce(brokers, name, 2, 3)
+    consumer = Consumer(
+        {"bootstrap.servers": brokers, "group.id": "group-regexed", "group.protocol": "consumer",
+         "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000}
+    )  # fmt: skip
+    seen: Counter[str] = Counter()
+
+    def read(topic: str, count: int) -> bool:
+        msg = consumer.poll(0.2)
+        if msg is not None:
+            assert msg.error() is None, msg.error()
+            seen[msg.topic()] += 1
+        return seen[topic] >= count
+
+    try:
+        consumer.subscribe(["^regexed-.*"])
+        wait_until(
+            "the records of regexed-a and regexed-b", lambda: read("regexed-a", 6) and seen["regexed-b"] >= 6, 60
+        )
+        create_topic(cluster, "regexed-c", partitions=1, rf=3)
+        produce(brokers, "regexed-c", 1, 4)
+        wait_until("the records of regexed-c, created after the subscription", lambda: read("regexed-c", 4), 60)
+    finally:
+        consumer.close()
+    assert seen == {"regexed-a": 6, "regexed-b": 6, "regexed-c": 4}, seen
 
 
 # --------------------------------------------------------------------------- bad input
