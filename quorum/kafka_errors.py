@@ -104,6 +104,7 @@ class ErrorCode(IntEnum):
     UNSUPPORTED_ENDPOINT_TYPE = 115
     TRANSACTION_ABORTABLE = 120
     INVALID_RECORD_STATE = 121
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 # Kafka's standard messages (``Errors.java``) for the codes an admin call commonly returns;

@@ -15,16 +15,26 @@ Invariant: a partition is in at most one member's `assigned` or `revoking` at an
 
 The state of these groups is written to `__consumer_offsets` as Kafka's records of types
 3-8 (`broker.group.consumer_records`) and loaded by the next coordinator with the offsets.
+
+A member may subscribe by regular expression (KIP-848's SubscribedTopicRegex, matched with
+Python's `re` against whole topic names where Kafka uses RE2/J): its topics are the names it
+gave and those its regex matched at the last resolution (`GroupShard`, on its heartbeats).
+The regex is written with the member; what it matched is not (Kafka's record type 16 is not
+written): a new coordinator resolves it again at the member's first heartbeat.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 TopicPartition = tuple[UUID, int]
+
+# How often a group's regexes are matched again against the topics (ms), as Kafka's
+# coordinator refreshes them at most every 10 s; a new or changed regex is resolved at once.
+REGEX_REFRESH_INTERVAL_MS: Final = 10_000
 
 
 class MemberState(IntEnum):
@@ -43,11 +53,18 @@ class ConsumerMember:
     rebalance_timeout_ms: int
     subscribed: frozenset[str] = frozenset()
     server_assignor: str | None = None
+    regex: str | None = None  # SubscribedTopicRegex (Python `re`, matching whole topic names)
+    # The topics `regex` matched at the last resolution (None: not resolved since the load).
+    regex_topics: frozenset[str] | None = None
     epoch: int = 0
     previous_epoch: int = -1
     state: MemberState = MemberState.STABLE
     assigned: set[TopicPartition] = field(default_factory=set)
     revoking: set[TopicPartition] = field(default_factory=set)
+
+    def topics(self) -> frozenset[str]:
+        """The topics the member subscribes to: by name and by its regex."""
+        return self.subscribed | (self.regex_topics or frozenset())
 
 
 @dataclass(slots=True)
@@ -59,6 +76,7 @@ class ConsumerGroup:
     target: dict[str, set[TopicPartition]] = field(default_factory=dict)
     topics: dict[str, tuple[UUID, int]] = field(default_factory=dict)  # subscribed topics' ids and sizes
     assignor: str = ""
+    regex_resolved_ms: int = -REGEX_REFRESH_INTERVAL_MS  # when its regexes were last matched
     persisted: dict[Any, Any] = field(default_factory=dict)  # the records last written: key -> value
     # Members whose records may differ from `persisted` (None: any member): a heartbeat then
     # compares only those, not the whole group.
@@ -78,7 +96,7 @@ class ConsumerGroup:
             self.dirty.add(member_id)
 
     def subscribed_topics(self) -> set[str]:
-        return {t for m in self.members.values() for t in m.subscribed}
+        return {t for m in self.members.values() for t in m.topics()}
 
     def held_by_others(self, member_id: str) -> set[TopicPartition]:
         return {tp for m in self.members.values() if m.member_id != member_id for tp in (*m.assigned, *m.revoking)}

@@ -68,7 +68,7 @@ def wanted(group: ConsumerGroup, members: Iterable[str] | None = None) -> dict[A
     chosen = group.members.values() if members is None else [group.members[m] for m in members if m in group.members]
     for m in chosen:
         out[ConsumerGroupMemberMetadataKey(g, m.member_id)] = ConsumerGroupMemberMetadataValue(
-            m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(sorted(m.subscribed)), None,
+            m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(sorted(m.subscribed)), m.regex,
             m.server_assignor, m.rebalance_timeout_ms,
         )  # fmt: skip
         out[ConsumerGroupTargetAssignmentMemberKey(g, m.member_id)] = ConsumerGroupTargetAssignmentMemberValue(
@@ -150,6 +150,8 @@ def replay(groups: dict[str, ConsumerGroup], key: Any, value: Any) -> None:
         member.instance_id, member.rack_id = value.instance_id, value.rack_id
         member.client_id, member.client_host = value.client_id, value.client_host
         member.subscribed = frozenset(value.subscribed_topic_names)
+        if value.subscribed_topic_regex != member.regex:
+            member.regex, member.regex_topics = value.subscribed_topic_regex or None, None
         member.server_assignor = value.server_assignor
         member.rebalance_timeout_ms = value.rebalance_timeout_ms
     elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):

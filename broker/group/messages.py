@@ -158,6 +158,7 @@ class ConsumerHeartbeatRequest:
     owned: tuple[tuple[UUID, int], ...] | None
     client_id: str
     client_host: str
+    subscribed_regex: str | None = None  # SubscribedTopicRegex (None: unchanged; "": none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +182,7 @@ class ConsumerMemberDescription:
     subscribed: tuple[str, ...]
     assignment: tuple[tuple[UUID, int], ...]
     target: tuple[tuple[UUID, int], ...]
+    subscribed_regex: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

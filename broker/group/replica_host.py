@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from broker.coordinator.partition_host import ReplicaPartitionHost as _TopicHost
 from broker.group.runtime import OFFSETS_TOPIC
@@ -17,3 +17,7 @@ class ReplicaPartitionHost(_TopicHost):
 
     def offsets_partitions(self) -> int:
         return self.partition_count()
+
+    def topic_names(self) -> Iterable[str]:
+        """Every topic's name in the metadata image (what KIP-848 subscription regexes match)."""
+        return self.image().topics.by_name.keys()

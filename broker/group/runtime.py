@@ -91,6 +91,10 @@ class PartitionHost(Protocol):
 
     def topic_name(self, topic_id: UUID) -> str | None: ...
 
+    def topic_names(self) -> Iterable[str]:
+        """Every topic's name, from the metadata image (what subscription regexes match)."""
+        ...
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -410,7 +414,8 @@ class GroupCoordinator:
         loaded, error = self._shard_for(req.group_id)
         if loaded is None:
             return ConsumerHeartbeatResult(error)
-        result, out = loaded.shard.consumer_heartbeat(req, self.host.topic, self.clock())
+        host = self.host  # topic_names() is called only for a group with a subscription regex
+        result, out = loaded.shard.consumer_heartbeat(req, host.topic, self.clock(), lambda: host.topic_names())
         if out.records or loaded.order.pending():  # answer once it and the writes before it committed
             written = await self._dispatch(loaded, out)
             if written != ErrorCode.NONE:

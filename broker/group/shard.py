@@ -29,6 +29,7 @@ simulation):
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -37,7 +38,13 @@ from uuid import UUID
 
 from broker.group.assignors import assign
 from broker.group.classic import ClassicGroup, GroupState, Member, Token
-from broker.group.consumer_group import ConsumerGroup, ConsumerMember, MemberState, reconcile
+from broker.group.consumer_group import (
+    REGEX_REFRESH_INTERVAL_MS,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+    reconcile,
+)
 from broker.group.consumer_records import CONSUMER_KEYS, changed_records
 from broker.group.consumer_records import replay as replay_consumer_record
 from broker.group.messages import (
@@ -952,13 +959,18 @@ class GroupShard:
     # ================================================================== KIP-848 consumer groups
 
     def consumer_heartbeat(
-        self, req: ConsumerHeartbeatRequest, topic: Callable[[str], tuple[UUID, int] | None], now_ms: int
+        self,
+        req: ConsumerHeartbeatRequest,
+        topic: Callable[[str], tuple[UUID, int] | None],
+        now_ms: int,
+        topic_names: Callable[[], Iterable[str]] = tuple,
     ) -> tuple[ConsumerHeartbeatResult, Outcome]:
         """ConsumerGroupHeartbeat: join (epoch 0), leave (-1, -2), or a member's heartbeat;
-        `topic` resolves a topic name to its id and partition count (None: no such topic). The
-        answer, and the records of what changed (to be committed before it is sent)."""
+        `topic` resolves a topic name to its id and partition count (None: no such topic),
+        `topic_names` lists every topic (what subscription regexes match). The answer, and the
+        records of what changed (to be committed before it is sent)."""
         was_classic = req.group_id in self.groups
-        result = self._consumer_heartbeat(req, topic, now_ms)
+        result = self._consumer_heartbeat(req, topic, now_ms, topic_names)
         cg = self.consumer_groups.get(req.group_id)
         if cg is not None:
             cg.touch(req.member_id)
@@ -985,11 +997,23 @@ class GroupShard:
         return undo
 
     def _consumer_heartbeat(
-        self, req: ConsumerHeartbeatRequest, topic: Callable[[str], tuple[UUID, int] | None], now_ms: int
+        self,
+        req: ConsumerHeartbeatRequest,
+        topic: Callable[[str], tuple[UUID, int] | None],
+        now_ms: int,
+        topic_names: Callable[[], Iterable[str]],
     ) -> ConsumerHeartbeatResult:
         c = self.config
         if not req.group_id:
             return ConsumerHeartbeatResult(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+        if req.subscribed_regex and req.member_epoch >= 0:
+            try:
+                re.compile(req.subscribed_regex)
+            except re.error as exc:
+                return ConsumerHeartbeatResult(
+                    ErrorCode.INVALID_REGULAR_EXPRESSION,
+                    f"SubscribedTopicRegex `{req.subscribed_regex}` is not a valid regular expression: {exc}.",
+                )
         classic = self.groups.get(req.group_id)
         if classic is not None:
             if classic.members or classic.state not in (GroupState.EMPTY, GroupState.DEAD):
@@ -1008,9 +1032,10 @@ class GroupShard:
                 self._remove_consumer_member(group, member)
             return ConsumerHeartbeatResult(ErrorCode.NONE, None, req.member_id, req.member_epoch)
         if req.member_epoch == 0:
-            if req.subscribed is None:
+            if req.subscribed is None and req.subscribed_regex is None:
                 return ConsumerHeartbeatResult(
-                    ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request."
+                    ErrorCode.INVALID_REQUEST,
+                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
                 )
             if group is None:
                 group = self.consumer_groups[req.group_id] = ConsumerGroup(req.group_id)
@@ -1026,7 +1051,7 @@ class GroupShard:
                     )
             member = ConsumerMember(
                 member_id, req.instance_id, req.rack_id, req.client_id, req.client_host, req.rebalance_timeout_ms,
-                frozenset(req.subscribed), req.server_assignor,
+                frozenset(req.subscribed or ()), req.server_assignor, req.subscribed_regex or None,
             )  # fmt: skip
             group.members[member_id] = member
             changed = True
@@ -1050,11 +1075,16 @@ class GroupShard:
             if req.subscribed is not None and frozenset(req.subscribed) != member.subscribed:
                 member.subscribed = frozenset(req.subscribed)
                 changed = True
+            if req.subscribed_regex is not None and (req.subscribed_regex or None) != member.regex:
+                member.regex, member.regex_topics = req.subscribed_regex or None, None
+                changed = True
             if req.server_assignor is not None and req.server_assignor != member.server_assignor:
                 member.server_assignor = req.server_assignor
                 changed = True
             member.rebalance_timeout_ms = req.rebalance_timeout_ms or member.rebalance_timeout_ms
         self.deadlines.set(("csession", group.group_id, member.member_id), now_ms + c.consumer_session_timeout_ms)
+        if self._resolve_regexes(group, topic_names, now_ms):
+            changed = True
         if self._refresh_topics(group, topic) or changed:
             group.group_epoch += 1  # one bump for whatever changed in this heartbeat
         if group.assignment_epoch < group.group_epoch:
@@ -1071,6 +1101,36 @@ class GroupShard:
             tuple(sorted(member.assigned)),
         )  # fmt: skip
 
+    @staticmethod
+    def _resolve_regexes(group: ConsumerGroup, topic_names: Callable[[], Iterable[str]], now_ms: int) -> bool:
+        """Match the members' subscription regexes against every topic (the whole name, as
+        Kafka's coordinator does): a regex not resolved yet at once, the others again every
+        REGEX_REFRESH_INTERVAL_MS, so that topics created or deleted since join or leave the
+        subscription. Whether a member's matches changed (a first resolution after a load, which
+        the persisted subscription already covers, is no change)."""
+        members = [m for m in group.members.values() if m.regex]
+        if not members:
+            return False
+        due = now_ms >= group.regex_resolved_ms + REGEX_REFRESH_INTERVAL_MS
+        if not due and all(m.regex_topics is not None for m in members):
+            return False
+        names = list(topic_names())
+        matched: dict[str, frozenset[str]] = {}
+        changed = False
+        for m in members:
+            assert m.regex is not None
+            if m.regex not in matched:
+                try:
+                    pattern = re.compile(m.regex)
+                except re.error:  # checked when it came; one replayed from an older log is ignored
+                    pattern = None
+                matched[m.regex] = frozenset(n for n in names if pattern is not None and pattern.fullmatch(n))
+            if m.regex_topics is not None and m.regex_topics != matched[m.regex]:
+                changed = True
+            m.regex_topics = matched[m.regex]
+        group.regex_resolved_ms = now_ms
+        return changed
+
     def _refresh_topics(self, group: ConsumerGroup, topic: Callable[[str], tuple[UUID, int] | None]) -> bool:
         """Whether a subscribed topic was created, deleted or grown (that moves the group epoch)."""
         now: dict[str, tuple[UUID, int]] = {}
@@ -1086,7 +1146,7 @@ class GroupShard:
     def _assign(self, group: ConsumerGroup) -> None:
         wanted = [m.server_assignor for m in group.members.values() if m.server_assignor]
         name = max(sorted(set(wanted)), key=wanted.count) if wanted else self.config.consumer_assignors[0]
-        subscriptions = {m.member_id: m.subscribed for m in group.members.values()}
+        subscriptions = {m.member_id: m.topics() for m in group.members.values()}
         current = {m.member_id: set(m.assigned) for m in group.members.values()}
         target = assign(name, subscriptions, group.topics, current)
         for member_id, tps in target.items():
@@ -1150,6 +1210,7 @@ class GroupShard:
                 tuple(sorted(m.subscribed)),
                 tuple(sorted(m.assigned)),
                 tuple(sorted(group.target.get(m.member_id, ()))),
+                m.regex,
             )  # fmt: skip
             for m in group.members.values()
         )

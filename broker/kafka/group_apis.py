@@ -439,10 +439,9 @@ class GroupApis:
             owned=owned,
             client_id=ctx.header.client_id or "",
             client_host="/" + PEER_HOST.get(),
+            subscribed_regex=getattr(body, "subscribed_topic_regex", None),  # v1+
         )
-        if getattr(body, "subscribed_topic_regex", None):
-            result = ConsumerHeartbeatResult(ErrorCode.INVALID_REQUEST, "SubscribedTopicRegex is not supported.")
-        elif self.groups is None:
+        if self.groups is None:
             result = ConsumerHeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         else:
             result = await self.groups.consumer_heartbeat(req)
@@ -490,7 +489,7 @@ class GroupApis:
                 make(mcls, member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
                      member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
                      subscribed_topic_names=m.subscribed,
-                     subscribed_topic_regex=None, assignment=assignment(m.assignment),
+                     subscribed_topic_regex=m.subscribed_regex, assignment=assignment(m.assignment),
                      target_assignment=assignment(m.target), member_type=-1)
                 for m in d.members
             )  # fmt: skip
