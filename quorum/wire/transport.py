@@ -19,7 +19,7 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from quorum.wire.limits import DEFAULT_SOCKET_REQUEST_MAX_BYTES, ConnectionLimits, MemoryPool
 
@@ -179,15 +179,22 @@ async def _read_frame(
         if size <= _READ_CHUNK:
             body = await reader.readexactly(size)
         else:
-            buf = bytearray()
-            while len(buf) < size:
-                chunk = await reader.read(min(size - len(buf), _READ_CHUNK))
+            # One buffer of the frame's size, filled in place and handed over as it is (a
+            # writable frame: the produce path patches its batches there, no copy).
+            buf = bytearray(size)
+            view = memoryview(buf)
+            got = 0
+            while got < size:
+                chunk = await reader.read(min(size - got, _READ_CHUNK))
                 if not chunk:
-                    raise asyncio.IncompleteReadError(bytes(buf), size)
-                buf += chunk
+                    raise asyncio.IncompleteReadError(bytes(view[:got]), size)
+                view[got : got + len(chunk)] = chunk
+                got += len(chunk)
                 conn.touch()
-            body = bytes(buf)
-            del buf
+            view.release()
+            # Handlers take `bytes` and read frames through memoryviews; this one is a
+            # bytearray so that the produce path may patch its batches in place.
+            body = cast(bytes, buf)
     except BaseException:
         pool.release(size)
         raise
