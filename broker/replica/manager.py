@@ -859,7 +859,7 @@ class ReplicaManager:
     # ------------------------------------------------------------------ follower side
 
     def apply_fetch_answer(
-        self, hosted: HostedPartition, fetch_offset: int, answer: LeaderAnswer, records: bytes
+        self, hosted: HostedPartition, fetch_offset: int, answer: LeaderAnswer, records: bytes | memoryview
     ) -> FollowerPlan:
         """One partition of the leader's Fetch answer (`broker.replica.follower`); wakes the
         long polls of consumers reading this follower."""
