@@ -1,7 +1,10 @@
 """Fetch (1), versions 4-12: decode and encode by hand; records pass through as they are.
 
-The records the log returns (whole batches, see `FetchParams`) are appended to the
-response buffer unchanged: the only copy between the page cache and the socket.
+The records the log returns are ranges of its segment files (`PartitionLog.read_range`:
+found from the index and the high watermark's or log end's file position, cut at the
+byte budget, possibly inside a trailing batch that the client drops, as with Kafka); the
+response is a `SplicedResponse` whose ranges go from the file to the socket with
+`os.sendfile`: no byte of a record batch is copied in Python.
 
 Rules applied here (the reading rules are the services', see `FetchParams`):
 - KIP-227 sessions (`fetch_session`): a full response lists every requested partition; an
@@ -33,7 +36,9 @@ from broker.kafka.services import (
     FetchPartitionResult,
     ListenerConfig,
 )
+from broker.kafka.spliced import SplicedResponse
 from broker.kafka.wire import Reader, response_writer
+from broker.log.file_range import FileRange
 from quorum.kafka_errors import ErrorCode
 
 __all__ = ["FetchRequest", "decode_fetch", "encode_fetch_response", "handle_fetch"]
@@ -128,7 +133,8 @@ def encode_fetch_response(
     session_id: int,
     pairs: list[tuple[FetchPartition, FetchPartitionResult]],
     isolation_level: int,
-) -> bytearray:
+) -> bytearray | SplicedResponse:
+    """The frame; a SplicedResponse when records are file ranges (sent from the files)."""
     v = ctx.version
     flex = ctx.flexible
     w = response_writer(ctx.header.correlation_id, flex)
@@ -167,7 +173,11 @@ def encode_fetch_response(
                 w.length(-1, flex, True)
             if v >= 11:
                 w.i32(res.preferred_read_replica)
-            w.bytes_(res.records, flex)
+            records = res.records
+            if isinstance(records, FileRange):
+                w.file_range(records, flex)
+            else:
+                w.bytes_(records, flex)
             if flex:
                 tags = 0
                 diverging = res.diverging_epoch
@@ -193,12 +203,12 @@ def encode_fetch_response(
             w.no_tags()
     if flex:
         w.no_tags()
-    return w.frame()
+    return w.response()
 
 
 async def handle_fetch(
     ctx: RequestContext, services: BrokerServices, config: ListenerConfig, sessions: FetchSessionCache
-) -> bytearray:
+) -> bytearray | SplicedResponse:
     request = decode_fetch(ctx)
     is_consumer = request.replica_id < 0
     now_ms = int(time.time() * 1000)

@@ -41,12 +41,13 @@ from broker.kafka.metadata import AutoTopicCreator, handle_metadata
 from broker.kafka.offsets import handle_list_offsets, handle_offset_for_leader_epoch
 from broker.kafka.produce import handle_produce
 from broker.kafka.services import BrokerServices, ListenerConfig
+from broker.kafka.spliced import SplicedResponse
 from broker.kafka.txn_apis import TxnApis
 from broker.kafka.wire import MalformedRequest, parse_request_header, peek_api
 from broker.kafka.write_txn_markers import handle_write_txn_markers
 from broker.txn.runtime import TxnRuntime
 from quorum.wire.limits import ConnectionLimits
-from quorum.wire.transport import CloseConnection, close_server, serve
+from quorum.wire.transport import CloseConnection, StreamedResponse, close_server, serve
 
 __all__ = [
     "PIPELINE_DEPTH",
@@ -91,7 +92,7 @@ class KafkaRequestHandler:
         self.creator = AutoTopicCreator(services, config)
         self.requests_served = 0
 
-    async def __call__(self, frame: bytes) -> bytes | bytearray | None:
+    async def __call__(self, frame: bytes) -> bytes | bytearray | SplicedResponse | None:
         view = memoryview(frame)
         try:
             api_key, version, _ = peek_api(view)
@@ -119,7 +120,7 @@ class KafkaRequestHandler:
         self.requests_served += 1
         return response
 
-    async def _dispatch(self, ctx: RequestContext) -> bytes | bytearray | None:
+    async def _dispatch(self, ctx: RequestContext) -> bytes | bytearray | SplicedResponse | None:
         s = self.services
         c = self.config
         match ctx.api_key:
@@ -187,10 +188,11 @@ class KafkaRequestHandler:
                 return await handle_forwarded(ctx, s, c)
         raise CloseConnection(f"api key {ctx.api_key} has no handler")  # pragma: no cover
 
-    async def serve_frame(self, frame: bytes) -> bytes | None:
+    async def serve_frame(self, frame: bytes) -> bytes | StreamedResponse | None:
         """`__call__` typed as the transport's Handler: a bytearray response is written
-        as it is (the stream writer takes any bytes-like object), saving a copy."""
-        return cast(bytes | None, await self(frame))
+        as it is (the stream writer takes any bytes-like object), saving a copy; a
+        SplicedResponse sends itself (its records from the segment files)."""
+        return cast(bytes | StreamedResponse | None, await self(frame))
 
     async def close(self) -> None:
         await self.creator.close()

@@ -2,8 +2,9 @@
 
 `Reader` walks a `memoryview` over one request frame and checks every length against the
 bytes left before using it; it raises only `MalformedRequest`. Byte fields come back as
-memoryview slices into the frame (no copy). `Writer` appends to one bytearray; record
-bytes are appended as they are (one copy, into the response buffer).
+memoryview slices into the frame (no copy). `Writer` appends to one bytearray; records
+that are file ranges (a fetch's) are not copied: the frame becomes a `SplicedResponse`
+of encoded parts and ranges, sent with `os.sendfile`.
 
 Kafka's two encodings: "legacy" (int16 string / int32 bytes and array lengths, -1 for
 null) and "flexible" (KIP-482: unsigned varint lengths + 1, 0 for null, and a tagged
@@ -16,6 +17,9 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeVar
+
+from broker.kafka.spliced import SplicedResponse
+from broker.log.file_range import FileRange
 
 __all__ = [
     "MalformedRequest",
@@ -145,11 +149,13 @@ class Reader:
 
 
 class Writer:
-    __slots__ = ("buf",)
+    __slots__ = ("buf", "parts")
 
     def __init__(self, reserve_length: bool = True) -> None:
-        # The 4-byte frame length is patched in by `frame()`.
+        # The 4-byte frame length is patched in by `frame()` / `response()`.
         self.buf = bytearray(4) if reserve_length else bytearray()
+        # Finished parts before `buf` when file ranges were added (`file_range`).
+        self.parts: list[bytearray | FileRange] = []
 
     def i8(self, v: int) -> None:
         self.buf += _I8.pack(v)
@@ -193,13 +199,35 @@ class Writer:
         self.length(len(b), flexible, True)
         self.buf += b
 
+    def file_range(self, r: FileRange, flexible: bool) -> None:
+        """A bytes field whose content is `r`, sent from the file (see `response`)."""
+        self.length(len(r), flexible, True)
+        self.parts.append(self.buf)
+        self.parts.append(r)
+        self.buf = bytearray()
+
     def no_tags(self) -> None:
         self.buf.append(0)
 
     def frame(self) -> bytearray:
-        """The buffer with its 4-byte length prefix filled in."""
+        """The buffer with its 4-byte length prefix filled in (no file ranges)."""
+        if self.parts:
+            raise ValueError("a frame with file ranges is sent as a SplicedResponse (Writer.response)")
         _I32.pack_into(self.buf, 0, len(self.buf) - 4)
         return self.buf
+
+    def response(self) -> bytearray | SplicedResponse:
+        """The frame: bytes, or a SplicedResponse when file ranges were added."""
+        if not self.parts:
+            return self.frame()
+        parts = self.parts
+        if self.buf:
+            parts.append(self.buf)
+        spliced = SplicedResponse(parts)
+        first = parts[0]
+        assert isinstance(first, bytearray)
+        _I32.pack_into(first, 0, spliced.size - 4)
+        return spliced
 
 
 @dataclass(frozen=True, slots=True)

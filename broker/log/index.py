@@ -169,6 +169,18 @@ class OffsetIndex(_Index):
     def add(self, offset: int, position: int) -> None:
         self.append(offset - self.base_offset, position)
 
+    def offset_at_or_after(self, position: int) -> int | None:
+        """The offset of the first entry at file position >= `position` (a batch that starts
+        there or later), None after every entry (binary search; positions rise with offsets)."""
+        lo, hi = 0, self.entries
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.entry(mid)[1] >= position:
+                hi = mid
+            else:
+                lo = mid + 1
+        return None if lo == self.entries else self.base_offset + self.entry(lo)[0]
+
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries for offsets >= `offset`."""
         rel = offset - self.base_offset

@@ -64,6 +64,7 @@ from broker.log.dir_failure import LogDirFailures, storage_op
 from broker.log.disk_queue import INLINE, DiskQueue
 from broker.log.epoch_cache import end_offset_for
 from broker.log.errors import LogError
+from broker.log.file_range import FileRange, complete_batches_size
 from broker.log.producer_state import (
     NO_PRODUCER_ID,
     CompletedTxn,
@@ -79,7 +80,7 @@ from broker.log.segment import LogSegment
 from broker.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from broker.log.validation import assign
 from quorum.kafka_errors import ErrorCode
-from quorum.storage.batch_layout import ATTR_CONTROL, BATCH_HEADER_SIZE, LOG_OVERHEAD
+from quorum.storage.batch_layout import ATTR_CONTROL, BATCH_HEADER_SIZE
 from quorum.storage.durable import fsync_dir
 from quorum.storage.record_batch import BatchFrame, scan_frames
 
@@ -94,6 +95,9 @@ MAX_TIMESTAMP = -3
 _I32_MAX = 2**31 - 1
 _READ_CHUNK_MIN = 64 * 1024
 _REPLAY_CHUNK = 1024 * 1024  # bytes of batch headers read at a time when producer state is rebuilt
+# Appended batches whose end positions are kept for `position_of` (the batches between the
+# high watermark and the log end: acks=all produces in flight, at most a few hundred).
+_BATCH_ENDS_KEPT = 4096
 # producer.id.expiration.check.interval.ms: how often expired producers are forgotten (ms).
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 
@@ -179,6 +183,11 @@ class PartitionLog:
         self.producers = ProducerStateManager(f"{topic}-{partition}")
         self._snapshots: list[int] = []
         self._last_expiry_check_ms = _now_ms()
+        # (end offset, segment, file position after the batch) of the latest appended
+        # batches, oldest first (Kafka's LogOffsetMetadata of the log end as it moved): the
+        # high watermark's file position is found here, not by a read (`position_of`).
+        # Cleared by truncations and the cleaner's swap (positions change).
+        self._batch_ends: collections.deque[tuple[int, LogSegment, int]] = collections.deque(maxlen=_BATCH_ENDS_KEPT)
 
     # ------------------------------------------------------------------ opening
 
@@ -521,8 +530,13 @@ class PartitionLog:
         last = frames[-1].last_offset
         self.maybe_roll(now_ms, len(data), last)
         batches = _producer_batches(data, frames)  # before the write: a marker that does not parse writes nothing
-        self.active.append(data, frames)
-        self._apply_producer_batches(self.active, batches, last + 1)
+        seg = self.active
+        start = seg.size
+        seg.append(data, frames)
+        ends = self._batch_ends
+        for f in frames:
+            ends.append((f.last_offset + 1, seg, start + f.position + f.size))
+        self._apply_producer_batches(seg, batches, last + 1)
         for f in frames:
             if f.leader_epoch >= 0 and (not self._epochs or f.leader_epoch > self._epochs[-1][0]):
                 self._assign(f.leader_epoch, f.base_offset)
@@ -732,10 +746,41 @@ class PartitionLog:
     def _segment_for(self, offset: int) -> int:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
+    def position_of(self, offset: int) -> tuple[LogSegment, int]:
+        """(segment, file position) where offset `offset` (a batch boundary at or below the
+        log end, such as the high watermark) starts: the position after the batch ending at
+        `offset`. From the appended batches' ends when it is one of the latest (the usual
+        case: the HW trails the log end by the batches in flight), else by `locate`. The HW
+        only rises between truncations, so entries below the asked offset are dropped."""
+        ends = self._batch_ends
+        while ends and ends[0][0] < offset:
+            ends.popleft()
+        if ends and ends[0][0] == offset:
+            return ends[0][1], ends[0][2]
+        seg = self.segments[self._segment_for(offset)]
+        found = seg.locate(offset)
+        return seg, (seg.size if found is None else found[0])
+
+    def upper_bound_offset(self, records: FileRange, max_offset: int) -> int:
+        """An offset above every record of `records` (a range `read_range` returned), at most
+        `max_offset`: the first offset-index entry at or after the range's end, else its
+        segment's end (Kafka's `fetchUpperBoundOffset`; read_committed's aborted-transaction
+        lookup takes it, and a bound above the range only adds entries a client ignores).
+        Found without reading the range."""
+        for seg in reversed(self.segments):
+            if seg.file is records.file:
+                bound = seg.offset_index.offset_at_or_after(records.position + records.length)
+                return min(max_offset, seg.next_offset if bound is None else bound)
+        return max_offset  # the segment went meanwhile (retention): the widest bound
+
     @storage_op("read")
-    def read(self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool) -> bytes | memoryview:
-        """Whole batches from the one holding `offset`, below `max_offset`, within `max_bytes`
-        (the first batch even above it when `min_one_batch`); from one segment."""
+    def read_range(self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool) -> FileRange | None:
+        """What a fetch at `offset` sends, as Kafka's `LocalLog.read`: the bytes from the batch
+        holding `offset` up to `max_offset`'s position (the HW's for a consumer, the log end's
+        for a follower) and at most `max_bytes` long, from one segment; at least the first
+        batch whole when `min_one_batch`. The range may end inside a batch (`max_bytes`): the
+        client drops a partial trailing batch, as it does with Kafka. None when there is
+        nothing to send. Only the batch headers between the index entry and `offset` are read."""
         end = self.log_end_offset
         if offset < self.log_start_offset or offset > end:
             raise LogError(
@@ -743,39 +788,38 @@ class PartitionLog:
                 f"offset {offset} is outside {self.log_start_offset}..{end} of {self.topic}-{self.partition}",
             )
         if offset >= max_offset or offset == end:
-            return b""
+            return None
+        segments = self.segments
         i = self._segment_for(offset)
-        while i < len(self.segments):
-            seg = self.segments[i]
-            if offset < seg.next_offset:
-                first = seg.find(offset)
-                if first is not None:
-                    return self._read_from(seg, first.position, max_bytes, max_offset, min_one_batch)
-            i += 1
-        return b""
-
-    def _read_from(
-        self, seg: LogSegment, position: int, max_bytes: int, max_offset: int, min_one_batch: bool
-    ) -> bytes | memoryview:
-        available = seg.size - position
-        want = min(max(max_bytes, LOG_OVERHEAD + BATCH_HEADER_SIZE), available)
-        buf = seg.read(position, want)
-        scan = scan_frames(buf, verify_crc=False)
-        take = 0
-        for f in scan.frames:
-            if f.last_offset >= max_offset or f.position + f.size > max_bytes and take:
+        while True:
+            if i >= len(segments):
+                return None
+            seg = segments[i]
+            found = seg.locate(offset) if offset < seg.next_offset else None
+            if found is not None:
                 break
-            take = f.position + f.size
-        if take == 0:
-            if not min_one_batch:
-                return b""
-            head = seg.frames_from(position, LOG_OVERHEAD + BATCH_HEADER_SIZE)
-            if not head or head[0].last_offset >= max_offset:
-                return b""
-            return seg.read(position, head[0].size)
-        if take > max_bytes and not min_one_batch:
+            i += 1
+        start, first_size = found
+        if max_offset >= end:
+            limit = seg.size
+        else:
+            bound_seg, bound = self.position_of(max_offset)
+            if bound_seg is not seg:
+                limit = seg.size if bound_seg.base_offset > seg.base_offset else start
+            else:
+                limit = bound
+        length = min(limit - start, max(max_bytes, first_size) if min_one_batch else max_bytes)
+        return seg.file_range(start, length) if length > 0 else None
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool) -> bytes | memoryview:
+        """`read_range`'s bytes cut to whole batches (for in-process readers: the group and
+        transaction coordinators' loads, tools, tests)."""
+        found = self.read_range(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+        if found is None:
             return b""
-        return memoryview(buf)[:take] if take < len(buf) else buf
+        data = found.pread()
+        whole = complete_batches_size(data)
+        return memoryview(data)[:whole] if whole < len(data) else data
 
     @storage_op("read")
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
@@ -840,6 +884,7 @@ class PartitionLog:
                 self._dirty.remove(seg)
             seg.delete()
         self._truncations += 1
+        self._batch_ends.clear()
         self.active.truncate_to(offset)
         self.active.offset_index.grow(self.config.segment_index_bytes)
         self.active.time_index.grow(self.config.segment_index_bytes)
@@ -854,6 +899,7 @@ class PartitionLog:
             seg.delete()
         self._dirty.clear()
         self._truncations += 1
+        self._batch_ends.clear()
         seg = LogSegment(
             self.directory, offset, self.config.segment_index_bytes, self.config.index_interval_bytes, fresh=True,
             disk=self.disk,
@@ -945,6 +991,7 @@ class PartitionLog:
         for path in renames:
             os.rename(path.with_name(path.name + CLEANED_SUFFIX), path.with_name(path.name + SWAP_SUFFIX))
         fsync_dir(self.directory)
+        self._batch_ends.clear()
         for sources, base in groups:
             i = self.segments.index(sources[0])
             end = self.segments[i + len(sources)].base_offset

@@ -25,10 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker.log.disk_queue import INLINE, DiskQueue
+from broker.log.file_range import FileRange, SegmentFile
 from broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
 from broker.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 from quorum.storage.batch_layout import BATCH_LENGTH_AT, LOG_OVERHEAD
-from quorum.storage.record_batch import BatchFrame, scan_frames
+from quorum.storage.record_batch import BatchFrame, peek_batch_header, scan_frames
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ DELETED_SUFFIX = ".deleted"
 INDEX_SUFFIXES = (".index", ".timeindex")
 # How much to read at once when walking batch headers from an index position.
 _SCAN_CHUNK = 64 * 1024
+# How much `locate` reads at once: an index interval (4 KiB by default) and a batch header.
+_LOCATE_CHUNK = 8 * 1024
 # How much recovery reads at once (it walks whole segments: fewer, larger reads).
 _RECOVERY_CHUNK = 1024 * 1024
 
@@ -60,6 +63,8 @@ class LogSegment:
         self.path = directory / (segment_name(base_offset, ".log") + suffix)
         flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if fresh else 0)
         self.fd = os.open(self.path, flags, 0o644)
+        # Owns `fd`; fetch answers' FileRanges share it (broker.log.file_range).
+        self.file = SegmentFile(self.fd)
         self.size = os.fstat(self.fd).st_size
         self.disk = disk
         self.next_offset = base_offset
@@ -265,8 +270,7 @@ class LogSegment:
             return 0, problem
         dropped = self.size - position
         if dropped:
-            os.ftruncate(self.fd, position)
-            self.size = position
+            self._ftruncate(position)
         return dropped, (problem if dropped else None)
 
     def _read_one(self, position: int) -> BatchFrame | None:
@@ -339,6 +343,34 @@ class LogSegment:
     def read(self, position: int, length: int) -> bytes:
         return os.pread(self.fd, length, position)
 
+    def locate(self, offset: int) -> tuple[int, int] | None:
+        """(file position, size in bytes) of the batch holding `offset`, or of the first
+        batch after it; None past the end. Walks batch headers from the offset index's entry
+        (at most `index.interval.bytes` plus one batch before the batch wanted), reading
+        `_LOCATE_CHUNK` bytes at a time: only the headers are looked at (Kafka's
+        `searchForOffsetWithSize`), never the records."""
+        position = self.offset_index.lookup(offset)
+        size = self.size
+        while position < size:
+            chunk = os.pread(self.fd, min(_LOCATE_CHUNK, size - position), position)
+            at = 0
+            while True:
+                head = peek_batch_header(chunk, at)
+                if head is None:
+                    break
+                base, batch_size, _epoch, last_delta = head
+                if base + last_delta >= offset:
+                    return position + at, batch_size
+                at += batch_size
+            if at == 0:
+                return None  # a torn or unreadable header: nothing readable from here
+            position += at
+        return None
+
+    def file_range(self, position: int, length: int) -> FileRange:
+        """`length` bytes (> 0) from `position`, to be sent as they are."""
+        return FileRange(self.file, position, length)
+
     # ------------------------------------------------------------------ truncation and lifecycle
 
     def truncate_to(self, offset: int) -> None:
@@ -350,8 +382,7 @@ class LogSegment:
         cut_at = f.position
         if cut_at >= self.size:
             return
-        os.ftruncate(self.fd, cut_at)
-        self.size = cut_at
+        self._ftruncate(cut_at)
         self.offset_index.truncate_to_offset(f.base_offset)
         self.time_index.truncate_to_offset(f.base_offset)
         self.txn_index.truncate_to(f.base_offset)
@@ -360,6 +391,12 @@ class LogSegment:
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = -1
         self.load_tail_state()
+
+    def _ftruncate(self, size: int) -> None:
+        """Cut the file to `size` bytes; ranges made before it are no longer intact."""
+        self.file.truncations += 1
+        os.ftruncate(self.fd, size)
+        self.size = size
 
     def flush(self) -> None:
         os.fsync(self.fd)
@@ -389,7 +426,7 @@ class LogSegment:
         for index in (self._offset_index, self._time_index):
             if index is not None:
                 index.close()
-        os.close(self.fd)
+        self.file.close()
 
     def delete(self) -> None:
         """Close the segment and rename its files `*.deleted` now (a re-created segment of
@@ -398,7 +435,7 @@ class LogSegment:
             if index is not None:
                 index.release()
         self._offset_index = self._time_index = None
-        os.close(self.fd)
+        self.file.close()  # fetch answers in flight keep the descriptor: their bytes stay readable
         self.txn_index.forget()
         doomed: list[Path] = []
         for path in self.durable_paths():

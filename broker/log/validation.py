@@ -12,8 +12,9 @@ that apply to magic-v2 batches, without decompressing):
   the one produce path that walks records, compressed batches decompressed for it (a
   keyless record would be dropped by the log cleaner, so it is refused up front).
 
-Assignment patches, in one copy of the request's bytes, each batch's baseOffset and
-partitionLeaderEpoch (outside the CRC, so nothing is re-encoded); with
+Assignment patches, in the request's bytes (in place when they are writable, else in one
+copy), each batch's baseOffset and partitionLeaderEpoch (outside the CRC, so nothing is
+re-encoded); with
 `message.timestamp.type=LogAppendTime` it also sets the timestamp-type attribute and
 maxTimestamp to the append time, and recomputes that batch's CRC (inside the CRC).
 """
@@ -53,7 +54,7 @@ _I16 = struct.Struct(">h")
 
 @dataclass(frozen=True, slots=True)
 class Assigned:
-    data: bytearray
+    data: bytearray | memoryview  # the request's own bytes when they were writable
     frames: list[BatchFrame]
     first_offset: int
     last_offset: int
@@ -128,7 +129,10 @@ def assign(
 ) -> Assigned:
     """Validate, then give the batches offsets from `next_offset` and the leader's epoch."""
     frames = validate(records, config, control=control)
-    data = bytearray(records)
+    # Patched in place when the caller's buffer is writable (a produce frame read into a
+    # bytearray by the transport), else in one copy.
+    view = memoryview(records)
+    data: bytearray | memoryview = bytearray(records) if view.readonly else view
     log_append = config.message_timestamp_type == "LogAppendTime"
     out: list[BatchFrame] = []
     offset = next_offset

@@ -19,7 +19,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
@@ -70,7 +70,7 @@ class FetchPartitionResponse:
     diverging_epoch: tuple[int, int] | None  # (epoch, end offset) when the follower must truncate
     leader_id: int
     leader_epoch: int
-    records: bytes
+    records: bytes | memoryview  # a slice of the response frame: appended from there, not copied
 
 
 def encode_fetch_request(
@@ -173,7 +173,10 @@ def decode_fetch_response(frame: bytes) -> tuple[ErrorCode, list[FetchPartitionR
 
 def decode_fetch_answer(frame: bytes) -> FetchAnswer:
     """The answer in a response frame without its length prefix."""
-    body = _decode(_RESPONSE, frame, "fetch")
+    # Read through a memoryview: the records come back as slices of the frame (no copy). The
+    # reader is typed for bytes; it only indexes, slices, unpacks and utf-8-decodes its
+    # buffer, which a memoryview does alike (tests/unit/broker_replica/test_fetch_wire_views.py).
+    body = _decode(_RESPONSE, cast(bytes, memoryview(frame)), "fetch")
     out: list[FetchPartitionResponse] = []
     for t in body.responses:
         for p in t.partitions:
@@ -189,7 +192,7 @@ def decode_fetch_answer(frame: bytes) -> FetchAnswer:
                     diverging_epoch=diverging,
                     leader_id=int(p.current_leader.leader_id),
                     leader_epoch=int(p.current_leader.leader_epoch),
-                    records=bytes(p.records or b""),
+                    records=b"" if p.records is None else p.records,
                 )
             )
     return FetchAnswer(_error(body.error_code), int(body.session_id), out)

@@ -246,7 +246,9 @@ class ReplicaFetcher:
     def _delay(self, hosted: HostedPartition) -> None:
         self._delayed_until[hosted.tp] = time.monotonic() + self.config.replica_fetch_backoff_ms / 1000
 
-    def _apply(self, hosted: HostedPartition, fetch_offset: int, answer: LeaderAnswer, records: bytes) -> FollowerStep:
+    def _apply(
+        self, hosted: HostedPartition, fetch_offset: int, answer: LeaderAnswer, records: bytes | memoryview
+    ) -> FollowerStep:
         try:
             plan = self.manager.apply_fetch_answer(hosted, fetch_offset, answer, records)
         except LogError as exc:

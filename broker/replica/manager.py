@@ -75,7 +75,6 @@ from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
 from quorum.metadata.records import ConfigResourceType
 from quorum.node.config import NodeConfig
-from quorum.storage.record_batch import scan_frames
 
 log = logging.getLogger(__name__)
 
@@ -658,12 +657,12 @@ class ReplicaManager:
             max_offset = lso  # Kafka: a read_committed consumer reads below the LSO only
         limit = min(fp.partition_max_bytes, budget) if not min_one else fp.partition_max_bytes
         try:
-            records = plog.read(fp.fetch_offset, max(limit, 0), max_offset=max_offset, min_one_batch=min_one)
+            records = plog.read_range(fp.fetch_offset, max(limit, 0), max_offset=max_offset, min_one_batch=min_one)
         except LogError as exc:
             return FetchPartitionResult(exc.code, high_watermark=hw, log_start_offset=plog.log_start_offset)
         aborted: tuple[AbortedTransaction, ...] = ()
-        if committed and records:
-            upper = scan_frames(records, verify_crc=False).frames[-1].last_offset + 1
+        if committed and records is not None:
+            upper = plog.upper_bound_offset(records, max_offset)
             aborted = tuple(
                 AbortedTransaction(t.producer_id, t.first_offset)
                 for t in plog.aborted_transactions(fp.fetch_offset, upper)
@@ -673,7 +672,7 @@ class ReplicaManager:
             high_watermark=hw,
             last_stable_offset=lso,
             log_start_offset=plog.log_start_offset,
-            records=records,
+            records=b"" if records is None else records,
             aborted_transactions=aborted,
         )
 
@@ -860,7 +859,7 @@ class ReplicaManager:
     # ------------------------------------------------------------------ follower side
 
     def apply_fetch_answer(
-        self, hosted: HostedPartition, fetch_offset: int, answer: LeaderAnswer, records: bytes
+        self, hosted: HostedPartition, fetch_offset: int, answer: LeaderAnswer, records: bytes | memoryview
     ) -> FollowerPlan:
         """One partition of the leader's Fetch answer (`broker.replica.follower`); wakes the
         long polls of consumers reading this follower."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from broker.log.file_range import FileRange
 from quorum.kafka_errors import ErrorCode
 
 CONSUMER_REPLICA_ID: Final = -1  # Fetch/ListOffsets replica id of an ordinary client
@@ -145,7 +146,9 @@ class FetchPartitionResult:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes | memoryview = b""
+    # Bytes, or a range of a segment file that the listener sends as it is (a fetch's
+    # answer; it may end inside a batch, see PartitionLog.read_range).
+    records: bytes | memoryview | FileRange = b""
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset), followers only
     current_leader: LeaderHint | None = None
     preferred_read_replica: int = -1  # set by the listener (KIP-392), not the implementation

@@ -126,7 +126,7 @@ def _read_uuid(buf: bytes, pos: int) -> tuple[Any, int]:
     if end > len(buf):
         raise MalformedError("buffer exhausted in uuid")
     raw = buf[pos:end]
-    return (None if raw == bytes(16) else uuid.UUID(bytes=raw)), end
+    return (None if raw == bytes(16) else uuid.UUID(bytes=bytes(raw))), end
 
 
 def _take(buf: bytes, pos: int, length: int) -> tuple[bytes, int]:
@@ -138,7 +138,7 @@ def _take(buf: bytes, pos: int, length: int) -> tuple[bytes, int]:
 
 def _decode_utf8(raw: bytes) -> str:
     try:
-        return raw.decode("utf-8")
+        return str(raw, "utf-8")  # bytes or a memoryview (a frame read without copies)
     except UnicodeDecodeError as exc:
         raise MalformedError("invalid utf-8 in string") from exc
 

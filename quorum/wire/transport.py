@@ -19,7 +19,7 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol, cast
 
 from quorum.wire.limits import DEFAULT_SOCKET_REQUEST_MAX_BYTES, ConnectionLimits, MemoryPool
 
@@ -31,6 +31,7 @@ __all__ = [
     "MemoryPool",
     "PeerClient",
     "PeerUnavailable",
+    "StreamedResponse",
     "close_server",
     "request",
     "serve",
@@ -42,7 +43,24 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_FRAME_BYTES: Final = DEFAULT_SOCKET_REQUEST_MAX_BYTES  # Kafka's socket.request.max.bytes
 _STREAM_LIMIT: Final = 1 << 20  # StreamReader buffer before it pauses the socket
 
-Handler = Callable[[bytes], Awaitable[bytes | None]]
+
+class StreamedResponse(Protocol):
+    """A response that writes itself (a fetch answer whose records are sent from segment
+    files, `broker.kafka.spliced`): `send` writes the whole frame; the transport drains after."""
+
+    async def send(self, writer: asyncio.StreamWriter) -> None: ...
+
+
+Handler = Callable[[bytes], Awaitable[bytes | StreamedResponse | None]]
+_Answer = asyncio.Future[bytes | StreamedResponse | None]  # a handler's task
+
+
+async def _write_response(writer: asyncio.StreamWriter, response: bytes | StreamedResponse) -> None:
+    if isinstance(response, (bytes, bytearray, memoryview)):
+        writer.write(response)
+    else:
+        await response.send(writer)
+    await writer.drain()
 
 
 class PeerUnavailable(ConnectionError):
@@ -161,15 +179,22 @@ async def _read_frame(
         if size <= _READ_CHUNK:
             body = await reader.readexactly(size)
         else:
-            buf = bytearray()
-            while len(buf) < size:
-                chunk = await reader.read(min(size - len(buf), _READ_CHUNK))
+            # One buffer of the frame's size, filled in place and handed over as it is (a
+            # writable frame: the produce path patches its batches there, no copy).
+            buf = bytearray(size)
+            view = memoryview(buf)
+            got = 0
+            while got < size:
+                chunk = await reader.read(min(size - got, _READ_CHUNK))
                 if not chunk:
-                    raise asyncio.IncompleteReadError(bytes(buf), size)
-                buf += chunk
+                    raise asyncio.IncompleteReadError(bytes(view[:got]), size)
+                view[got : got + len(chunk)] = chunk
+                got += len(chunk)
                 conn.touch()
-            body = bytes(buf)
-            del buf
+            view.release()
+            # Handlers take `bytes` and read frames through memoryviews; this one is a
+            # bytearray so that the produce path may patch its batches in place.
+            body = cast(bytes, buf)
     except BaseException:
         pool.release(size)
         raise
@@ -201,8 +226,7 @@ async def _serve_sequential(
         if response is not None:
             if writer.is_closing():
                 return  # the peer or the server went away while we worked on it
-            writer.write(response)
-            await writer.drain()
+            await _write_response(writer, response)
             conn.touch()
 
 
@@ -217,8 +241,8 @@ async def _serve_pipelined(
 ) -> None:
     """Up to `depth` requests in flight, handled concurrently, answered in request order."""
     slots = asyncio.Semaphore(depth)
-    queue: asyncio.Queue[asyncio.Future[bytes | None] | None] = asyncio.Queue()
-    handlers: set[asyncio.Future[bytes | None]] = set()
+    queue: asyncio.Queue[_Answer | None] = asyncio.Queue()
+    handlers: set[_Answer] = set()
     reading = asyncio.current_task()
     failure: list[BaseException] = []
 
@@ -233,8 +257,7 @@ async def _serve_pipelined(
                 if response is not None:
                     if writer.is_closing():
                         break  # the peer or the server went away while we worked on it
-                    writer.write(response)
-                    await writer.drain()
+                    await _write_response(writer, response)
                     conn.touch()
                 slots.release()
         except asyncio.CancelledError:
@@ -245,8 +268,8 @@ async def _serve_pipelined(
         if reading is not None:
             reading.cancel()
 
-    def on_done(size: int) -> Callable[[asyncio.Future[bytes | None]], None]:
-        def release(task: asyncio.Future[bytes | None]) -> None:
+    def on_done(size: int) -> Callable[[_Answer], None]:
+        def release(task: _Answer) -> None:
             handlers.discard(task)
             pool.release(size)
 
@@ -260,7 +283,7 @@ async def _serve_pipelined(
             if read is None:
                 break
             frame, size = read
-            task: asyncio.Future[bytes | None] = asyncio.ensure_future(handler(frame))
+            task: _Answer = asyncio.ensure_future(handler(frame))
             del frame
             handlers.add(task)
             task.add_done_callback(on_done(size))
@@ -281,7 +304,7 @@ async def _serve_pipelined(
         _retrieve_unanswered(queue, conn.peer)
 
 
-def _retrieve_unanswered(queue: asyncio.Queue[asyncio.Future[bytes | None] | None], peer: object) -> None:
+def _retrieve_unanswered(queue: asyncio.Queue[_Answer | None], peer: object) -> None:
     """Collect the outcome of every handler the writer never reached (the connection closed
     first; all are done by now). Their answers are dropped; a CloseConnection among them
     says nothing new, a handler bug is logged with the peer. Left alone, each failed task

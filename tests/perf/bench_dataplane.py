@@ -38,9 +38,16 @@ idempotence off):
   largest broker count; speedscope JSON (open in https://www.speedscope.app) or an SVG flame
   graph (--profile-format flamegraph), plus the top functions printed below the tables.
 
+* kcat consume (issue 22: a client that can go faster than the Python consumer): after the
+  consumer above, kcat reads every partition from its log start to the end into a pipe
+  that is dropped; MB/s from its first to its last byte; broker CPU per MB served. The same
+  against the mock. With --profile DIR, py-spy records the busiest broker during it too
+  (DIR/consume).
+
 Targets (issue): acks=all RF 3 >= 100 MB/s and >= 1/3 of the mock cluster's acks=all rate in
 the same run; <= 10 ms broker CPU per MB ingested; p99 produce latency < 20 ms at half the
-maximum rate; consume >= 2x the produce rate. Judged on the largest broker count with RF 3,
+maximum rate; consume >= 2x the produce rate; kcat consume >= 0.8x the mock's with kcat and
+>= 2x the produce rate, < 1 ms broker CPU per MB served. Judged on the largest broker count with RF 3,
 on its partitions-per-broker count with the best acks=all rate.
 
 The machine has 2 cores shared with other engineers: the load average at the start and end,
@@ -84,6 +91,8 @@ TARGET_MOCK_SHARE = 1 / 3
 TARGET_CPU_MS_PER_MB = 10.0
 TARGET_P99_MS = 20.0
 TARGET_CONSUME_RATIO = 2.0
+TARGET_KCAT_MOCK_SHARE = 0.8  # consumption from the page cache vs the mock, same fast client (kcat)
+TARGET_CPU_MS_PER_MB_SERVED = 1.0
 
 # librdkafka's own log lines (connection refused when the mock closes, etc.) go to a file.
 RDKAFKA_LOG = logging.getLogger("bench.rdkafka")
@@ -205,6 +214,10 @@ class Run:
     consume_broker_cpu_ms_per_mb: float = float("nan")
     consume_broker_cores: float = float("nan")
     consume_client_cores: float = float("nan")
+    kcat_mb_s: float | None = None  # kcat -C to a pipe read and dropped: the broker's serving rate
+    kcat_passes: int = 0
+    kcat_broker_cpu_ms_per_mb: float = float("nan")
+    kcat_broker_cores: float = float("nan")
     load1: float = 0.0
     idle_broker_cores: float = float("nan")  # with the topic created, before any message
     note: str = ""
@@ -506,6 +519,59 @@ def mock_cluster(work: Path) -> tuple[Producer, str]:
     raise RuntimeError("the mock cluster did not report its bootstrap servers")
 
 
+def kcat_consume_run(
+    run: Run,
+    bootstrap: str,
+    topic: str,
+    min_seconds: float,
+    groups: dict[str, list[int]],
+    profile: tuple[int, Path, str] | None = None,
+) -> Run:
+    """Consumption measured with a client that is not the bottleneck: kcat (librdkafka, C)
+    reads every partition from its log start to the end (`-e`) and prints only the values
+    (`-f %s`) into a pipe this process reads in 1 MiB chunks and drops. MB/s = value bytes /
+    (first byte .. last byte) per pass, so kcat's start (metadata, offsets) is left out;
+    passes repeat until `min_seconds` have passed. Broker CPU counts the whole window."""
+    exe = shutil.which("kcat")
+    if exe is None:
+        return run
+    size = 0
+    active = 0.0
+    passes = 0
+    spy = PySpy(profile[0], profile[1], profile[2]) if profile else None
+    if spy is not None:
+        spy.start()
+    try:
+        with CpuWindow(groups) as cpu:
+            t0 = time.monotonic()
+            while passes == 0 or time.monotonic() - t0 < min_seconds:
+                cmd = [exe, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%s"]
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # noqa: S603
+                assert proc.stdout is not None
+                fd = proc.stdout.fileno()
+                first: float | None = None
+                got = 0
+                while chunk := os.read(fd, 1 << 20):
+                    if first is None:
+                        first = time.monotonic()
+                    got += len(chunk)
+                last = time.monotonic()
+                proc.wait(timeout=60)
+                if first is not None:
+                    active += last - first
+                    size += got
+                passes += 1
+    finally:
+        if spy is not None:
+            spy.stop()
+    run.kcat_mb_s = size / MB / active if active > 0 else 0.0
+    run.kcat_passes = passes
+    if "brokers" in groups and size:
+        run.kcat_broker_cpu_ms_per_mb = cpu.seconds["brokers"] * 1000 / (size / MB)
+        run.kcat_broker_cores = cpu.cores("brokers")
+    return run
+
+
 def run_mock(args: argparse.Namespace, work: Path) -> list[Run]:
     host, bootstrap = mock_cluster(work)
     runs: list[Run] = []
@@ -522,6 +588,7 @@ def run_mock(args: argparse.Namespace, work: Path) -> list[Run]:
             run = produce_run(Run("mock", 3, 1, parts, acks, None), bootstrap, topic, args.seconds, {}, work)
             if acks == "all":
                 consume_run(run, bootstrap, topic, args.consume_seconds, {}, work)
+                kcat_consume_run(run, bootstrap, topic, args.consume_seconds, {})
                 sat_all = run
             print_row(run)
             runs.append(run)
@@ -654,6 +721,10 @@ def run_pykraft(args: argparse.Namespace, work: Path, nb: int) -> list[Run]:
                 else:
                     time.sleep(2.5)  # the retention pass after the last append (every 1 s) has run
                     consume_run(run, bootstrap, topic, args.consume_seconds, groups, work)
+                    spy = None
+                    if args.profile and nb == max(args.brokers) and ppb == args.verdict_ppb() and busiest_pid:
+                        spy = (busiest_pid, args.profile / "consume", args.profile_format)
+                    kcat_consume_run(run, bootstrap, topic, args.consume_seconds, groups, profile=spy)
                     if rf == shape_rf and (best is None or run.mb_s > best.mb_s):
                         best = run
                 print_row(run)
@@ -730,6 +801,12 @@ def print_row(r: Run) -> None:
             parts.append(f"{_f(r.consume_broker_cpu_ms_per_mb, 2)} ms broker CPU per MB served")
         if not r.consume_complete:
             parts.append("INCOMPLETE (no progress for 15 s)")
+        print("    " + ", ".join(parts), flush=True)
+    if r.kcat_mb_s is not None:
+        parts = [f"kcat consume: {_f(r.kcat_mb_s)} MB/s, {r.kcat_passes} pass(es)"]
+        if r.system != "mock":
+            parts.append(f"brokers {_f(r.kcat_broker_cores, 2)} cores")
+            parts.append(f"{_f(r.kcat_broker_cpu_ms_per_mb, 2)} ms broker CPU per MB served")
         print("    " + ", ".join(parts), flush=True)
     if r.note:
         print(f"    {r.note}", flush=True)
@@ -811,6 +888,30 @@ def verdicts(runs: list[Run]) -> list[tuple[str, bool | None, str]]:
         )
     else:
         out.append((f"p99 < {TARGET_P99_MS:.0f} ms at half the max rate", None, "no run at 0.5 of the max"))
+    if best.kcat_mb_s is not None:
+        kcat = best.kcat_mb_s
+        if mock_all is not None and mock_all.kcat_mb_s:
+            out.append(
+                (
+                    f"kcat consume >= {TARGET_KCAT_MOCK_SHARE:.1f}x the mock's",
+                    kcat >= TARGET_KCAT_MOCK_SHARE * mock_all.kcat_mb_s,
+                    f"{kcat:.1f} vs {mock_all.kcat_mb_s:.1f} MB/s = {kcat / mock_all.kcat_mb_s:.2f}x",
+                )
+            )
+        out.append(
+            (
+                f"kcat consume >= {TARGET_CONSUME_RATIO:.0f}x produce",
+                kcat >= TARGET_CONSUME_RATIO * best.mb_s,
+                f"{kcat:.1f} vs {best.mb_s:.1f} MB/s = {kcat / best.mb_s:.2f}x" if best.mb_s else "-",
+            )
+        )
+        out.append(
+            (
+                f"broker CPU < {TARGET_CPU_MS_PER_MB_SERVED:.0f} ms/MB served",
+                best.kcat_broker_cpu_ms_per_mb < TARGET_CPU_MS_PER_MB_SERVED,
+                f"{best.kcat_broker_cpu_ms_per_mb:.2f} ms/MB (kcat, {shape})",
+            )
+        )
     cons = best.consume_mb_s or 0.0
     out.append(
         (
@@ -895,18 +996,20 @@ def main() -> int:
     print(f"  {met}/{len(results)} targets met")
     profile_summary: dict[str, Any] | None = None
     if args.profile:
-        files = sorted(args.profile.glob("broker-pid*.speedscope.json"), key=lambda p: p.stat().st_mtime)
-        if files:
-            profile_summary = summarize_speedscope(files[-1])
-            print(f"\nProfile of the busiest broker during acks=all ({profile_summary['samples']} samples, "
-                  f"{profile_summary['file']}):")  # fmt: skip
+        for where, what in ((args.profile, "acks=all"), (args.profile / "consume", "the kcat consume")):
+            files = sorted(where.glob("broker-pid*.speedscope.json"), key=lambda p: p.stat().st_mtime)
+            if not files:
+                print(f"\nprofile: see {where}")
+                continue
+            summary = summarize_speedscope(files[-1])
+            profile_summary = (profile_summary or {}) | {what: summary}
+            print(f"\nProfile of the busiest broker during {what} ({summary['samples']} samples, "
+                  f"{summary['file']}):")  # fmt: skip
             titles = {"self_pct": "self", "inclusive_pct": "inclusive (frames in >= 90% of samples left out)"}
             for label, title in titles.items():
                 print(f"  {title}:")
-                for name, pct in profile_summary[label][:18]:
+                for name, pct in summary[label][:18]:
                     print(f"    {pct:5.1f}%  {name}")
-        else:
-            print(f"\nprofile: see {args.profile}")
     print(f"\nload average at end: {loadavg()}; wall time {time.monotonic() - t_begin:.0f} s")
     if args.json_out:
         args.json_out.write_text(

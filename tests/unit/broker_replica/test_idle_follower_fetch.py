@@ -86,7 +86,7 @@ def test_an_idle_follower_round_reads_no_log_and_runs_no_full_rule(
     leader (40 partitions, everything replicated) the second round of each follower costs no
     log read and no `on_follower_fetch`: 3,300 such partitions took ~200 ms per round."""
     counts = {"read": 0, "rule": 0}
-    real_read, real_rule = PartitionLog.read, PartitionState.on_follower_fetch
+    real_read, real_rule = PartitionLog.read_range, PartitionState.on_follower_fetch
 
     def read(self: PartitionLog, *args: Any, **kwargs: Any) -> Any:
         counts["read"] += 1
@@ -96,7 +96,7 @@ def test_an_idle_follower_round_reads_no_log_and_runs_no_full_rule(
         counts["rule"] += 1
         return real_rule(self, **kwargs)
 
-    monkeypatch.setattr(PartitionLog, "read", read)
+    monkeypatch.setattr(PartitionLog, "read_range", read)
     monkeypatch.setattr(PartitionState, "on_follower_fetch", rule)
 
     async def scenario() -> None:

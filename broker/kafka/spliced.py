@@ -1,0 +1,135 @@
+"""`SplicedResponse`: a response frame made of encoded bytes and segment file ranges.
+
+A Fetch answer's header and per-partition fields are encoded in Python; its records are
+`FileRange`s of segment files, sent from the file to the socket with `os.sendfile`, so no
+byte of a record batch passes through a Python object (Kafka's zero-copy `FileRecords`).
+
+Sending (the transport calls `send` where it would write a bytes response; answers of a
+connection are written one after the other, so nothing else writes to the socket meanwhile):
+- encoded parts go through the stream writer (`transport.write`);
+- a range is sent with `os.sendfile` on the transport's socket once the transport's
+  buffer is empty (every byte written before it is then in the kernel, so the order
+  holds); when the socket is full (EAGAIN) the sender waits until it is writable (a
+  duplicate of the socket's descriptor is watched: the loop lets only the transport watch
+  the original), then goes on. The same on asyncio's loop and uvloop (the brokers');
+- at most `_CHUNK` bytes per call, and before each call the range must still be `intact`:
+  a segment truncated under a response (a follower cutting a diverged tail) or a file
+  that shrank (sendfile reaches its end early) closes the connection: the client sees a
+  cut frame, reconnects and fetches again (Kafka: `FileRecords.writeTo` throws). A deleted
+  segment's bytes stay readable: the range holds its descriptor (broker.log.file_range).
+
+The Kafka listener is plaintext (no TLS here), so the socket is the raw TCP socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Final
+
+from broker.log.file_range import FileRange
+
+__all__ = ["SplicedResponse", "TruncatedRange"]
+
+log = logging.getLogger(__name__)
+
+# Bytes sent per sendfile call: the truncation check runs between calls (bytes).
+_CHUNK: Final = 4 * 1024 * 1024
+
+
+class TruncatedRange(ConnectionError):
+    """A file range's segment was truncated or shrank before all of it was sent."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        log.info("closing a connection in the middle of a fetch answer: %s", message)
+
+
+class SplicedResponse:
+    """One response frame: `parts` in order, the first starting with the frame's 4-byte
+    length prefix (which counts every part's bytes)."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: list[bytearray | FileRange]) -> None:
+        self.parts = parts
+        self.size = sum(len(p) for p in parts)  # bytes on the wire, prefix included
+
+    def __len__(self) -> int:
+        return self.size
+
+    async def send(self, writer: asyncio.StreamWriter) -> None:
+        for part in self.parts:
+            if isinstance(part, FileRange):
+                await _send_range(writer, part)
+            elif part:
+                writer.write(part)
+
+    def to_bytes(self) -> bytes:
+        """The frame's bytes (tests; the cost `send` avoids)."""
+        out = bytearray()
+        for part in self.parts:
+            if isinstance(part, FileRange):
+                data = part.pread()
+                if len(data) != part.length or not part.intact:
+                    raise TruncatedRange(f"{part} shrank")
+                out += data
+            else:
+                out += part
+        return bytes(out)
+
+
+async def _send_range(writer: asyncio.StreamWriter, part: FileRange) -> None:
+    transport = writer.transport
+    sock_fd = transport.get_extra_info("socket").fileno()
+    position = part.position
+    remaining = part.length
+    while remaining > 0:
+        if transport.is_closing():
+            raise ConnectionResetError("the connection closed while a fetch answer was being sent")
+        if transport.get_write_buffer_size():
+            await _drained(writer)
+            continue
+        if not part.intact:
+            raise TruncatedRange(f"{part}: its segment was truncated with {remaining} bytes unsent")
+        try:
+            sent = os.sendfile(sock_fd, part.fd, position, min(remaining, _CHUNK))
+        except (BlockingIOError, InterruptedError):
+            await _writable(sock_fd)
+            continue
+        if sent == 0:
+            raise TruncatedRange(f"{part}: the file ends with {remaining} bytes unsent")
+        position += sent
+        remaining -= sent
+
+
+async def _drained(writer: asyncio.StreamWriter) -> None:
+    """Until the transport's buffer is empty (not only below its high-water mark)."""
+    transport = writer.transport
+    low, high = transport.get_write_buffer_limits()
+    transport.set_write_buffer_limits(high=0, low=0)
+    try:
+        await writer.drain()
+    finally:
+        if not transport.is_closing():
+            transport.set_write_buffer_limits(high=high, low=low)
+
+
+async def _writable(sock_fd: int) -> None:
+    """Until the socket accepts more bytes. The transport owns `sock_fd` in the loop (the
+    loops refuse a second watcher on it), so a duplicate descriptor is watched instead."""
+    loop = asyncio.get_running_loop()
+    watched = os.dup(sock_fd)
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def on_writable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    try:
+        loop.add_writer(watched, on_writable)
+        await ready
+    finally:
+        loop.remove_writer(watched)
+        os.close(watched)
