@@ -11,15 +11,18 @@ them:
   `__consumer_offsets` partition) completes them through the group coordinator's hook; then
   the last one is the group's committed offset, on the coordinator and on the broker that
   loads the partition after the coordinator's broker is stopped.
+- confluent-kafka's `send_offsets_to_transaction` in a transaction that aborts, then in one
+  that commits: only the committed one's offset is the group's.
 """
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from dataplane_support import create_topic, module_cluster
+from dataplane_support import bootstrap, create_topic, module_cluster
 from kafka_raw import call
 from metadata_cluster import MetadataCluster, wait_until
 from test_consumer_groups import _coordinator_port
@@ -87,6 +90,47 @@ def test_txn_offset_commit_errors_where_kafka_gives_them(cluster: MetadataCluste
     # Nothing was written: OffsetFetch (require_stable too) shows no offset and no open transaction.
     assert fetch(port, group, topic, stable=False) == (-1, NONE)
     assert fetch(port, group, topic, stable=True) == (-1, NONE)
+
+
+def test_confluent_kafka_send_offsets_to_transaction_commits_with_the_transaction(cluster: MetadataCluster) -> None:
+    """A consume-transform-produce step with confluent-kafka: `send_offsets_to_transaction`
+    (AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator) in a transaction that
+    aborts leaves no offset; in one that commits, the offset is the group's (read by a
+    read_committed consumer, whose OffsetFetch requires stable offsets)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    brokers = bootstrap(cluster)
+    source, group = "txn-offsets-source", "txn-offsets-ctp"
+    create_topic(cluster, source, partitions=1, rf=3)
+    plain = Producer({"bootstrap.servers": brokers, "acks": "all"})
+    for i in range(10):
+        plain.produce(source, value=b"%d" % i)
+    assert plain.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})  # fmt: skip
+    p = Producer({"bootstrap.servers": brokers, "transactional.id": "txn-offsets-ctp-1",
+                  "transaction.timeout.ms": 60_000, "message.timeout.ms": 60_000})  # fmt: skip
+    try:
+        consumer.assign([TopicPartition(source, 0, 0)])
+        read = 0
+        deadline = time.monotonic() + 30
+        while read < 10 and time.monotonic() < deadline:
+            m = consumer.poll(1)
+            read += m is not None and m.error() is None
+        assert read == 10
+        p.init_transactions(60)
+        p.begin_transaction()
+        p.send_offsets_to_transaction([TopicPartition(source, 0, 5)], consumer.consumer_group_metadata(), 30)
+        p.abort_transaction(30)
+        (tp,) = consumer.committed([TopicPartition(source, 0)], timeout=30)
+        assert tp.offset < 0, tp  # nothing committed
+        p.begin_transaction()
+        p.send_offsets_to_transaction([TopicPartition(source, 0, 10)], consumer.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        (tp,) = consumer.committed([TopicPartition(source, 0)], timeout=30)
+        assert tp.offset == 10, tp
+    finally:
+        consumer.close()
 
 
 def test_a_transactions_offsets_show_only_after_its_commit_marker(cluster: MetadataCluster) -> None:
