@@ -120,6 +120,7 @@ class DataPlane:
         # KIP-890 part 1: what a partition leader asks the coordinator before a transactional
         # append (to be called by Produce).
         self.txn_verifier = TxnVerifier(config.node_id, self._txn_coordinator_of, self.endpoint, self.txns.verify)
+        self.services.txn_marker_listener = self.groups  # markers on __consumer_offsets complete offsets
         self._server: KafkaListeners | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False

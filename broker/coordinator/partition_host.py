@@ -75,9 +75,15 @@ class ReplicaPartitionHost:
         return None if hosted is None else hosted.log
 
     async def append(self, partition: int, batch: bytes, timeout_ms: int) -> ErrorCode:
-        """Append one batch as leader with acks=-1; the outcome once the HW covers it."""
+        """Append one batch as leader with acks=-1; the outcome once the HW covers it. The
+        coordinator's own write (Kafka's AppendOrigin.COORDINATOR): a transactional batch's
+        producer epoch is checked, not its sequence (the group coordinator's TxnOffsetCommit
+        batches all carry base sequence 0)."""
         params = ProduceParams(
-            acks=-1, timeout_ms=timeout_ms, partitions=(ProducePartition(self.topic_name_hosted, partition, batch),)
+            acks=-1,
+            timeout_ms=timeout_ms,
+            partitions=(ProducePartition(self.topic_name_hosted, partition, batch),),
+            coordinator=True,
         )
         (result,) = await self.replicas.produce(params)
         return result.error

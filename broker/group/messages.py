@@ -106,6 +106,21 @@ class CommitRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnCommitRequest:
+    """TxnOffsetCommit (API 28): offsets committed inside a producer's transaction. They stay
+    pending (invisible to OffsetFetch) until the transaction's marker completes them."""
+
+    group_id: str
+    producer_id: int  # int64, the transactional producer's id
+    producer_epoch: int  # int16
+    partitions: tuple[CommitPartition, ...]
+    member_id: str = ""  # v3+ (v0-2: "", generation -1, no instance: not checked, as Kafka)
+    group_instance_id: str | None = None
+    generation: int = -1
+    transactional_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class CommittedOffset:
     topic: str
     partition: int

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, TypeAlias, overload
 from uuid import UUID
 
@@ -153,6 +153,11 @@ class OffsetValue:
     metadata: str
     commit_timestamp: int  # ms since the epoch
     expire_timestamp: int = -1  # ms since the epoch, -1 = none (only version 1 stores it)
+    # In memory only, never encoded: where the record holding this value is in the partition
+    # (its log offset when replayed; the shard's running count, in log order, when written by
+    # this leader), -1 = unknown. Kafka's OffsetAndMetadata.recordOffset: a transaction's
+    # offset replaces the committed one only when its record is the later one.
+    position: int = field(default=-1, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

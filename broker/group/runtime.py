@@ -11,6 +11,11 @@ leads, loaded from the partition's log, written with acks=all, driven by timers.
   an operation are sent only after its own append and every earlier one of the partition
   completed, so an answer never shows state that a failover could lose; a failed append
   runs the operation's undo (the rules: `broker.group.write_order.WriteOrder`).
+- Transactions: a TxnOffsetCommit's records are the producer's transactional batch (its id
+  and epoch, the transactional bit, base sequence 0, as Kafka's coordinator writes them),
+  appended alone. `on_txn_marker` is the hook (`broker.kafka.services.TxnMarkerListener`)
+  the WriteTxnMarkers path calls once a COMMIT/ABORT marker on a partition has committed;
+  loading replays the markers (control batches) of the log, so both paths give the same state.
 - Timers: one task per partition sleeps until the shard's earliest deadline (session and
   rebalance timeouts) and runs `tick`; every `offsets.retention.check.interval.ms` it
   expires offsets.
@@ -28,9 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 from uuid import UUID
 
-from broker.coordinator.append_queue import AppendQueue, EncodedRecords, encode_batch
+from broker.coordinator.append_queue import AppendQueue, EncodedRecords, Producer, encode_batch
 from broker.coordinator.leadership import leadership_changes
-from broker.coordinator.log_replay import replay_log
+from broker.coordinator.log_replay import LoggedRecord, visit_log
 from broker.coordinator.partition_host import LoggedPartition
 from broker.group.messages import (
     CommitRequest,
@@ -47,6 +52,7 @@ from broker.group.messages import (
     LeavingMember,
     SyncRequest,
     SyncResult,
+    TxnCommitRequest,
 )
 from broker.group.records import (
     RecordSchemaError,
@@ -58,6 +64,7 @@ from broker.group.records import (
 )
 from broker.group.shard import CoordinatorConfig, GroupShard, Outcome, append_error
 from broker.group.write_order import WriteOrder
+from broker.log.control_records import MarkerError, decode_marker_record
 from quorum.kafka_errors import ErrorCode
 
 __all__ = ["GroupCoordinator", "LoggedPartition", "OFFSETS_TOPIC", "PartitionHost"]
@@ -115,6 +122,9 @@ class _Loaded:
     # Appends: one in flight per partition; the records of the operations that came meanwhile
     # wait there (by WriteOrder entry) and go together in the next batch (set by the runtime).
     appends: AppendQueue | None = None
+    # Transaction completions (producer id, committed) that came while loading: applied after
+    # the replay (a marker appended after the replay's end is not read by it).
+    completions: list[tuple[int, bool]] = field(default_factory=list)
 
 
 class GroupCoordinator:
@@ -156,8 +166,14 @@ class GroupCoordinator:
         async def append(records: EncodedRecords) -> ErrorCode:
             return await self.host.append(n, encode_batch(records, self.clock()), self.commit_timeout_ms)
 
+        async def append_transactional(records: EncodedRecords, producer: Producer) -> ErrorCode:
+            return await self.host.append(n, encode_batch(records, self.clock(), producer), self.commit_timeout_ms)
+
         loaded.appends = AppendQueue(
-            f"{OFFSETS_TOPIC}-{n}", append, lambda entries, code: self._appended(loaded, entries, code)
+            f"{OFFSETS_TOPIC}-{n}",
+            append,
+            lambda entries, code: self._appended(loaded, entries, code),
+            append_transactional=append_transactional,
         )
         self.partitions[n] = loaded
         loaded.tasks.append(asyncio.get_running_loop().create_task(self._load_and_run(loaded)))
@@ -188,6 +204,9 @@ class GroupCoordinator:
             except Exception:
                 log.exception("broker %d: loading %s-%d failed", self.node_id, OFFSETS_TOPIC, loaded.partition)
                 return
+        for producer_id, committed in loaded.completions:
+            loaded.shard.complete_transaction(producer_id, committed)
+        loaded.completions.clear()
         loaded.shard.loaded(self.clock())
         loaded.ready = True
         log.info(
@@ -198,17 +217,27 @@ class GroupCoordinator:
         await asyncio.gather(self._run_timers(loaded), self._run_expiry(loaded))
 
     async def _replay_log(self, loaded: _Loaded, plog: LoggedPartition) -> int:
-        def apply(raw_key: bytes | memoryview, raw_value: bytes | memoryview | None) -> bool:
+        """Replay every record in log order: a transactional batch's offsets go to its
+        producer's pending ones, a control batch's marker completes them."""
+
+        def apply(r: LoggedRecord) -> bool:
             try:
-                key = decode_key(raw_key)
-                value = decode_value(key, raw_value)
-            except RecordSchemaError as exc:
+                if r.control:
+                    marker = decode_marker_record(bytes(r.key or b""), None if r.value is None else bytes(r.value))
+                    loaded.shard.replay_marker(r.producer_id, marker.committed, offset=r.offset)
+                    return False
+                if r.key is None:
+                    return False
+                key = decode_key(r.key)
+                value = decode_value(key, r.value)
+            except (RecordSchemaError, MarkerError) as exc:
                 log.warning("skipping an unreadable record of %s-%d: %s", OFFSETS_TOPIC, loaded.partition, exc)
                 return False
-            loaded.shard.replay(key, value, self.clock())
+            producer_id = r.producer_id if r.transactional else -1
+            loaded.shard.replay(key, value, self.clock(), offset=r.offset, producer_id=producer_id)
             return True
 
-        return await replay_log(plog, apply)
+        return await visit_log(plog, apply)
 
     async def _run_timers(self, loaded: _Loaded) -> None:
         while not loaded.closed:
@@ -245,7 +274,7 @@ class GroupCoordinator:
         loaded.results[entry] = result
         if out.records and loaded.appends is not None:
             encoded = [(encode_key(k), None if v is None else encode_value(v)) for k, v in out.records]
-            loaded.appends.submit(entry, encoded)
+            loaded.appends.submit(entry, encoded, out.producer)
         self._release(loaded)
         return result
 
@@ -347,19 +376,46 @@ class GroupCoordinator:
         if loaded is None:
             return [error] * len(req.partitions)
         out, errors = loaded.shard.commit(req, self.clock())
+        return await self._committed(loaded, out, errors)
+
+    async def txn_commit(self, req: TxnCommitRequest) -> list[ErrorCode]:
+        """TxnOffsetCommit: answered once the producer's batch committed (or failed: then
+        the append's error, e.g. INVALID_PRODUCER_EPOCH from the log's producer state)."""
+        loaded, error = self._shard_for(req.group_id)
+        if loaded is None:
+            return [error] * len(req.partitions)
+        out, errors = loaded.shard.txn_commit(req, self.clock())
+        return await self._committed(loaded, out, errors)
+
+    async def _committed(self, loaded: _Loaded, out: Outcome, errors: list[ErrorCode]) -> list[ErrorCode]:
+        """The per-partition answers of an offset commit once its records are written: the
+        accepted ones get the append's error (Kafka's mapping) if it failed."""
         code = await self._dispatch(loaded, out)
         if code != ErrorCode.NONE:
             mapped = append_error(code)
             return [mapped if e == ErrorCode.NONE else e for e in errors]
         return errors
 
+    def on_txn_marker(self, partition: int, producer_id: int, committed: bool) -> None:
+        """The transaction marker hook (`TxnMarkerListener`, Kafka's onTransactionCompleted): a
+        COMMIT (`committed`) or ABORT marker of `producer_id` on `__consumer_offsets`-`partition`
+        has committed. A partition this broker does not lead ignores it (its next leader
+        replays the marker from the log); one that is loading applies it after the replay."""
+        loaded = self.partitions.get(partition)
+        if loaded is None or loaded.closed:
+            return
+        if not loaded.ready:
+            loaded.completions.append((producer_id, committed))
+            return
+        loaded.shard.complete_transaction(producer_id, committed)
+
     async def fetch_offsets(
-        self, group_id: str, partitions: Iterable[tuple[str, int]] | None
+        self, group_id: str, partitions: Iterable[tuple[str, int]] | None, *, require_stable: bool = False
     ) -> tuple[ErrorCode, list[CommittedOffset]]:
         loaded, error = self._shard_for(group_id)
         if loaded is None:
             return error, []
-        offsets = loaded.shard.fetch_offsets(group_id, partitions)
+        offsets = loaded.shard.fetch_offsets(group_id, partitions, require_stable=require_stable)
         if loaded.order.pending():  # answer after the writes before this read; not if one failed
             written = await self._dispatch(loaded, Outcome())
             if written != ErrorCode.NONE:

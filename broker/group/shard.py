@@ -25,6 +25,15 @@ simulation):
   -1, for a group with no members), never during CompletingRebalance;
 - a member whose `group.instance.id` was taken over by a newer member is answered
   FENCED_INSTANCE_ID.
+
+Transactional offsets (TxnOffsetCommit, as Kafka 3.9's OffsetMetadataManager): the offsets a
+producer commits inside a transaction stay in `pending_txn`, apart from the committed ones,
+and OffsetFetch never shows them (with require_stable, such a partition answers
+UNSTABLE_OFFSET_COMMIT). Their records are a transactional batch of that producer
+(`Outcome.producer`); when the transaction's marker has committed (`complete_transaction`,
+or its control record in `replay_marker`), COMMIT makes each of them the committed offset
+unless a plain commit of the partition was written after it (records compare by their
+position in the log), ABORT drops them. A tombstone of a partition drops its pending offsets.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID
 
@@ -65,6 +74,7 @@ from broker.group.messages import (
     LeavingMember,
     SyncRequest,
     SyncResult,
+    TxnCommitRequest,
 )
 from broker.group.records import GroupKey, GroupValue, MemberValue, OffsetKey, OffsetValue
 from broker.group.timers import Deadlines
@@ -77,6 +87,14 @@ TopicPartition = tuple[str, int]
 
 # One write of an offset not yet known committed: (group, (topic, partition), its number).
 _Change = tuple[str, TopicPartition, int]
+
+NO_PRODUCER_ID = -1
+# A transaction's pending offsets, by (group, (topic, partition)).
+PendingOffsets = dict[tuple[str, TopicPartition], OffsetValue]
+# What a tombstone did to open transactions: per producer whose offset of the key it removed,
+# (producer id, its pending map, the removal as a write of that producer's `_OffsetWrites`),
+# settled with the tombstone (a refused tombstone puts back what its removal took).
+_Dropped = list[tuple[int, PendingOffsets, _Change]]
 
 # Deadline keys: ("session", group, member), ("pending", group, member), ("join", group),
 # ("sync", group, generation).
@@ -107,6 +125,9 @@ class Outcome:
     # The append of `records` committed. The runtime calls `written` or `undo` for the
     # outcomes of a partition in the order the shard returned them.
     written: Callable[[], None] | None = None
+    # (producer id, producer epoch): `records` are that producer's transactional write (a
+    # batch of their own, with the transactional bit), else None (a plain write).
+    producer: tuple[int, int] | None = None
 
 
 def _default_id(prefix: str) -> str:
@@ -135,16 +156,26 @@ class GroupShard:
         self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
         self.deadlines: Deadlines[DeadlineKey] = Deadlines()
         self._offset_writes = _OffsetWrites()
+        # Open transactions' offsets, by producer id (a producer's map stays, maybe emptied by
+        # tombstones, until its transaction completes).
+        self.pending_txn: dict[int, PendingOffsets] = {}
+        self._position = 0  # the next record's position (`OffsetValue.position`): log order
+        self._dropped_pending: dict[_Change, _Dropped] = {}
+        self._pending_writes: dict[int, _OffsetWrites] = {}  # per producer, its writes not yet settled
 
     # ================================================================== loading
 
-    def replay(self, key: Any, value: Any, now_ms: int) -> None:
-        """Apply one record of the partition (in log order) to the state."""
+    def replay(self, key: Any, value: Any, now_ms: int, *, offset: int = -1, producer_id: int = NO_PRODUCER_ID) -> None:
+        """Apply one record of the partition (in log order) to the state: `offset` is its log
+        offset (-1: unknown, the next position is taken), `producer_id` its batch's producer
+        when the batch is transactional (-1: a plain batch)."""
         if isinstance(key, CONSUMER_KEYS):
             replay_consumer_record(self.consumer_groups, key, value)
             return
         if isinstance(key, OffsetKey):
             assert value is None or isinstance(value, OffsetValue)
+            position = offset if offset >= 0 else self._position
+            self._position = max(self._position, position + 1)
             tp = (key.topic, key.partition)
             if value is None:
                 group_offsets = self.offsets.get(key.group)
@@ -152,8 +183,14 @@ class GroupShard:
                     group_offsets.pop(tp, None)
                     if not group_offsets:
                         del self.offsets[key.group]
+                for pending in self.pending_txn.values():  # (a tombstone drops pending offsets)
+                    pending.pop((key.group, tp), None)
             else:
-                self.offsets.setdefault(key.group, {})[tp] = value
+                value = replace(value, position=position)
+                if producer_id != NO_PRODUCER_ID:
+                    self.pending_txn.setdefault(producer_id, {})[(key.group, tp)] = value
+                else:
+                    self.offsets.setdefault(key.group, {})[tp] = value
                 if key.group not in self.groups:
                     self.groups[key.group] = ClassicGroup(key.group, current_state_timestamp=value.commit_timestamp)
             return
@@ -483,7 +520,7 @@ class GroupShard:
         self.deadlines.set(("session", group.group_id, member.member_id), now + member.session_timeout_ms)
 
     def _drop_if_unused(self, group: ClassicGroup) -> None:
-        if group.state == GroupState.EMPTY and not group.members and group.group_id not in self.offsets:
+        if group.state == GroupState.EMPTY and not group.members and not self._has_offsets(group.group_id):
             if group.generation == 0 and not group.pending_members:
                 self.groups.pop(group.group_id, None)
 
@@ -662,11 +699,11 @@ class GroupShard:
         expire = now_ms + req.retention_ms if req.retention_ms >= 0 else -1
         for p in req.partitions:
             metadata = p.metadata or ""
-            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+            if self._metadata_too_large(metadata):
                 errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
                 continue
             tp = (p.topic, p.partition)
-            value = OffsetValue(p.offset, p.leader_epoch, metadata, now_ms, expire)
+            value = OffsetValue(p.offset, p.leader_epoch, metadata, now_ms, expire, position=self._next_position())
             changes.append(self._write_offset(req.group_id, tp, value))
             out.records.append((OffsetKey(req.group_id, p.topic, p.partition), value))
             errors.append(ErrorCode.NONE)
@@ -684,6 +721,160 @@ class GroupShard:
         elif created:
             del self.groups[req.group_id]
         return out, errors
+
+    def _metadata_too_large(self, metadata: str) -> bool:
+        return len(metadata.encode()) > self.config.offset_metadata_max_bytes  # offset.metadata.max.bytes
+
+    def _next_position(self) -> int:
+        position = self._position
+        self._position += 1
+        return position
+
+    # ------------------------------------------------------------------ transactional offsets
+
+    def txn_commit(self, req: TxnCommitRequest, now_ms: int) -> tuple[Outcome, list[ErrorCode]]:
+        """TxnOffsetCommit: per partition an error; the accepted offsets become pending offsets
+        of the producer's transaction, written as its transactional batch (`Outcome.producer`).
+        The producer's epoch is checked where Kafka checks it: by the partition log's producer
+        state when the batch is appended (INVALID_PRODUCER_EPOCH), not here."""
+        out = Outcome()
+        error = self._txn_commit_error(req, now_ms)
+        if error != ErrorCode.NONE:
+            return out, [error] * len(req.partitions)
+        created = req.group_id not in self.groups and req.group_id not in self.consumer_groups
+        if created:  # generation -1 for an unknown group: a simple group (Kafka's rule)
+            self.groups[req.group_id] = ClassicGroup(req.group_id, current_state_timestamp=now_ms)
+        pid = req.producer_id
+        pending = self.pending_txn.setdefault(pid, {})
+        writes = self._pending_writes.setdefault(pid, _OffsetWrites())
+        errors: list[ErrorCode] = []
+        changes: list[_Change] = []
+        for p in req.partitions:
+            metadata = p.metadata or ""
+            if self._metadata_too_large(metadata):
+                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+                continue
+            key = (req.group_id, (p.topic, p.partition))
+            value = OffsetValue(p.offset, p.leader_epoch, metadata, now_ms, position=self._next_position())
+            changes.append(writes.write(req.group_id, key[1], pending.get(key), value))
+            pending[key] = value
+            out.records.append((OffsetKey(req.group_id, p.topic, p.partition), value))
+            errors.append(ErrorCode.NONE)
+        if not out.records:
+            if not pending and self.pending_txn.get(pid) is pending:
+                del self.pending_txn[pid]
+                self._pending_writes.pop(pid, None)
+            if created:
+                del self.groups[req.group_id]
+            return out, errors
+        out.producer = (pid, req.producer_epoch)
+
+        def undo(_code: ErrorCode) -> dict[Token, Any]:
+            self._settle_pending(pid, pending, changes, False)
+            group = self.groups.get(req.group_id)
+            if created and group is not None and not group.members and not self._has_offsets(req.group_id):
+                del self.groups[req.group_id]
+            return {}
+
+        out.undo = undo
+        out.written = lambda: self._settle_pending(pid, pending, changes, True)
+        return out, errors
+
+    def _settle_pending(self, pid: int, pending: PendingOffsets, changes: list[_Change], committed: bool) -> None:
+        """A transaction's offset writes committed, or failed: its pending offsets hold what is
+        left (`_OffsetWrites`' rule: an undo never puts back a value whose own write failed)."""
+        writes = self._pending_writes.get(pid)
+        if writes is None or self.pending_txn.get(pid) is not pending:
+            return  # the transaction completed meanwhile
+        for change in changes:
+            holds = writes.settle(change, committed)
+            if holds is None:
+                continue
+            (value,) = holds
+            key = (change[0], change[1])
+            if value is None:
+                pending.pop(key, None)
+            else:
+                pending[key] = value
+        if not pending and not writes.outstanding():
+            del self.pending_txn[pid]  # nothing of this transaction left (nor to put back)
+            del self._pending_writes[pid]
+
+    def _txn_commit_error(self, req: TxnCommitRequest, now: int) -> ErrorCode:
+        """Kafka's validateOffsetCommit with isTransactional: the group's state is not checked
+        (no REBALANCE_IN_PROGRESS), and v0-2's requests (no member, generation -1) pass."""
+        if not req.group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        consumer_group = self.consumer_groups.get(req.group_id)
+        if consumer_group is not None:
+            code = self.check_consumer_member(consumer_group, req.member_id, req.generation, now)
+            return ErrorCode.ILLEGAL_GENERATION if code == ErrorCode.STALE_MEMBER_EPOCH else code
+        group = self.groups.get(req.group_id)
+        if group is None:
+            return ErrorCode.NONE if req.generation < 0 else ErrorCode.ILLEGAL_GENERATION
+        if group.state == GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if req.generation < 0 and group.state == GroupState.EMPTY:
+            return ErrorCode.NONE
+        if req.generation >= 0 or req.member_id or req.group_instance_id is not None:
+            member, error = self._check_member(group, req.member_id, req.group_instance_id)
+            if member is None:
+                return error
+            if req.generation != group.generation:
+                return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
+    def complete_transaction(self, producer_id: int, committed: bool) -> None:
+        """The producer's transaction marker (COMMIT or ABORT) is in the partition, committed:
+        on COMMIT each pending offset becomes the committed one unless the committed one's
+        record is later in the log (a plain commit after it); on ABORT they are dropped. The
+        same rule replays a marker (`replay_marker`)."""
+        pending = self.pending_txn.pop(producer_id, None) or {}
+        writes = self._pending_writes.pop(producer_id, None)
+        if not committed:
+            return
+        for (group_id, tp), before in [] if writes is None else writes.bases():
+            if before is not None and (group_id, tp) not in pending:
+                # A tombstone being written removed it: should that fail, it is committed.
+                self._offset_writes.rebase(group_id, tp, before)
+        for (group_id, tp), value in pending.items():
+            if self._offset_writes.rebase(group_id, tp, value):
+                continue  # plain writes after it are outstanding: should they fail, it comes back
+            mine = self.offsets.setdefault(group_id, {})
+            existing = mine.get(tp)
+            if existing is None or value.position > existing.position:
+                mine[tp] = value
+            if group_id not in self.groups and group_id not in self.consumer_groups:
+                self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=value.commit_timestamp)
+
+    def replay_marker(self, producer_id: int, committed: bool, *, offset: int = -1) -> None:
+        """Apply a transaction marker read from the partition (in log order)."""
+        if offset >= 0:
+            self._position = max(self._position, offset + 1)
+        self.complete_transaction(producer_id, committed)
+
+    def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
+        """Whether an open transaction holds an offset of this partition for the group."""
+        return any((group_id, tp) in pending for pending in self.pending_txn.values())
+
+    def _pending_partitions(self, group_id: str) -> set[TopicPartition]:
+        return {tp for pending in self.pending_txn.values() for (g, tp) in pending if g == group_id}
+
+    def _has_offsets(self, group_id: str) -> bool:
+        """Committed or pending offsets (a group with either is not dropped as unused)."""
+        return group_id in self.offsets or bool(self._pending_partitions(group_id))
+
+    def _drop_pending(self, key: tuple[str, TopicPartition]) -> _Dropped:
+        """A tombstone of `key` being written: the pending offsets of the key go (Kafka's
+        replay of a tombstone), each removal a write of its producer's `_OffsetWrites`."""
+        dropped: _Dropped = []
+        for producer_id, pending in self.pending_txn.items():
+            writes = self._pending_writes.get(producer_id)
+            if key in pending or (writes is not None and writes.has_outstanding(*key)):
+                writes = self._pending_writes.setdefault(producer_id, _OffsetWrites())
+                change = writes.write(key[0], key[1], pending.pop(key, None), None)
+                dropped.append((producer_id, pending, change))
+        return dropped
 
     def _commit_error(self, req: CommitRequest, now: int) -> ErrorCode:
         if not req.group_id:
@@ -710,17 +901,24 @@ class GroupShard:
         self._touch(group, member, now)
         return ErrorCode.NONE
 
-    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None) -> list[CommittedOffset]:
-        """OffsetFetch: the committed offsets asked (None: all of the group's)."""
+    def fetch_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None, *, require_stable: bool = False
+    ) -> list[CommittedOffset]:
+        """OffsetFetch: the committed offsets asked (None: all of the group's); pending
+        transactional offsets are never shown, and with `require_stable` (v7+) a partition
+        that has one answers UNSTABLE_OFFSET_COMMIT."""
         mine = self.offsets.get(group_id, {})
-        if partitions is None:
-            return [CommittedOffset(t, p, v.offset, v.leader_epoch, v.metadata) for (t, p), v in sorted(mine.items())]
+        unstable = self._pending_partitions(group_id) if require_stable else set()
+        asked = sorted(mine) if partitions is None else partitions
         out = []
-        for t, p in partitions:
+        for t, p in asked:
             v = mine.get((t, p))
-            out.append(
-                CommittedOffset(t, p) if v is None else CommittedOffset(t, p, v.offset, v.leader_epoch, v.metadata)
-            )
+            if (t, p) in unstable:
+                out.append(CommittedOffset(t, p, error=ErrorCode.UNSTABLE_OFFSET_COMMIT))
+            elif v is None:
+                out.append(CommittedOffset(t, p))
+            else:
+                out.append(CommittedOffset(t, p, v.offset, v.leader_epoch, v.metadata))
         return out
 
     def delete_offsets(
@@ -743,7 +941,7 @@ class GroupShard:
             errors.append(ErrorCode.NONE)
             # An offset changed since loading gets a tombstone even when the memory has none:
             # an undone write that timed out may still be in the log.
-            if (t, p) in mine or (t, p) in written:
+            if (t, p) in mine or (t, p) in written or self.has_pending(group_id, (t, p)):
                 changes.append(self._write_offset(group_id, (t, p), None))
                 out.records.append((OffsetKey(group_id, t, p), None))
         if changes:
@@ -759,7 +957,7 @@ class GroupShard:
                 return ErrorCode.NON_EMPTY_GROUP, out
             del self.consumer_groups[group_id]
             changes = []
-            for t, p in sorted(set(self.offsets.get(group_id, {})) | self._offset_writes.touched.get(group_id, set())):
+            for t, p in sorted(self._deletable_partitions(group_id)):
                 changes.append(self._write_offset(group_id, (t, p), None))
                 out.records.append((OffsetKey(group_id, t, p), None))
             self._undo_deletes(out, changes, None)  # the offsets come back if the append fails
@@ -780,13 +978,22 @@ class GroupShard:
         log has (a delete still being written, a commit undone after its append timed out)."""
         group_id = group.group_id
         changes = []
-        for t, p in sorted(set(self.offsets.get(group_id, {})) | self._offset_writes.touched.get(group_id, set())):
+        for t, p in sorted(self._deletable_partitions(group_id)):
             changes.append(self._write_offset(group_id, (t, p), None))
             out.records.append((OffsetKey(group_id, t, p), None))
         out.records.append((GroupKey(group_id), None))
         group.state = GroupState.DEAD
         del self.groups[group_id]
         return changes
+
+    def _deletable_partitions(self, group_id: str) -> set[TopicPartition]:
+        """The partitions a deletion of the group writes tombstones for: committed offsets,
+        those changed since loading, and those of open transactions."""
+        return (
+            set(self.offsets.get(group_id, {}))
+            | self._offset_writes.touched.get(group_id, set())
+            | self._pending_partitions(group_id)
+        )
 
     def _undo_deletes(self, out: Outcome, changes: list[_Change], group: ClassicGroup | None) -> None:
         """`out` deleted offsets (`changes`) and maybe the Empty `group`: if its append fails,
@@ -820,23 +1027,30 @@ class GroupShard:
             mine[tp] = value
         if not mine:
             del self.offsets[group_id]
-        return self._offset_writes.write(group_id, tp, before, value)
+        change = self._offset_writes.write(group_id, tp, before, value)
+        if value is None:
+            dropped = self._drop_pending((group_id, tp))
+            if dropped:
+                self._dropped_pending[change] = dropped
+        return change
 
     def _settle_offsets(self, changes: list[_Change], committed: bool) -> None:
         """The appends of `changes` committed, or failed: the memory holds what is left."""
         for change in changes:
+            for producer_id, pending, removal in self._dropped_pending.pop(change, []):
+                self._settle_pending(producer_id, pending, [removal], committed)
             holds = self._offset_writes.settle(change, committed)
             if holds is None:
                 continue
-            (value,) = holds
+            (held,) = holds
             group_id, tp = change[0], change[1]
-            if value is None:
+            if held is None:
                 mine = self.offsets.get(group_id, {})
                 mine.pop(tp, None)
                 if not mine:
                     self.offsets.pop(group_id, None)
             else:
-                self.offsets.setdefault(group_id, {})[tp] = value
+                self.offsets.setdefault(group_id, {})[tp] = held
 
     def expire_offsets(self, now_ms: int) -> Outcome:
         """offsets.retention.minutes: the offsets of topics no member subscribes to, older than
@@ -851,6 +1065,7 @@ class GroupShard:
                 tp
                 for tp, v in self.offsets.get(group_id, {}).items()
                 if tp[0] not in subscribed_now
+                and not self.has_pending(group_id, tp)
                 and (
                     (v.expire_timestamp >= 0 and now_ms >= v.expire_timestamp)
                     or (v.expire_timestamp < 0 and now_ms - v.commit_timestamp >= retention)
@@ -878,8 +1093,8 @@ class GroupShard:
                 continue
             expired = []
             for tp, v in mine.items():
-                if tp[0] in subscribed:
-                    continue
+                if tp[0] in subscribed or self.has_pending(group_id, tp):
+                    continue  # (an offset with a transaction's pending one is not expired yet)
                 start = v.commit_timestamp if base is None else base
                 if (v.expire_timestamp >= 0 and now_ms >= v.expire_timestamp) or (
                     v.expire_timestamp < 0 and now_ms - start >= retention
@@ -887,7 +1102,12 @@ class GroupShard:
                     expired.append(tp)
             if not expired:
                 continue
-            if len(expired) == len(mine) and group.state == GroupState.EMPTY and not group.members:
+            if (
+                len(expired) == len(mine)
+                and group.state == GroupState.EMPTY
+                and not group.members
+                and not self._pending_partitions(group_id)  # not while a transaction is open
+            ):
                 self._undo_deletes(out, self._drop_group(group, out), group)  # nothing left: the group goes too
                 continue
             changes = []
@@ -1245,6 +1465,29 @@ class _OffsetWrites:
         writes.append((self._count, value))
         self.touched.setdefault(group_id, set()).add(tp)
         return (group_id, tp, self._count)
+
+    def rebase(self, group_id: str, tp: TopicPartition, value: OffsetValue) -> bool:
+        """A committed transaction's offset for a key with writes outstanding (all of them
+        later in the log than its record): it becomes what the memory holds should they all
+        fail, unless that is later still. False when the key has no write outstanding."""
+        entry = self._pending.get((group_id, tp))
+        if entry is None:
+            return False
+        base, writes = entry
+        if base is None or value.position > base.position:
+            self._pending[(group_id, tp)] = (value, writes)
+        return True
+
+    def bases(self) -> list[tuple[tuple[str, TopicPartition], OffsetValue | None]]:
+        """Per key with writes outstanding, the value they were written over."""
+        return [(key, base) for key, (base, _writes) in self._pending.items()]
+
+    def has_outstanding(self, group_id: str, tp: TopicPartition) -> bool:
+        return (group_id, tp) in self._pending
+
+    def outstanding(self) -> bool:
+        """Whether a write has not settled yet."""
+        return bool(self._pending)
 
     def settle(self, change: _Change, committed: bool) -> tuple[OffsetValue | None] | None:
         """Forget a write that committed or failed; `(value,)` when the memory must now hold

@@ -53,6 +53,7 @@ class ApiKey(IntEnum):
     END_TXN = 26
     OFFSET_FOR_LEADER_EPOCH = 23
     WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
@@ -110,6 +111,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),  # the group apis: transactional offsets (v3+: member, generation)
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.WRITE_TXN_MARKERS: (0, 1),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
@@ -153,6 +155,7 @@ FIRST_FLEXIBLE: Final[dict[int, int]] = {
     ApiKey.END_TXN: 3,
     ApiKey.DESCRIBE_TRANSACTIONS: 0,
     ApiKey.LIST_TRANSACTIONS: 0,
+    ApiKey.TXN_OFFSET_COMMIT: 3,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.ALTER_CONFIGS: 2,

@@ -1,6 +1,6 @@
 """The group apis: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13),
 SyncGroup (14), DescribeGroups (15), ListGroups (16), OffsetCommit (8), OffsetFetch (9),
-DeleteGroups (42), OffsetDelete (47).
+TxnOffsetCommit (28), DeleteGroups (42), OffsetDelete (47).
 
 These only translate between the wire (kio's schemas) and the group coordinator
 (`broker.group.runtime.GroupCoordinator`); the rules are the coordinator's. Every broker
@@ -40,6 +40,7 @@ from broker.group.messages import (
     LeavingMember,
     SyncRequest,
     SyncResult,
+    TxnCommitRequest,
 )
 from broker.group.records import coordinator_partition
 from broker.group.runtime import OFFSETS_TOPIC, GroupCoordinator
@@ -231,25 +232,7 @@ class GroupApis:
 
     async def offset_commit(self, ctx: RequestContext) -> bytes:
         body = decode_body(ctx)
-        image = self.services.image()
-        items: list[tuple[str, Any]] = [(t.name, p) for t in body.topics for p in t.partitions]
-        errors: list[ErrorCode | None] = []
-        accepted: list[CommitPartition] = []
-        for name, p in items:
-            topic = image.topics.by_name.get(name)
-            if topic is None or int(p.partition_index) not in topic.partitions:
-                errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                continue
-            errors.append(None)
-            accepted.append(
-                CommitPartition(
-                    name,
-                    int(p.partition_index),
-                    int(p.committed_offset),
-                    int(getattr(p, "committed_leader_epoch", -1)),
-                    p.committed_metadata,
-                )  # fmt: skip
-            )
+        errors, accepted = self._known_partitions(body.topics)
         retention = int(getattr(body, "retention_time_ms", -1))
         req = CommitRequest(
             group_id=body.group_id,
@@ -284,8 +267,74 @@ class GroupApis:
             topics.append(make(tcls, name=t.name, partitions=tuple(parts)))
         return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, topics=tuple(topics)))
 
+    async def txn_offset_commit(self, ctx: RequestContext) -> bytes:
+        """TxnOffsetCommit v0-4: unknown topics and partitions are answered
+        UNKNOWN_TOPIC_OR_PARTITION here (KafkaApis' check), the rest by the coordinator; v0-1
+        see COORDINATOR_NOT_AVAILABLE for COORDINATOR_LOAD_IN_PROGRESS (clients before 2.0
+        did not know that error), as Kafka answers them."""
+        body = decode_body(ctx)
+        errors, accepted = self._known_partitions(body.topics)
+        req = TxnCommitRequest(
+            group_id=body.group_id,
+            producer_id=int(body.producer_id),
+            producer_epoch=int(body.producer_epoch),
+            partitions=tuple(accepted),
+            member_id=getattr(body, "member_id", ""),
+            group_instance_id=getattr(body, "group_instance_id", None),
+            generation=int(getattr(body, "generation_id", -1)),
+            transactional_id=body.transactional_id,
+        )
+        if self.groups is None:
+            results = [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(accepted)
+        elif not accepted:
+            results = []
+        else:
+            results = await self.groups.txn_commit(req)
+        it = iter(results)
+        final = [e if e is not None else next(it) for e in errors]
+        if ctx.version < 2:
+            final = [ErrorCode.COORDINATOR_NOT_AVAILABLE if e == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else e
+                     for e in final]  # fmt: skip
+        cls = response_type(ctx.api_key, ctx.version)
+        pcls = nested(cls, "TxnOffsetCommitResponsePartition")
+        tcls = nested(cls, "TxnOffsetCommitResponseTopic")
+        topics = []
+        i = 0
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                parts.append(make(pcls, partition_index=p.partition_index, error_code=kio_error(final[i])))
+                i += 1
+            topics.append(make(tcls, name=t.name, partitions=tuple(parts)))
+        return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, topics=tuple(topics)))
+
+    def _known_partitions(self, topics: Any) -> tuple[list[ErrorCode | None], list[CommitPartition]]:
+        """Per partition asked, in order, UNKNOWN_TOPIC_OR_PARTITION or None (then it is in
+        the second list, for the coordinator)."""
+        image = self.services.image()
+        errors: list[ErrorCode | None] = []
+        accepted: list[CommitPartition] = []
+        for t in topics:
+            topic = image.topics.by_name.get(t.name)
+            for p in t.partitions:
+                if topic is None or int(p.partition_index) not in topic.partitions:
+                    errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    continue
+                errors.append(None)
+                accepted.append(
+                    CommitPartition(
+                        t.name,
+                        int(p.partition_index),
+                        int(p.committed_offset),
+                        int(getattr(p, "committed_leader_epoch", -1)),
+                        p.committed_metadata,
+                    )  # fmt: skip
+                )
+        return errors, accepted
+
     async def offset_fetch(self, ctx: RequestContext) -> bytes:
         body = decode_body(ctx)
+        stable = bool(getattr(body, "require_stable", False))  # v7+
         cls = response_type(ctx.api_key, ctx.version)
         if ctx.version >= 8:
             gcls = nested(cls, "OffsetFetchResponseGroup")
@@ -299,12 +348,12 @@ class GroupApis:
                 if member_error != ErrorCode.NONE:
                     groups.append(make(gcls, group_id=g.group_id, topics=(), error_code=kio_error(member_error)))
                     continue
-                error, topics = await self._fetch_group(g.group_id, g.topics, tcls, pcls)
+                error, topics = await self._fetch_group(g.group_id, g.topics, tcls, pcls, stable)
                 groups.append(make(gcls, group_id=g.group_id, topics=topics, error_code=kio_error(error)))
             return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, groups=tuple(groups)))
         tcls = nested(cls, "OffsetFetchResponseTopic")
         pcls = nested(cls, "OffsetFetchResponsePartition")
-        error, topics = await self._fetch_group(body.group_id, body.topics, tcls, pcls)
+        error, topics = await self._fetch_group(body.group_id, body.topics, tcls, pcls, stable)
         if ctx.version < 2 and error != ErrorCode.NONE:
             # v0-1 have no top-level error: every partition carries it.
             topics = tuple(
@@ -316,12 +365,12 @@ class GroupApis:
         return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, topics=topics, error_code=kio_error(error)))
 
     async def _fetch_group(
-        self, group_id: str, wanted: Any, tcls: type[Any], pcls: type[Any]
+        self, group_id: str, wanted: Any, tcls: type[Any], pcls: type[Any], require_stable: bool
     ) -> tuple[ErrorCode, tuple[Any, ...]]:
         asked = None if wanted is None else [(t.name, int(p)) for t in wanted for p in t.partition_indexes]
         if self.groups is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, ()
-        error, offsets = await self.groups.fetch_offsets(group_id, asked)
+        error, offsets = await self.groups.fetch_offsets(group_id, asked, require_stable=require_stable)
         if error != ErrorCode.NONE:
             return error, ()
         by_topic: dict[str, list[Any]] = {}

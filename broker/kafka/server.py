@@ -172,6 +172,8 @@ class KafkaRequestHandler:
                 return await self.groups.offset_commit(ctx)
             case ApiKey.OFFSET_FETCH:
                 return await self.groups.offset_fetch(ctx)
+            case ApiKey.TXN_OFFSET_COMMIT:
+                return await self.groups.txn_offset_commit(ctx)
             case ApiKey.DESCRIBE_GROUPS:
                 return await self.groups.describe_groups(ctx)
             case ApiKey.LIST_GROUPS:

@@ -546,14 +546,19 @@ class PartitionLog:
             self.flush()
 
     @storage_op("append")
-    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int) -> AppendInfo:
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int, *, coordinator: bool = False
+    ) -> AppendInfo:
         """A client's batches: validated, given offsets, checked against their producers'
         sequences and epochs (LogError: OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH),
         and written, unless they repeat one of their producer's last 5 batches: then nothing is
-        written and the answer holds the original batch's offsets (Kafka's duplicate rule)."""
+        written and the answer holds the original batch's offsets (Kafka's duplicate rule).
+        `coordinator`: a coordinator's own batches (`check_coordinator_append`: the epoch only)."""
         a = assign(records, self.config, next_offset=self.log_end_offset, leader_epoch=leader_epoch, now_ms=now_ms)
         batches = _producer_batches(a.data, a.frames)
-        if batches:
+        if batches and coordinator:
+            self.producers.check_coordinator_append(batches)
+        elif batches:
             self._maybe_expire_producers(now_ms)
             duplicate = self.producers.check_client_append(batches)
             if duplicate is not None:

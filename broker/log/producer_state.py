@@ -338,6 +338,16 @@ class ProducerStateManager:
                 working[batch.producer_id] = (entry or ProducerEntry(batch.producer_id)).with_batch(batch)
         return None
 
+    def check_coordinator_append(self, batches: list[ProducerBatch]) -> None:
+        """Before a leader writes a coordinator's own batches (the group coordinator's
+        transactional offset commits: Kafka's AppendOrigin.COORDINATOR): only the producer
+        epoch is checked (LogError INVALID_PRODUCER_EPOCH). Kafka writes each such batch with
+        base sequence 0, so neither the sequence rule nor the duplicate rule applies."""
+        for batch in batches:
+            if batch.producer_id != NO_PRODUCER_ID:
+                current = self.entries.get(batch.producer_id) or ProducerEntry(batch.producer_id)
+                check_producer_epoch(current, batch.producer_epoch, batch.base_offset, self.where)
+
     # ------------------------------------------------------------------ every append
 
     def check_marker(self, producer_id: int, producer_epoch: int, marker: EndTxnMarker, offset: int) -> None:

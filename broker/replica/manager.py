@@ -328,7 +328,7 @@ class ReplicaManager:
         waits: list[tuple[int, HostedPartition, asyncio.Future[ErrorCode]]] = []
         now = now_ms()
         for i, part in enumerate(params.partitions):
-            result, wait = self._append(part, params.acks, now)
+            result, wait = self._append(part, params.acks, now, params.coordinator)
             results.append(result)
             if wait is not None:
                 waits.append((i, wait[0], wait[1]))
@@ -363,7 +363,7 @@ class ReplicaManager:
                 )
 
     def _append(
-        self, part: ProducePartition, acks: int, now: int
+        self, part: ProducePartition, acks: int, now: int, coordinator: bool = False
     ) -> tuple[ProducePartitionResult, tuple[HostedPartition, asyncio.Future[ErrorCode]] | None]:
         records = part.records
         return self._append_to(
@@ -371,7 +371,9 @@ class ReplicaManager:
             part.partition,
             acks,
             now,
-            lambda hosted: hosted.log.append_as_leader(records, hosted.state.leader_epoch, now),
+            lambda hosted: hosted.log.append_as_leader(
+                records, hosted.state.leader_epoch, now, coordinator=coordinator
+            ),
         )
 
     def _append_to(

@@ -60,6 +60,8 @@ class ProduceParams:
     partitions: tuple[ProducePartition, ...]
     transactional_id: str | None = None
     client_id: str | None = None
+    # A coordinator's own write (Kafka's AppendOrigin.COORDINATOR): no sequence checks.
+    coordinator: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,13 +133,90 @@ MUTANTS: tuple[Mutant, ...] = (
         "group_tombstones_only_for_offsets_in_memory",
         "deleting a group tombstones every offset written since loading (an undone one may be in the log)",
         GroupShard,
-        "_drop_group",
-        "set(self.offsets.get(group_id, {})) | self._offset_writes.touched.get(group_id, set())",
-        "set(self.offsets.get(group_id, {}))",
+        "_deletable_partitions",
+        "| self._offset_writes.touched.get(group_id, set())",
+        "",
     ),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}
+
+# Broken rules of transactional offsets: the transactional simulation
+# (`tests.sim.groups.txn_world`) must catch each.
+TXN_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "abort_applies_offsets",
+        "an ABORT marker drops the transaction's pending offsets",
+        GroupShard,
+        "complete_transaction",
+        "if not committed:",
+        "if False:",
+    ),
+    Mutant(
+        "replay_ignores_markers",
+        "loading applies the transaction markers of the log",
+        GroupShard,
+        "replay_marker",
+        "self.complete_transaction(producer_id, committed)",
+        "pass",
+    ),
+    Mutant(
+        "replay_txn_records_as_committed",
+        "loading puts a transactional batch's offsets in its producer's pending set",
+        GroupShard,
+        "replay",
+        "if producer_id != NO_PRODUCER_ID:",
+        "if False:",
+    ),
+    Mutant(
+        "txn_offsets_visible_at_once",
+        "a transaction's offsets stay pending until its marker",
+        GroupShard,
+        "txn_commit",
+        "pending[key] = value",
+        "pending[key] = value\n        self.offsets.setdefault(req.group_id, {})[key[1]] = value",
+    ),
+    Mutant(
+        "commit_ignores_record_order",
+        "a committed transaction's offset replaces only an older committed one (by log position)",
+        GroupShard,
+        "complete_transaction",
+        "if existing is None or value.position > existing.position:",
+        "if True:",
+    ),
+    Mutant(
+        "completion_ignores_outstanding_plain_writes",
+        "a committed transaction's offset is what a refused later plain commit's undo puts back",
+        GroupShard,
+        "complete_transaction",
+        "if self._offset_writes.rebase(group_id, tp, value):",
+        "if False:",
+    ),
+    Mutant(
+        "refused_tombstone_keeps_pending_dropped",
+        "a refused tombstone puts back the pending offsets it removed",
+        GroupShard,
+        "_settle_offsets",
+        "self._settle_pending(producer_id, pending, [removal], committed)",
+        "pass",
+    ),
+    Mutant(
+        "completion_ignores_outstanding_tombstones",
+        "a transaction committed while a tombstone of its offset is written keeps it should that fail",
+        GroupShard,
+        "complete_transaction",
+        "self._offset_writes.rebase(group_id, tp, before)",
+        "pass",
+    ),
+    Mutant(
+        "no_unstable_offsets",
+        "require_stable answers UNSTABLE_OFFSET_COMMIT for a partition with pending offsets",
+        GroupShard,
+        "fetch_offsets",
+        "unstable = self._pending_partitions(group_id) if require_stable else set()",
+        "unstable = set()",
+    ),
+)
 
 
 @contextmanager
