@@ -11,6 +11,7 @@ anything.
 
 from __future__ import annotations
 
+import os
 import resource
 import time
 from collections.abc import Iterator
@@ -71,6 +72,16 @@ def full_isr_count(brokers: str, topics: list[str]) -> int:
     )
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def brokers_cpu(cluster: MetadataCluster) -> dict[int, float]:
+    return {b: cpu_seconds(cluster.nodes[b].pid) for b in cluster.broker_ids}
+
+
 def test_ten_thousand_partitions_under_a_twenty_thousand_descriptor_limit(cluster: MetadataCluster) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -109,6 +120,9 @@ def test_ten_thousand_partitions_under_a_twenty_thousand_descriptor_limit(cluste
         2,
     )
     hosted_s = time.monotonic() - t0
+    cpu_hosted = brokers_cpu(cluster)
+    pids = {b: cluster.nodes[b].pid for b in cluster.broker_ids}
+    print(f"hosted with full ISRs after {hosted_s:.1f} s; broker pids {pids}; broker CPU s {cpu_hosted}", flush=True)
 
     acked: list[int] = []
     failed: list[str] = []
@@ -137,9 +151,12 @@ def test_ten_thousand_partitions_under_a_twenty_thousand_descriptor_limit(cluste
             producer.produce(t, value=b"x", partition=p, on_delivery=on_delivery)
     left = producer.flush(180)
     produced_s = time.monotonic() - t0 - hosted_s
+    cpu = {b: round(c - cpu_hosted[b], 1) for b, c in brokers_cpu(cluster).items()}
     print(
         f"{total} partitions: created in {created_s:.1f} s, hosted with full ISRs after {hosted_s:.1f} s, "
-        f"one acks=all record each in {produced_s:.1f} s"
+        f"one acks=all record each in {produced_s:.1f} s ({len(acked)} acknowledged, {len(failed)} failed, "
+        f"{left} left); broker CPU s while producing {cpu}; load {os.getloadavg()[0]:.1f}",
+        flush=True,
     )
     assert left == 0 and not failed and len(acked) == total, f"{len(acked)} acked, failures {failed[:5]}, {left} left"
     time.sleep(2.5)  # two more checkpoint rounds of the 10,000 partitions
