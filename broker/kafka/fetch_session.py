@@ -254,6 +254,7 @@ class FetchSessionCache:
             wanted = tuple(c.request for c in session.partitions.values())
         else:
             # Only what can have changed, in the session's order.
+            watch.extra = []  # of the previous fetch
             keys, watch.changed = watch.changed, set()
             keys.update(named)
             chosen = [c for c in map(session.partitions.get, keys) if c is not None]
