@@ -524,6 +524,18 @@ class ReplicaManager:
             if r.error != ErrorCode.NONE or r.diverging_epoch is not None:
                 urgent = True
 
+        follower = (self._fetch_broker_epoch(params), self._isr_eligible(params.replica_id))
+        if session.follower is not None and session.follower != follower:
+            # The follower was fenced, unfenced, shut down or registered again: what its fetches
+            # recorded per partition (eligibility, broker epoch) is stale everywhere. Read the
+            # whole session once, as a full fetch would (O(session) per such change).
+            named = {(fp.topic, fp.partition) for fp in parts}
+            for key in session.keys():
+                again = session.request_of(key) if key not in named else None
+                if again is not None:
+                    parts.append(again)
+                    session.extra.append(again)
+        session.follower = follower
         for fp in parts:
             first_read(fp)
         # The fetches of this session from now on skip the partitions not read, until they change.

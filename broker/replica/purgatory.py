@@ -228,7 +228,7 @@ class SessionWatch:
     at the first read of each partition after it joins the session (or moves to another
     `HostedPartition`); leaving is `forget` / `close`, which the session cache calls."""
 
-    __slots__ = ("_clocks", "_fut", "_watching", "changed", "extra", "last_fetch_ms", "request_of")
+    __slots__ = ("_clocks", "_fut", "_watching", "changed", "extra", "follower", "last_fetch_ms", "request_of")
 
     def __init__(self, request_of: Callable[[Key], FetchPartition | None], changed: Iterable[Key] = ()) -> None:
         self.request_of = request_of
@@ -241,6 +241,9 @@ class SessionWatch:
         an error to answer again, or not registered yet)."""
         self.last_fetch_ms = -1
         """When the session's latest fetch read its partitions (epoch ms)."""
+        self.follower: tuple[int, bool] | None = None
+        """(broker epoch, ISR-eligible) of the follower as its partitions' reads recorded it:
+        the manager reads them all again when that changes (a skipped read records nothing)."""
         self._watching: dict[Key, FetchWatchers | None] = {}
         self._clocks: dict[Key, PartitionClock] = {}
         self._fut: asyncio.Future[bool] | None = None
@@ -272,6 +275,10 @@ class SessionWatch:
         if clock is None:
             clock = self._clocks[key] = PartitionClock(self)
         return clock
+
+    def keys(self) -> list[Key]:
+        """The partitions registered (read at least once since they joined the session)."""
+        return list(self._watching)
 
     def is_registered(self, key: Key, watchers: FetchWatchers | None) -> bool:
         return key in self._watching and self._watching[key] is watchers

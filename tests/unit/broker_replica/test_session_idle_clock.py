@@ -218,6 +218,35 @@ def test_an_incremental_follower_fetch_reads_only_what_changed(
     run(scenario())
 
 
+def test_a_follower_unfenced_meanwhile_has_its_whole_session_read_again(
+    tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eligibility (KIP-841) is recorded by a partition's reads: when the follower's changes,
+    every partition of its session is read once more, or an idle one would keep the stale
+    value and the follower would never rejoin its ISR."""
+    from quorum.metadata.records import BrokerRegistrationChangeRecord
+
+    async def scenario() -> None:
+        w = World(tmp_path, partitions=N)
+        f = Follower(w)
+        counter = ReadCounter(monkeypatch)
+        await f.fetch(dict.fromkeys(range(N), 0))
+        await f.fetch({})
+        assert len(counter.take()) == 2 * N
+        w.apply([BrokerRegistrationChangeRecord(broker_id=2, broker_epoch=12, fenced=1)])
+        await f.fetch({})
+        assert len(counter.take()) == N  # fenced: recorded as ineligible everywhere
+        state = w.manager.partitions[("t", 3)].state
+        assert not state._followers[2].isr_eligible
+        await f.fetch({})
+        assert counter.take() == []
+        w.apply([BrokerRegistrationChangeRecord(broker_id=2, broker_epoch=12, fenced=-1)])
+        await f.fetch({})
+        assert len(counter.take()) == N and state._followers[2].isr_eligible
+
+    run(scenario())
+
+
 def test_an_idle_replica_fetcher_round_rebuilds_no_request(
     tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
