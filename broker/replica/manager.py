@@ -524,7 +524,7 @@ class ReplicaManager:
             if r.error != ErrorCode.NONE or r.diverging_epoch is not None:
                 urgent = True
 
-        follower = (self._fetch_broker_epoch(params), self._isr_eligible(params.replica_id))
+        follower = (self._fetch_broker_epoch(params), self.isr_eligible(params.replica_id))
         if session.follower is not None and session.follower != follower:
             # The follower was fenced, unfenced, shut down or registered again: what its fetches
             # recorded per partition (eligibility, broker epoch) is stale everywhere. Read the
@@ -578,7 +578,7 @@ class ReplicaManager:
         now = now_ms()
         # Who the follower is, looked up once per fetch, not once per partition.
         broker_epoch = self._fetch_broker_epoch(params) if follower else -1
-        eligible = self._isr_eligible(params.replica_id) if follower else False
+        eligible = self.isr_eligible(params.replica_id) if follower else False
         partitions = self.partitions
         for fp in params.partitions:
             hosted = partitions.get((fp.topic, fp.partition)) if follower else None
@@ -703,7 +703,7 @@ class ReplicaManager:
                 now_ms=now,
                 log=plog,
                 broker_epoch=self._fetch_broker_epoch(params),
-                isr_eligible=self._isr_eligible(params.replica_id),
+                isr_eligible=self.isr_eligible(params.replica_id),
                 idle_clock=idle_clock,
             )
             if outcome.isr_expand_wanted:
@@ -769,7 +769,7 @@ class ReplicaManager:
         b = self.image().cluster.brokers.get(params.replica_id)
         return -1 if b is None else b.epoch
 
-    def _isr_eligible(self, broker_id: int) -> bool:
+    def isr_eligible(self, broker_id: int) -> bool:
         """KIP-841: only a registered, unfenced broker not shutting down may join an ISR."""
         b = self.image().cluster.brokers.get(broker_id)
         return b is not None and not b.fenced and not b.in_controlled_shutdown
@@ -964,13 +964,21 @@ class ReplicaManager:
     def high_watermarks(self) -> dict[TopicPartition, int]:
         return {tp: h.state.high_watermark for tp, h in self.partitions.items()}
 
+    def advance_high_watermark(self, hosted: HostedPartition, now: int) -> None:
+        """Recompute `hosted`'s HW without a fetch (`PartitionState.maybe_advance_high_watermark`)."""
+        if hosted.state.maybe_advance_high_watermark(now, hosted.log):
+            self._advance(hosted)
+
     def isr_changes_wanted(self, now: int) -> list[tuple[HostedPartition, tuple[int, ...]]]:
-        """(partition, proposed ISR) for every led partition whose ISR should change now."""
+        """(partition, proposed ISR) for every led partition whose ISR should change now; the HW
+        of each is recomputed on the way (time alone can release it, and idle partitions are
+        not visited by fetches)."""
         out = []
         lag_ms = self.config.replica_lag_time_max_ms
         for hosted in self.partitions.values():
             if not hosted.state.is_leader:
                 continue
+            self.advance_high_watermark(hosted, now)
             proposed = hosted.state.proposed_isr(now, lag_ms, hosted.log)
             if proposed is not None:
                 out.append((hosted, proposed))

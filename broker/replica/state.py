@@ -576,6 +576,13 @@ class PartitionState:
             f.idle_clock = None  # the next fetch of the session reads the partition again
         return self._maybe_increment_high_watermark(now_ms, log)
 
+    def maybe_advance_high_watermark(self, now_ms: int, log: LogView) -> bool:
+        """Recompute the HW without a fetch (True if it advanced): after a pending ISR change
+        was dropped (the maximal ISR shrank), or once a follower outside the ISR stopped being
+        caught up by time. A follower's fetch does it too, but the fetches of a session skip a
+        partition in which nothing changed, so the manager asks on its periodic ISR check."""
+        return self._maybe_increment_high_watermark(now_ms, log)
+
     def _holds_high_watermark(self, replica_id: int, f: _Follower, leader_end: int, now_ms: int) -> bool:
         """Does this follower's LEO bound the HW? Maximal-ISR members, and followers that are
         caught up and eligible (Kafka's ``shouldWaitForReplicaToJoinIsr``)."""

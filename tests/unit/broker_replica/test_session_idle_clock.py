@@ -297,3 +297,38 @@ def _assigned(data: bytes) -> bytes:
     b = bytearray(data)
     b[12:16] = (0).to_bytes(4, "big", signed=True)
     return bytes(b)
+
+
+def test_a_dropped_isr_expansion_releases_the_hw_without_another_fetch(tmp_path: Path, run: Run) -> None:
+    """While broker 3's addition is in flight it holds the HW (KIP-497's maximal ISR); once the
+    controller refuses it, the HW moves at once: the fetches of an idle session would not
+    come to recompute it (an acks=all write waited for the next change of the partition)."""
+    from typing import cast
+
+    from test_replica_manager import TOPIC_ID
+
+    from broker.isr import IsrSender
+    from quorum.controller.requests import AlterPartitionItem
+    from quorum.metadata.records import PartitionChangeRecord
+    from quorum.node.controller_client import ControllerClient
+
+    async def scenario() -> None:
+        w = World(tmp_path)
+        hosted = w.manager.partitions[("t", 0)]
+        hosted.state.replica_lag_time_max_ms = 50  # broker 3, silent, stops holding the HW by time soon
+        await w.follower_fetch(2, 0)
+        await w.follower_fetch(3, 0)
+        w.apply([PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, isr=(1, 2))])  # broker 3 fenced
+        hosted.state.on_isr_sent((1, 2, 3))  # its return proposed before the fencing was known
+        produce = asyncio.ensure_future(w.produce(acks=-1))
+        await asyncio.sleep(0.1)
+        await w.follower_fetch(2, 5)
+        await asyncio.sleep(0.05)
+        assert not produce.done()  # broker 3, joining, holds the HW at 0
+        sender = IsrSender(w.manager, cast(ControllerClient, None), lambda: w.image, lambda: 11)
+        reg = hosted.registration
+        item = AlterPartitionItem(TOPIC_ID, 0, reg.leader_epoch, (), 0, reg.partition_epoch)
+        sender._forget([item], ErrorCode.INELIGIBLE_REPLICA)
+        assert await asyncio.wait_for(produce, 1) == ErrorCode.NONE
+
+    run(scenario())
