@@ -8,7 +8,8 @@ A fetch names its session with (session_id, session_epoch):
 - (id, n > 0): incremental fetch on session `id`, whose expected epoch must be n
   (INVALID_FETCH_SESSION_EPOCH otherwise, FETCH_SESSION_ID_NOT_FOUND for an unknown id).
   The request's partitions are added to / update the session, `forgotten` ones leave it;
-  all session partitions are fetched, and the response lists only those with something
+  the session's partitions are fetched (a follower's: only those that can have changed, see
+  below), and the response lists only those with something
   new: records, an error, a changed high watermark / last stable offset / log start
   offset, a diverging epoch or a preferred read replica (after an error the partition is
   listed again when the error is gone; a changed leader epoch in the request lists it once).
@@ -19,8 +20,9 @@ A fetch names its session with (session_id, session_epoch):
   request names and those its `SessionWatch` saw move (log end, HW, log start, role) or
   answered an error last time; the others would be left out of the answer anyway, so an
   incremental fetch costs O(changed), not O(session) (a new session's first incremental
-  fetch reads them all once, to register its watch). Consumers' sessions read every
-  partition (their redirects and isolation levels are decided per fetch).
+  fetch reads them all once, to register its watch; a change of the follower's broker
+  epoch or eligibility reads them all once more). Consumers' sessions read every partition
+  (their redirects and isolation levels are decided per fetch).
 
 The cache holds at most `max_slots` sessions (Kafka's
 `max.incremental.fetch.session.cache.slots`, 1000). When full, a new session may evict,
