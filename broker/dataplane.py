@@ -298,6 +298,7 @@ class DataPlane:
         deleted = self.logs.retention_pass(now_ms(), lambda t, p: hws.get((t, p), 0))
         if deleted:
             log.info("broker %d: retention deleted %d segments", self.config.node_id, deleted)
+            self.replicas.log_starts_may_have_moved()
 
     def _clean(self) -> None:
         """log.cleaner.backoff.ms: queue the compacted logs for the cleaner threads."""

@@ -73,6 +73,11 @@ class IsrSender:
         brokers = image.cluster.brokers
         items = []
         for hosted, isr in self.manager.isr_changes_wanted(now_ms()):
+            if any(b not in hosted.state.isr and not self.manager.isr_eligible(b) for b in isr):
+                # Kafka checks a joining replica against the metadata when it proposes (KIP-841):
+                # a fenced or stopping broker would be refused (INELIGIBLE_REPLICA) at every pass,
+                # and meanwhile the maximal ISR would hold the HW at its log end.
+                continue
             reg = hosted.registration
             members = tuple(IsrMember(b, self._member_epoch(hosted, b, brokers)) for b in isr)
             items.append(
@@ -158,7 +163,10 @@ class IsrSender:
             if code in ErrorCode._value2member_map_
             else ErrorCode.UNKNOWN_SERVER_ERROR
         )
+        now = now_ms()
         for item in items:
             hosted = by_id.get((item.topic_id, item.partition))
             if hosted is not None:
                 hosted.state.on_isr_failed(error)
+                # A dropped expansion no longer holds the HW: no fetch may come to move it.
+                self.manager.advance_high_watermark(hosted, now)

@@ -242,10 +242,11 @@ async def handle_fetch(
         fetch_only_leader=not is_consumer or ctx.version < 11,
         rack_id=request.rack_id,
         client_id=ctx.header.client_id,
+        session=context.watch,
     )
-    results = await services.fetch(params) if wanted else []
-    if len(results) != len(wanted):
-        raise RuntimeError(f"fetch returned {len(results)} results for {len(wanted)} partitions")
+    results = await services.fetch(params) if wanted or context.watch is not None else []
+    if len(results) != len(context.partitions):  # a session's wait may read more (SessionWatch.extra)
+        raise RuntimeError(f"fetch returned {len(results)} results for {len(context.partitions)} partitions")
     for i, chosen in redirects.items():
         if results[i].error == ErrorCode.NONE:
             results[i] = replace(results[i], records=b"", preferred_read_replica=chosen)

@@ -8,13 +8,21 @@ A fetch names its session with (session_id, session_epoch):
 - (id, n > 0): incremental fetch on session `id`, whose expected epoch must be n
   (INVALID_FETCH_SESSION_EPOCH otherwise, FETCH_SESSION_ID_NOT_FOUND for an unknown id).
   The request's partitions are added to / update the session, `forgotten` ones leave it;
-  all session partitions are fetched, and the response lists only those with something
+  the session's partitions are fetched (a follower's: only those that can have changed, see
+  below), and the response lists only those with something
   new: records, an error, a changed high watermark / last stable offset / log start
   offset, a diverging epoch or a preferred read replica (after an error the partition is
   listed again when the error is gone; a changed leader epoch in the request lists it once).
   Partitions that returned records
   move to the end of the session's order (fairness across partitions, as Kafka does).
   The next expected epoch is n + 1 (wrapping to 1 after 2**31 - 1).
+  A follower's (privileged) session reads only what can have changed: the partitions the
+  request names and those its `SessionWatch` saw move (log end, HW, log start, role) or
+  answered an error last time; the others would be left out of the answer anyway, so an
+  incremental fetch costs O(changed), not O(session) (a new session's first incremental
+  fetch reads them all once, to register its watch; a change of the follower's broker
+  epoch or eligibility reads them all once more). Consumers' sessions read every partition
+  (their redirects and isolation levels are decided per fetch).
 
 The cache holds at most `max_slots` sessions (Kafka's
 `max.incremental.fetch.session.cache.slots`, 1000). When full, a new session may evict,
@@ -32,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from broker.kafka.services import FetchPartition, FetchPartitionResult
+from broker.replica.purgatory import SessionWatch
 from quorum.kafka_errors import ErrorCode
 
 __all__ = ["FetchContext", "FetchSession", "FetchSessionCache", "SessionError"]
@@ -50,6 +59,7 @@ class _Cached:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
+    order: int = 0  # its place in the session's order (ascending = insertion order of `partitions`)
 
 
 @dataclass(slots=True)
@@ -60,6 +70,23 @@ class FetchSession:
     epoch: int  # the next expected epoch
     created_ms: int
     last_used_ms: int
+    watch: SessionWatch | None = None  # a follower's session: what changed (see the module docstring)
+    next_order: int = 0
+
+    def place_last(self, key: Key, cached: _Cached) -> None:
+        """(Re)insert `key` at the end of the session's order."""
+        self.partitions.pop(key, None)
+        cached.order = self.next_order
+        self.next_order += 1
+        self.partitions[key] = cached
+
+    def request_of(self, key: Key) -> FetchPartition | None:
+        cached = self.partitions.get(key)
+        return None if cached is None else cached.request
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +103,7 @@ def _next_epoch(epoch: int) -> int:
 class FetchContext:
     """What one fetch must read (`partitions`) and how to shape its answer (`respond`)."""
 
-    __slots__ = ("_cache", "_creating", "_now_ms", "_privileged", "_session", "partitions")
+    __slots__ = ("_cache", "_creating", "_now_ms", "_partitions", "_privileged", "_session")
 
     def __init__(
         self,
@@ -89,11 +116,24 @@ class FetchContext:
         now_ms: int,
     ) -> None:
         self._cache = cache
-        self.partitions = partitions
+        self._partitions = partitions
         self._session = session
         self._creating = creating
         self._privileged = privileged
         self._now_ms = now_ms
+
+    @property
+    def partitions(self) -> tuple[FetchPartition, ...]:
+        """What the fetch reads (after it: and what its wait read beyond, `SessionWatch.extra`)."""
+        watch = self.watch
+        if watch is not None and watch.extra:
+            return self._partitions + tuple(watch.extra)
+        return self._partitions
+
+    @property
+    def watch(self) -> SessionWatch | None:
+        """The follower session's watch, for an incremental fetch (`FetchParams.session`)."""
+        return None if self._session is None else self._session.watch
 
     @property
     def incremental(self) -> bool:
@@ -113,6 +153,7 @@ class FetchContext:
             return session_id, pairs
         out: list[tuple[FetchPartition, FetchPartitionResult]] = []
         moved: list[Key] = []
+        watch = session.watch
         for req, res in pairs:
             key = (req.topic, req.partition)
             cached = session.partitions.get(key)
@@ -136,8 +177,10 @@ class FetchContext:
                 out.append((req, res))
                 if len(res.records) > 0:
                     moved.append(key)
+            if watch is not None and res.error != ErrorCode.NONE:
+                watch.note(key)  # an error is answered again at each fetch until it is gone
         for key in moved:
-            session.partitions[key] = session.partitions.pop(key)
+            session.place_last(key, session.partitions[key])
         return session.id, out
 
 
@@ -156,7 +199,9 @@ class FetchSessionCache:
         return self._sessions.get(session_id)
 
     def remove(self, session_id: int) -> None:
-        self._sessions.pop(session_id, None)
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            session.close()
 
     def new_context(
         self,
@@ -186,23 +231,37 @@ class FetchSessionCache:
             return SessionError(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
         if session.epoch != epoch:
             return SessionError(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+        named: list[Key] = []
         for p in partitions:
             key = (p.topic, p.partition)
+            named.append(key)
             cached = session.partitions.get(key)
             if cached is None:
-                session.partitions[key] = _Cached(p)
+                session.place_last(key, _Cached(p))
             elif p.current_leader_epoch != cached.request.current_leader_epoch:
                 # A new leader epoch: the next answer lists the partition whatever changed, so
                 # that a follower which dropped an answer of the old epoch (it moved on while
                 # the fetch was out) learns the HW and log start again. (pykraft's rule.)
-                session.partitions[key] = _Cached(p)
+                session.partitions[key] = _Cached(p, order=cached.order)
             else:
                 cached.request = p
+        watch = session.watch
         for key in forgotten:
             session.partitions.pop(key, None)
+            if watch is not None:
+                watch.forget(key)
         session.epoch = _next_epoch(epoch)
         session.last_used_ms = now_ms
-        wanted = tuple(c.request for c in session.partitions.values())
+        if watch is None:
+            wanted = tuple(c.request for c in session.partitions.values())
+        else:
+            # Only what can have changed, in the session's order.
+            watch.extra = []  # of the previous fetch
+            keys, watch.changed = watch.changed, set()
+            keys.update(named)
+            chosen = [c for c in map(session.partitions.get, keys) if c is not None]
+            chosen.sort(key=lambda c: c.order)
+            wanted = tuple(c.request for c in chosen)
         return FetchContext(self, wanted, session=session, creating=False, privileged=privileged, now_ms=now_ms)
 
     def maybe_create(
@@ -217,11 +276,14 @@ class FetchSessionCache:
         while session_id in self._sessions:
             session_id = self._random.randint(1, _MAX_EPOCH)
         parts: dict[Key, _Cached] = {}
-        for req, res in pairs:
+        for i, (req, res) in enumerate(pairs):
             parts[(req.topic, req.partition)] = _Cached(
-                req, res.high_watermark, res.last_stable_offset, res.log_start_offset
+                req, res.high_watermark, res.last_stable_offset, res.log_start_offset, i
             )
-        session = FetchSession(session_id, privileged, parts, 1, now_ms, now_ms)
+        session = FetchSession(session_id, privileged, parts, 1, now_ms, now_ms, next_order=len(parts))
+        if privileged:
+            # Every partition is read by the first incremental fetch, which registers the watch.
+            session.watch = SessionWatch(session.request_of, parts)
         self._sessions[session_id] = session
         return session
 
@@ -242,6 +304,7 @@ class FetchSessionCache:
         if victim is None:
             return False
         del self._sessions[victim.id]
+        victim.close()
         self.evictions += 1
         return True
 

@@ -56,6 +56,10 @@ from quorum.wire.transport import PeerClient, PeerUnavailable
 
 log = logging.getLogger(__name__)
 
+FULL_SCAN_S = 5.0
+"""How often a fetcher compares every partition's request with its log (seconds); between
+two scans a round looks only at the partitions something marked."""
+
 
 class ReplicaFetcher:
     def __init__(
@@ -79,7 +83,14 @@ class ReplicaFetcher:
         self._peer_address: tuple[str, int] | None = None
         self._correlation = 0
         self._task: asyncio.Task[None] | None = None
-        self._built: dict[TopicPartition, FetchPartitionRequest] = {}  # each partition's last request
+        # The partitions fetched now (not backing off), each with its request as last built and
+        # the HostedPartition it was built for; rebuilt only for `_dirty` ones (O(changed) a round).
+        self._wanted: dict[TopicPartition, FetchPartitionRequest] = {}
+        self._wanted_hosted: dict[TopicPartition, HostedPartition] = {}
+        self._dirty: set[TopicPartition] = set()
+        """Partitions whose request may differ from `_wanted`: added, removed, answered (their
+        log moved), backing off or back from it; and all of them every `FULL_SCAN_S`."""
+        self._next_full_scan = 0.0  # monotonic seconds
         self.session = FetchSessionHandler(f"broker {config.node_id} fetching from broker {leader_id}")
         # Counters since start (tests and benchmarks read them).
         self.requests_sent = 0
@@ -111,13 +122,14 @@ class ReplicaFetcher:
         self.partitions[hosted.tp] = hosted
         self._epochs[hosted.tp] = epoch
         self._delayed_until.pop(hosted.tp, None)
+        self._dirty.add(hosted.tp)
         self._wake.set()
 
     def remove(self, hosted: HostedPartition) -> None:
         if self.partitions.get(hosted.tp) is hosted:
             del self.partitions[hosted.tp]
-            self._built.pop(hosted.tp, None)
             self._delayed_until.pop(hosted.tp, None)
+            self._dirty.add(hosted.tp)
 
     # ------------------------------------------------------------------ the loop
 
@@ -133,12 +145,66 @@ class ReplicaFetcher:
             self._peer_address = address
         return self._peer
 
+    def _refresh(self, now: float) -> set[TopicPartition]:
+        """Bring `_wanted` up to date with the dirty partitions (and the backoffs that ended);
+        returns those (the only ones whose request may have changed since the last round)."""
+        if now >= self._next_full_scan:
+            # A safety net for a change no path marks (e.g. this log's start moved by its own
+            # retention): every partition's request is compared again, O(partitions) per scan.
+            self._dirty.update(self.partitions)
+            self._dirty.update(self._wanted)
+            self._next_full_scan = now + FULL_SCAN_S
+        for tp, until in list(self._delayed_until.items()):  # the partitions backing off: few
+            if until <= now:
+                del self._delayed_until[tp]
+                self._dirty.add(tp)
+        dirty, self._dirty = self._dirty, set()
+        wanted = self._wanted
+        for tp in dirty:
+            hosted = self.partitions.get(tp)
+            if hosted is None or tp in self._delayed_until:
+                wanted.pop(tp, None)
+                self._wanted_hosted.pop(tp, None)
+                continue
+            offset, last_epoch = hosted.state.fetch_position(hosted.log)
+            epoch = hosted.state.leader_epoch
+            log_start = hosted.log.log_start_offset
+            part = wanted.get(tp)
+            if (
+                part is None
+                or self._wanted_hosted.get(tp) is not hosted
+                or part.fetch_offset != offset
+                or part.current_leader_epoch != epoch
+                or part.last_fetched_epoch != last_epoch
+                or part.log_start_offset != log_start
+            ):
+                # The same object as last round when nothing moved: the session compares it by
+                # identity first.
+                wanted[tp] = FetchPartitionRequest(
+                    topic=hosted.topic,
+                    partition=hosted.partition,
+                    current_leader_epoch=epoch,
+                    fetch_offset=offset,
+                    last_fetched_epoch=last_epoch,
+                    log_start_offset=log_start,
+                    partition_max_bytes=self.config.replica_fetch_max_bytes,
+                )
+                self._wanted_hosted[tp] = hosted
+        return dirty
+
+    async def _fetch_round(self, peer: PeerClient) -> None:
+        """One Fetch for the partitions wanted now, if any (`_run`'s round, for tests)."""
+        changed = self._refresh(time.monotonic())
+        if self._wanted:
+            await self._fetch_once(peer, changed)
+
     async def _run(self) -> None:
         backoff_s = self.config.replica_fetch_backoff_ms / 1000
         while True:
             now = time.monotonic()
-            ready = [h for tp, h in self.partitions.items() if self._delayed_until.get(tp, 0.0) <= now]
-            if not ready:
+            changed = self._refresh(now)
+            if not self._wanted:
+                self._dirty.update(changed)  # the next request forgets those that left
                 self._wake.clear()
                 wait_s = min((t - now for t in self._delayed_until.values()), default=None)
                 # asyncio.timeout, not wait_for: 3.11's wait_for swallows a cancel that lands after
@@ -149,10 +215,11 @@ class ReplicaFetcher:
                 continue
             peer = self._connection()
             if peer is None:
+                self._dirty.update(changed)
                 await asyncio.sleep(backoff_s)
                 continue
             try:
-                await self._fetch_once(peer, ready)
+                await self._fetch_once(peer, changed)
             except (PeerUnavailable, FetchWireError, TimeoutError, OSError) as exc:
                 log.info("broker %d: fetch from broker %d failed: %s", self.config.node_id, self.leader_id, exc)
                 await asyncio.sleep(backoff_s)
@@ -162,38 +229,10 @@ class ReplicaFetcher:
                 log.exception("broker %d: fetcher for broker %d failed", self.config.node_id, self.leader_id)
                 await asyncio.sleep(backoff_s)
 
-    async def _fetch_once(self, peer: PeerClient, ready: list[HostedPartition]) -> None:
-        hosted_by_key: dict[TopicPartition, HostedPartition] = {}
-        wanted: list[FetchPartitionRequest] = []
-        max_bytes = self.config.replica_fetch_max_bytes
-        built = self._built
-        for hosted in ready:
-            offset, last_epoch = hosted.state.fetch_position(hosted.log)
-            epoch = hosted.state.leader_epoch
-            log_start = hosted.log.log_start_offset
-            tp = hosted.tp
-            part = built.get(tp)
-            if (
-                part is None
-                or part.fetch_offset != offset
-                or part.current_leader_epoch != epoch
-                or part.last_fetched_epoch != last_epoch
-                or part.log_start_offset != log_start
-            ):
-                # The same object as last round when nothing moved: the session compares it by
-                # identity first, and an idle round allocates nothing.
-                part = built[tp] = FetchPartitionRequest(
-                    topic=hosted.topic,
-                    partition=hosted.partition,
-                    current_leader_epoch=epoch,
-                    fetch_offset=offset,
-                    last_fetched_epoch=last_epoch,
-                    log_start_offset=log_start,
-                    partition_max_bytes=max_bytes,
-                )
-            wanted.append(part)
-            hosted_by_key[tp] = hosted
-        request = self.session.build(wanted)
+    async def _fetch_once(self, peer: PeerClient, changed: set[TopicPartition]) -> None:
+        """One Fetch of `_wanted`, naming (in a session) only what `changed` holds that moved."""
+        request = self.session.build_changes(self._wanted, changed)
+        hosted_by_key = self._wanted_hosted
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
         frame = encode_fetch_request(
             correlation_id=self._correlation,
@@ -217,6 +256,7 @@ class ReplicaFetcher:
             self.session.handle_error()
             raise
         keys = [(p.topic, p.partition) for p in answer.partitions]
+        self._dirty.update(keys)  # whatever is done with them, their positions may move
         if not self.session.handle_response(request, answer.error, answer.session_id, keys):
             if answer.error in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
                 return  # the next fetch is a full one, at once
@@ -225,9 +265,9 @@ class ReplicaFetcher:
         for p in answer.partitions:
             key = (p.topic, p.partition)
             sent = request.session[key]  # handle_response checked that the session holds it
-            hosted = hosted_by_key[key]
+            hosted = hosted_by_key.get(key)
             epoch = sent.current_leader_epoch
-            if self.partitions.get(key) is not hosted or hosted.state.leader_epoch != epoch:
+            if hosted is None or self.partitions.get(key) is not hosted or hosted.state.leader_epoch != epoch:
                 continue  # moved on while the request was out
             first = peek_batch_header(p.records, 0) if p.records else None
             leader_answer = LeaderAnswer(
@@ -245,6 +285,7 @@ class ReplicaFetcher:
 
     def _delay(self, hosted: HostedPartition) -> None:
         self._delayed_until[hosted.tp] = time.monotonic() + self.config.replica_fetch_backoff_ms / 1000
+        self._dirty.add(hosted.tp)  # leaves the session while it backs off
 
     def _apply(
         self, hosted: HostedPartition, fetch_offset: int, answer: LeaderAnswer, records: bytes | memoryview

@@ -38,7 +38,7 @@ from broker.log.partition_log import AppendInfo
 from broker.replica.follower import apply_fetch_answer, apply_leader_offsets
 from broker.replica.log_creator import OFF_LOOP_MIN as LOG_CREATION_OFF_LOOP_MIN
 from broker.replica.log_creator import Created, LogCreator
-from broker.replica.purgatory import AckWaiters, FetchWaiter, FetchWatchers, future_callback
+from broker.replica.purgatory import AckWaiters, FetchWaiter, FetchWatchers, SessionWatch, future_callback
 from broker.replica.requests import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -69,7 +69,7 @@ from broker.replica.requests import (
     TxnMarker,
     TxnMarkerResult,
 )
-from broker.replica.state import FollowerPlan, LeaderAnswer, PartitionState
+from broker.replica.state import FetchClock, FollowerPlan, LeaderAnswer, PartitionState
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
@@ -468,6 +468,8 @@ class ReplicaManager:
         recorded once, by the first read (Kafka: the purgatory's re-reads do not update it)."""
         deadline = time.monotonic() + max(params.max_wait_ms, 0) / 1000
         follower = params.replica_id >= 0
+        if params.session is not None and follower:
+            return await self._fetch_in_session(params, params.session, deadline)
         results, total, urgent = self._read_all(params, follower)
         if urgent or total >= params.min_bytes or time.monotonic() >= deadline:
             return results
@@ -493,6 +495,82 @@ class ReplicaManager:
                 if watchers is not None:
                     watchers.unwatch(waiter)
 
+    async def _fetch_in_session(
+        self, params: FetchParams, session: SessionWatch, deadline: float
+    ) -> list[FetchPartitionResult]:
+        """An incremental fetch of a follower's session (`FetchParams.session`): read what the
+        request names and what changed, each recording the follower's position; wait on the
+        session (registered with its partitions for the session's life, not per fetch); read
+        what changes meanwhile, in place or appended (`SessionWatch.extra`). The session's
+        other partitions are not visited: their fetch is counted by the session's clock."""
+        now = now_ms()
+        parts: list[FetchPartition] = list(params.partitions)
+        index: dict[TopicPartition, int] = {}
+        results: list[FetchPartitionResult] = []
+        total = 0
+        urgent = False
+        session.extra = []
+
+        def first_read(fp: FetchPartition) -> None:
+            nonlocal total, urgent
+            key = (fp.topic, fp.partition)
+            hosted = self.partitions.get(key)
+            clock = session.register(key, None if hosted is None else hosted.progress)
+            r = self._read_one(
+                params, fp, max(params.max_bytes - total, 0), min_one=(total == 0), follower=True, now=now,
+                idle_clock=clock,
+            )  # fmt: skip
+            index[key] = len(results)
+            results.append(r)
+            total += len(r.records)
+            if r.error != ErrorCode.NONE or r.diverging_epoch is not None:
+                urgent = True
+
+        follower = (self._fetch_broker_epoch(params), self.isr_eligible(params.replica_id))
+        if session.follower is not None and session.follower != follower:
+            # The follower was fenced, unfenced, shut down or registered again: what its fetches
+            # recorded per partition (eligibility, broker epoch) is stale everywhere. Read the
+            # whole session once, as a full fetch would (O(session) per such change).
+            named = {(fp.topic, fp.partition) for fp in parts}
+            for key in session.keys():
+                again = session.request_of(key) if key not in named else None
+                if again is not None:
+                    parts.append(again)
+                    session.extra.append(again)
+        session.follower = follower
+        for fp in parts:
+            first_read(fp)
+        # The fetches of this session from now on skip the partitions not read, until they change.
+        session.last_fetch_ms = now
+        while not (urgent or total >= params.min_bytes or time.monotonic() >= deadline):
+            woken = await session.wait(deadline - time.monotonic())
+            changed, session.changed = session.changed, set()
+            now = now_ms()
+            for key in sorted(changed):
+                i = index.get(key)
+                if i is None:
+                    fp_new = session.request_of(key)
+                    if fp_new is not None:  # else: it left the session meanwhile
+                        parts.append(fp_new)
+                        session.extra.append(fp_new)
+                        first_read(fp_new)
+                    continue
+                fp = parts[i]
+                hosted = self.partitions.get(key)
+                session.register(key, None if hosted is None else hosted.progress)
+                others = total - len(results[i].records)
+                r = self._read_one(
+                    params, fp, max(params.max_bytes - others, 0), min_one=(others == 0), follower=True, now=now,
+                    record=False,
+                )  # fmt: skip
+                results[i] = r
+                total = others + len(r.records)
+                if r.error != ErrorCode.NONE or r.diverging_epoch is not None:
+                    urgent = True
+            if not woken:
+                break
+        return results
+
     def _read_all(self, params: FetchParams, follower: bool) -> tuple[list[FetchPartitionResult], int, bool]:
         """The first read of a fetch, every partition in order: (results, bytes, urgent)."""
         results: list[FetchPartitionResult] = []
@@ -502,7 +580,7 @@ class ReplicaManager:
         now = now_ms()
         # Who the follower is, looked up once per fetch, not once per partition.
         broker_epoch = self._fetch_broker_epoch(params) if follower else -1
-        eligible = self._isr_eligible(params.replica_id) if follower else False
+        eligible = self.isr_eligible(params.replica_id) if follower else False
         partitions = self.partitions
         for fp in params.partitions:
             hosted = partitions.get((fp.topic, fp.partition)) if follower else None
@@ -597,9 +675,11 @@ class ReplicaManager:
         follower: bool,
         now: int,
         record: bool = True,
+        idle_clock: FetchClock | None = None,
     ) -> FetchPartitionResult:
         """One partition of a fetch. A follower's first read (`record`) records its position
-        (ISR, HW) and may answer a diverging epoch; its re-reads only read."""
+        (ISR, HW) and may answer a diverging epoch; its re-reads only read. `idle_clock`: the
+        follower's session, whose next fetches may skip the partition."""
         hosted = self.partitions.get((fp.topic, fp.partition))
         if hosted is None:
             t = self.image().topics.by_name.get(fp.topic)
@@ -625,7 +705,8 @@ class ReplicaManager:
                 now_ms=now,
                 log=plog,
                 broker_epoch=self._fetch_broker_epoch(params),
-                isr_eligible=self._isr_eligible(params.replica_id),
+                isr_eligible=self.isr_eligible(params.replica_id),
+                idle_clock=idle_clock,
             )
             if outcome.isr_expand_wanted:
                 self._on_isr_change_wanted()
@@ -690,7 +771,7 @@ class ReplicaManager:
         b = self.image().cluster.brokers.get(params.replica_id)
         return -1 if b is None else b.epoch
 
-    def _isr_eligible(self, broker_id: int) -> bool:
+    def isr_eligible(self, broker_id: int) -> bool:
         """KIP-841: only a registered, unfenced broker not shutting down may join an ISR."""
         b = self.image().cluster.brokers.get(broker_id)
         return b is not None and not b.fenced and not b.in_controlled_shutdown
@@ -876,16 +957,30 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ periodic work
 
+    def log_starts_may_have_moved(self) -> None:
+        """After retention deleted segments: signal each moved log start (consumers' long polls,
+        followers' fetch sessions learn it in their next answer)."""
+        for hosted in self.partitions.values():
+            hosted.progress.offsets_moved(hosted.state.high_watermark, hosted.log.log_start_offset)
+
     def high_watermarks(self) -> dict[TopicPartition, int]:
         return {tp: h.state.high_watermark for tp, h in self.partitions.items()}
 
+    def advance_high_watermark(self, hosted: HostedPartition, now: int) -> None:
+        """Recompute `hosted`'s HW without a fetch (`PartitionState.maybe_advance_high_watermark`)."""
+        if hosted.state.maybe_advance_high_watermark(now, hosted.log):
+            self._advance(hosted)
+
     def isr_changes_wanted(self, now: int) -> list[tuple[HostedPartition, tuple[int, ...]]]:
-        """(partition, proposed ISR) for every led partition whose ISR should change now."""
+        """(partition, proposed ISR) for every led partition whose ISR should change now; the HW
+        of each is recomputed on the way (time alone can release it, and idle partitions are
+        not visited by fetches)."""
         out = []
         lag_ms = self.config.replica_lag_time_max_ms
         for hosted in self.partitions.values():
             if not hosted.state.is_leader:
                 continue
+            self.advance_high_watermark(hosted, now)
             proposed = hosted.state.proposed_isr(now, lag_ms, hosted.log)
             if proposed is not None:
                 out.append((hosted, proposed))

@@ -13,6 +13,16 @@ waiters that can read more from what changed (consumers: the high watermark or l
 followers: the log end; both: a role change), telling each which of its partitions changed,
 so the fetch re-reads those alone. Spurious wake-ups are fine: the fetch re-checks and waits
 again until its deadline.
+
+`SessionWatch`: one per follower's KIP-227 fetch session, registered with the
+`FetchWatchers` of each session partition for as long as the partition stays in the
+session (not once per fetch). It collects the partitions where something a follower must
+learn happened since the session's last fetch read them: the log end moved (wakes the
+session's long poll), the high watermark or log start moved (noted; a follower's long
+poll is not woken for it, it is answered with the next records or at expiry), a role or
+leadership change (wakes). An incremental fetch of the session reads those and the
+partitions its request names, nothing else: a round costs O(what changed), not O(session).
+It is also the clock of the fetches that skipped a partition (`PartitionClock`).
 """
 
 from __future__ import annotations
@@ -20,8 +30,9 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+from broker.replica.requests import FetchPartition
 from broker.replica.state import PartitionState
 from quorum.kafka_errors import ErrorCode
 
@@ -134,16 +145,17 @@ class FetchWatchers:
     Each set maps a waiter to the index of this partition in its fetch.
     """
 
-    __slots__ = ("_consumers", "_followers", "_high_watermark", "_log_start_offset")
+    __slots__ = ("_consumers", "_followers", "_high_watermark", "_log_start_offset", "_sessions")
 
     def __init__(self) -> None:
         self._consumers: dict[FetchWaiter, int] = {}
         self._followers: dict[FetchWaiter, int] = {}
+        self._sessions: dict[SessionWatch, Key] = {}  # follower sessions holding this partition
         self._high_watermark = -1  # as last signalled to consumers
         self._log_start_offset = -1
 
     def __len__(self) -> int:
-        return len(self._consumers) + len(self._followers)
+        return len(self._consumers) + len(self._followers) + len(self._sessions)
 
     def watch(self, waiter: FetchWaiter, index: int, *, follower: bool) -> None:
         (self._followers if follower else self._consumers)[waiter] = index
@@ -152,9 +164,17 @@ class FetchWatchers:
         self._consumers.pop(waiter, None)
         self._followers.pop(waiter, None)
 
+    def watch_session(self, session: SessionWatch, key: Key) -> None:
+        self._sessions[session] = key
+
+    def unwatch_session(self, session: SessionWatch) -> None:
+        self._sessions.pop(session, None)
+
     def log_end_moved(self) -> None:
         for waiter, index in self._followers.items():
             waiter.wake(index)
+        for session, key in self._sessions.items():
+            session.wake(key)
 
     def offsets_moved(self, high_watermark: int, log_start_offset: int) -> None:
         """Wake the consumers if the high watermark or the log start differ from the last call's."""
@@ -164,8 +184,137 @@ class FetchWatchers:
         self._log_start_offset = log_start_offset
         for waiter, index in self._consumers.items():
             waiter.wake(index)
+        for session, key in self._sessions.items():
+            session.note(key)
 
     def notify(self) -> None:
         for waiters in (self._consumers, self._followers):
             for waiter, index in waiters.items():
                 waiter.wake(index)
+        for session, key in self._sessions.items():
+            session.wake(key)
+
+
+Key = tuple[str, int]
+
+
+class PartitionClock:
+    """The time of the latest fetch of a session that held one partition (`last_fetch_ms`,
+    epoch milliseconds, -1 before any): the leader's `PartitionState` reads it to account
+    for the fetches that skipped the partition because nothing changed for it. Frozen when
+    the partition leaves the session (or the session ends): later fetches did not ask for it."""
+
+    __slots__ = ("_frozen_ms", "_session")
+
+    def __init__(self, session: SessionWatch) -> None:
+        self._session: SessionWatch | None = session
+        self._frozen_ms = -1
+
+    @property
+    def last_fetch_ms(self) -> int:
+        session = self._session
+        return self._frozen_ms if session is None else session.last_fetch_ms
+
+    def freeze(self) -> None:
+        if self._session is not None:
+            self._frozen_ms = self._session.last_fetch_ms
+            self._session = None
+
+
+class SessionWatch:
+    """A follower fetch session's standing registration with its partitions' `FetchWatchers`
+    (see the module docstring). `changed` holds the partitions to read at the session's
+    next fetch; `wait` is its long poll. Registration (`register`) is the replica manager's,
+    at the first read of each partition after it joins the session (or moves to another
+    `HostedPartition`); leaving is `forget` / `close`, which the session cache calls."""
+
+    __slots__ = ("_clocks", "_fut", "_watching", "changed", "extra", "follower", "last_fetch_ms", "request_of")
+
+    def __init__(self, request_of: Callable[[Key], FetchPartition | None], changed: Iterable[Key] = ()) -> None:
+        self.request_of = request_of
+        """The session's request for a partition (None: not in the session)."""
+        self.extra: list[FetchPartition] = []
+        """The partitions the last fetch read beyond its `FetchParams.partitions` (they changed
+        while it waited), in the order of its results."""
+        self.changed: set[Key] = set(changed)
+        """Partitions to read at the next fetch (their log end, HW, log start or role moved,
+        an error to answer again, or not registered yet)."""
+        self.last_fetch_ms = -1
+        """When the session's latest fetch read its partitions (epoch ms)."""
+        self.follower: tuple[int, bool] | None = None
+        """(broker epoch, ISR-eligible) of the follower as its partitions' reads recorded it:
+        the manager reads them all again when that changes (a skipped read records nothing)."""
+        self._watching: dict[Key, FetchWatchers | None] = {}
+        self._clocks: dict[Key, PartitionClock] = {}
+        self._fut: asyncio.Future[bool] | None = None
+
+    def __len__(self) -> int:
+        return len(self._watching)
+
+    def wake(self, key: Key) -> None:
+        self.changed.add(key)
+        fut = self._fut
+        if fut is not None and not fut.done():
+            fut.set_result(True)
+
+    def note(self, key: Key) -> None:
+        """Read `key` at the next fetch, without waking a waiting one."""
+        self.changed.add(key)
+
+    def register(self, key: Key, watchers: FetchWatchers | None) -> PartitionClock:
+        """Watch `key` through `watchers` (None: not hosted here; nothing to watch), leaving
+        any other it was watched through. Returns the partition's clock in this session."""
+        if key not in self._watching or self._watching[key] is not watchers:
+            old = self._watching.get(key)
+            if old is not None:
+                old.unwatch_session(self)
+            if watchers is not None:
+                watchers.watch_session(self, key)
+            self._watching[key] = watchers
+        clock = self._clocks.get(key)
+        if clock is None:
+            clock = self._clocks[key] = PartitionClock(self)
+        return clock
+
+    def keys(self) -> list[Key]:
+        """The partitions registered (read at least once since they joined the session)."""
+        return list(self._watching)
+
+    def is_registered(self, key: Key, watchers: FetchWatchers | None) -> bool:
+        return key in self._watching and self._watching[key] is watchers
+
+    def forget(self, key: Key) -> None:
+        """`key` left the session."""
+        watchers = self._watching.pop(key, None)
+        if watchers is not None:
+            watchers.unwatch_session(self)
+        clock = self._clocks.pop(key, None)
+        if clock is not None:
+            clock.freeze()
+        self.changed.discard(key)
+
+    def close(self) -> None:
+        """The session ended: leave every partition (O(session), once)."""
+        for key in list(self._watching):
+            self.forget(key)
+        for clock in self._clocks.values():
+            clock.freeze()
+        self._clocks.clear()
+        self.changed.clear()
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Until a wake (True, at once if `changed` holds something) or `timeout_s` seconds
+        pass (False)."""
+        if self.changed:
+            return True
+        if timeout_s <= 0:
+            return False
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        self._fut = fut
+        timer = loop.call_later(timeout_s, _resolve, fut, False)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            self._fut = None

@@ -10,10 +10,13 @@ replica manager (`broker.replica.manager`) takes and returns them. Offsets are K
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from broker.log.file_range import FileRange
 from quorum.kafka_errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.replica.purgatory import SessionWatch
 
 CONSUMER_REPLICA_ID: Final = -1  # Fetch/ListOffsets replica id of an ordinary client
 DEBUGGING_REPLICA_ID: Final = -2  # a client that may read up to the log end offset
@@ -131,6 +134,11 @@ class FetchParams:
     replica_epoch: int = -1  # the follower's broker epoch when it sent one; -1 unknown
     rack_id: str = ""
     client_id: str | None = None
+    session: SessionWatch | None = None
+    """An incremental fetch of a follower's KIP-227 session: `partitions` are only those the
+    request names and those the session saw change (`SessionWatch.changed`, taken by the
+    caller); a partition that changes while the fetch waits is read too, and appended to
+    the answer (`SessionWatch.extra`: the results follow `partitions` + those)."""
 
 
 @dataclass(frozen=True, slots=True)

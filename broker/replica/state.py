@@ -19,9 +19,14 @@ Leader side
   the fetch; a fetch position beyond what the cache can vouch for is OFFSET_OUT_OF_RANGE.
 - A follower is caught up when its fetch offset reaches the leader LEO, or reaches the LEO
   the leader had at that follower's previous fetch (then it was caught up as of that
-  previous fetch): ``last_caught_up_ms``. It joins the ISR (AlterPartition) once its LEO is
-  at least the HW *and* the start offset of the leader's epoch; it leaves once it has not
-  been caught up for ``replica.lag.time.max.ms``. One ISR change is in flight at a time.
+  previous fetch): ``last_caught_up_ms``. The fetches of a KIP-227 session that skip a
+  partition (nothing changed for it) are not reported one by one: the partition keeps the
+  session's clock (`FetchClock`), and what those fetches would have recorded (each the
+  same position at the same leader LEO) is applied from it when the partition is next
+  looked at (its next recorded fetch, a leader append, a view): O(1), not O(fetches).
+  A follower joins the ISR (AlterPartition) once its LEO is at least the HW *and* the start
+  offset of the leader's epoch; it leaves once it has not been caught up for
+  ``replica.lag.time.max.ms``. One ISR change is in flight at a time.
 - acks=-1 is refused with NOT_ENOUGH_REPLICAS when the committed ISR is smaller than the
   effective min ISR; a waiting acks=-1 write completes when the HW passes it, with
   NOT_ENOUGH_REPLICAS_AFTER_APPEND if the maximal ISR has meanwhile shrunk below min ISR.
@@ -77,6 +82,14 @@ class LeaderLog(LogView, Protocol):
         """Add ``(epoch, start_offset)`` to the epoch cache if ``epoch`` is newer than its latest
         (Kafka's ``maybeAssignEpochStartOffset``); persisted like the rest of the cache."""
         ...
+
+
+class FetchClock(Protocol):
+    """When a follower last fetched a partition without anything to record for it (the
+    latest fetch of its session, which skipped the partition), epoch ms; -1 for never."""
+
+    @property
+    def last_fetch_ms(self) -> int: ...
 
 
 class Role(Enum):
@@ -185,6 +198,25 @@ class _Follower:
     broker_epoch: int = -1
     isr_eligible: bool = True
     last_fetched_epoch: int = -1  # of its last fetch that recorded a position
+    idle_clock: FetchClock | None = None
+    """The session whose later fetches skip this partition while nothing changes for it."""
+
+    def settle(self) -> None:
+        """Apply the fetches `idle_clock` counted since the last recorded one: each asked the
+        same position while the leader's LEO stayed where it was at the last recorded fetch
+        (anything else would have made the session read the partition), so together they
+        amount to the latest of them: caught up then if caught up at the last recorded one."""
+        clock = self.idle_clock
+        if clock is None:
+            return
+        t = clock.last_fetch_ms
+        if t > self.last_fetch_ms:
+            if (
+                self.last_fetch_leader_log_end_offset >= 0
+                and self.log_end_offset >= self.last_fetch_leader_log_end_offset
+            ):
+                self.last_caught_up_ms = max(self.last_caught_up_ms or 0, t)
+            self.last_fetch_ms = t
 
     def is_caught_up(self, leader_log_end_offset: int, now_ms: int, lag_ms: int) -> bool:
         if self.log_end_offset == leader_log_end_offset:
@@ -271,6 +303,7 @@ class PartitionState:
         f = self._followers.get(replica_id)
         if f is None or not self.is_leader:
             return None
+        f.settle()
         return FollowerView(
             replica_id,
             f.log_start_offset,
@@ -417,8 +450,12 @@ class PartitionState:
         current_leader_epoch: int = -1,
         broker_epoch: int = -1,
         isr_eligible: bool = True,
+        idle_clock: FetchClock | None = None,
     ) -> FollowerFetchResult:
         """One partition of a Fetch from follower ``replica_id``.
+
+        ``idle_clock``: the fetch comes in a fetch session whose later fetches may skip this
+        partition while nothing changes for it; they are accounted for from this clock.
 
         ``isr_eligible``: the follower is registered, unfenced, not in controlled shutdown and
         its fetch's broker epoch (if any) is its registered one (KIP-841/KIP-903): the
@@ -453,6 +490,7 @@ class PartitionState:
         leader_end = log.log_end_offset
         if fetch_offset < log.log_start_offset or fetch_offset > leader_end:
             return FollowerFetchResult(ErrorCode.OFFSET_OUT_OF_RANGE)
+        f.settle()  # the session's fetches that skipped this partition since its last recorded one
         # Kafka's Replica.updateFetchState: caught up now, or as of the previous fetch.
         if fetch_offset >= leader_end:
             f.last_caught_up_ms = max(f.last_caught_up_ms or 0, now_ms)
@@ -465,6 +503,7 @@ class PartitionState:
         f.broker_epoch = broker_epoch
         f.isr_eligible = isr_eligible
         f.last_fetched_epoch = last_fetched_epoch
+        f.idle_clock = idle_clock
         expand = self._can_add_to_isr(replica_id) and self._is_in_sync(f)
         changed = self._maybe_increment_high_watermark(now_ms, log)
         return FollowerFetchResult(ErrorCode.NONE, high_watermark_changed=changed, isr_expand_wanted=expand)
@@ -504,6 +543,7 @@ class PartitionState:
             return False
         f.last_caught_up_ms = max(f.last_caught_up_ms or 0, now_ms)
         f.last_fetch_ms = now_ms
+        f.idle_clock = None  # a fetch without a session: it names every partition each time
         return True
 
     def _diverges(self, epoch: int, end: int, last_fetched_epoch: int, fetch_offset: int) -> bool:
@@ -526,9 +566,21 @@ class PartitionState:
         return f.log_end_offset >= self.high_watermark and f.log_end_offset >= self._epoch_start_offset
 
     def on_local_append(self, now_ms: int, log: LogView) -> bool:
-        """The leader appended (its LEO moved): True if the HW advanced."""
+        """The leader appended (its LEO moved): True if the HW advanced. Followers that were
+        at the old LEO first take the fetches their sessions skipped until now (`settle`):
+        from here on, those fetches no longer find the LEO they recorded."""
         if not self.is_leader:
             return False
+        for f in self._followers.values():
+            f.settle()
+            f.idle_clock = None  # the next fetch of the session reads the partition again
+        return self._maybe_increment_high_watermark(now_ms, log)
+
+    def maybe_advance_high_watermark(self, now_ms: int, log: LogView) -> bool:
+        """Recompute the HW without a fetch (True if it advanced): after a pending ISR change
+        was dropped (the maximal ISR shrank), or once a follower outside the ISR stopped being
+        caught up by time. A follower's fetch does it too, but the fetches of a session skip a
+        partition in which nothing changed, so the manager asks on its periodic ISR check."""
         return self._maybe_increment_high_watermark(now_ms, log)
 
     def _holds_high_watermark(self, replica_id: int, f: _Follower, leader_end: int, now_ms: int) -> bool:

@@ -82,7 +82,8 @@ def test_replica_fetcher_stops_when_cancelled_right_after_a_partition_is_added(
     run: Callable[[Coroutine[Any, Any, None]], None], tmp_path: Path
 ) -> None:
     config = _config(tmp_path)
-    state, log = SimpleNamespace(leader_epoch=0), SimpleNamespace(log_end_offset=0)
+    state = SimpleNamespace(leader_epoch=0, fetch_position=lambda log: (0, -1))
+    log = SimpleNamespace(log_end_offset=0, log_start_offset=0)
     hosted = cast(
         HostedPartition,
         SimpleNamespace(topic="t", partition=0, tp=("t", 0), topic_id=uuid.UUID(int=1), state=state, log=log),

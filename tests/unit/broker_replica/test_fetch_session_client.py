@@ -126,13 +126,20 @@ def _as_server(p: FetchPartitionRequest) -> FetchPartition:
 
 class Leader:
     """The broker's session cache with a toy log per partition: `ends[p]` is its log end, the
-    HW is the smallest fetch offset the follower sent (one follower, so its position)."""
+    HW is the smallest fetch offset the follower sent (one follower, so its position). A
+    produce wakes the sessions' watches, as the replica manager's partitions do."""
 
     def __init__(self, n: int) -> None:
         self.cache = FetchSessionCache(seed=5)
         self.ends = dict.fromkeys(range(n), 0)
         self.hw = dict.fromkeys(range(n), 0)
         self.read: list[int] = []  # partitions read by the last fetch
+
+    def produce(self, p: int, end: int) -> None:
+        self.ends[p] = end
+        for session in self.cache._sessions.values():
+            if session.watch is not None:
+                session.watch.wake(("t", p))
 
     def serve(self, r: SessionRequest) -> tuple[ErrorCode, int, list[tuple[str, int]]]:
         ctx = self.cache.new_context(
@@ -168,15 +175,18 @@ def test_a_follower_round_trip_sends_and_receives_only_what_changed() -> None:
     assert r.full and len(r.to_send) == n and len(listed) == n
     r, listed = round_trip()  # nothing new anywhere
     assert not r.full and r.to_send == () and listed == []
-    assert len(leader.read) == n  # the leader still reads the whole session
-    leader.ends[7] = leader.ends[500] = 3  # two produces
+    assert len(leader.read) == n  # the first incremental fetch reads (and watches) the whole session
     r, listed = round_trip()
-    assert r.to_send == () and listed == [("t", 7), ("t", 500)]
+    assert not r.full and r.to_send == () and listed == [] and leader.read == []  # then only what changed
+    leader.produce(7, 3)
+    leader.produce(500, 3)
+    r, listed = round_trip()
+    assert r.to_send == () and listed == [("t", 7), ("t", 500)] and leader.read == [7, 500]
     r, listed = round_trip()  # the follower's new positions move the HW: listed again
     assert keys(r) == [("t", 7), ("t", 500)] and listed == [("t", 7), ("t", 500)]
-    assert leader.hw[7] == 3
+    assert leader.hw[7] == 3 and leader.read == [7, 500]
     r, listed = round_trip()
-    assert r.to_send == () and listed == []
+    assert r.to_send == () and listed == [] and leader.read == []
     # The leader restarted: its cache is empty; the follower starts over with a full fetch.
     leader.cache = FetchSessionCache(seed=6)
     r = h.build([part(p, o) for p, o in offsets.items()])
@@ -196,15 +206,17 @@ def test_the_leader_lists_a_partition_again_when_its_error_is_gone() -> None:
     ok = FetchPartitionResult(ErrorCode.NONE, 5, 5, 0)
     session_id, _ = ctx.respond([ok, ok])
 
-    def incremental(epoch: int, results: list[FetchPartitionResult]) -> list[int]:
+    def incremental(epoch: int, results: dict[int, FetchPartitionResult]) -> tuple[list[int], list[int]]:
+        """(partitions read, partitions listed)."""
         ctx = cache.new_context(session_id, epoch, [], (), privileged=True, now_ms=0)
         assert isinstance(ctx, FetchContext)
-        return [q.partition for q, _ in ctx.respond(results)[1]]
+        read = [q.partition for q in ctx.partitions]
+        return read, [q.partition for q, _ in ctx.respond([results[p] for p in read])[1]]
 
     failed = FetchPartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, 5, 5, 0)
-    assert incremental(1, [failed, ok]) == [0]
-    assert incremental(2, [ok, ok]) == [0]  # same HW as before the error: listed again
-    assert incremental(3, [ok, ok]) == []
+    assert incremental(1, {0: failed, 1: ok}) == ([0, 1], [0])  # the first reads the whole session
+    assert incremental(2, {0: ok, 1: ok}) == ([0], [0])  # the error is read again; same HW: listed again
+    assert incremental(3, {0: ok, 1: ok}) == ([], [])
 
 
 def test_the_leader_lists_a_partition_once_when_its_leader_epoch_changes() -> None:
@@ -218,4 +230,4 @@ def test_the_leader_lists_a_partition_once_when_its_leader_epoch_changes() -> No
     assert [q.partition for q, _ in ctx.respond([ok, ok])[1]] == [1]
     ctx = cache.new_context(session_id, 2, [], (), privileged=True, now_ms=0)
     assert isinstance(ctx, FetchContext)
-    assert ctx.respond([ok, ok])[1] == []
+    assert ctx.partitions == () and ctx.respond([])[1] == []  # nothing changed: nothing read

@@ -29,6 +29,13 @@ class ToyLeader:
         self.records: dict[int, bytes] = {}
         self.read: list[FetchParams] = []
 
+    def produce(self, partition: int, data: bytes) -> None:
+        """New records: the follower's session watch learns it (as from a `FetchWatchers`)."""
+        self.records[partition] = data
+        session = self.read[-1].session if self.read else None
+        if session is not None:
+            session.wake(("t", partition))
+
     async def fetch(self, params: FetchParams) -> list[FetchPartitionResult]:
         self.read.append(params)
         out = []
@@ -69,19 +76,21 @@ def test_a_replica_fetcher_round_trips_only_what_changed(tmp_path: Path, run: Ru
         async def round_trip() -> tuple[int, int]:
             """(partitions the request named, partitions the leader read)."""
             sent = fetcher.partitions_sent
-            await fetcher._fetch_once(cast(PeerClient, wire), list(fetcher.partitions.values()))
+            await fetcher._fetch_round(cast(PeerClient, wire))
             return fetcher.partitions_sent - sent, len(leader.read[-1].partitions)
 
         assert await round_trip() == (N, N)  # full: opens the session
         assert fetcher.session.session_id != 0 and fetcher.session.epoch == 1
-        assert await round_trip() == (0, N)  # idle: an empty request; the leader reads its session
+        # Idle: an empty request; the leader reads its session once (to watch it), then nothing.
+        assert await round_trip() == (0, N)
+        assert await round_trip() == (0, 0)
         full, idle = len(wire.frames[0]), len(wire.frames[1])
         assert idle < 100 < full / 10, (full, idle)
-        leader.records[7] = _assigned(records(5), 0)
-        assert await round_trip() == (0, N)
+        leader.produce(7, _assigned(records(5), 0))
+        assert await round_trip() == (0, 1)  # the leader reads t-7 alone
         assert hosted[7].log.log_end_offset == 5  # appended what the answer carried
         assert all(h.log.log_end_offset == 0 for h in hosted if h.partition != 7)
-        assert await round_trip() == (1, N)  # names t-7 at its new offset only
+        assert await round_trip() == (1, 1)  # names t-7 at its new offset only
         params = leader.read[-1]
         assert [p.fetch_offset for p in params.partitions if p.partition == 7] == [5]
         # The leader restarted (its sessions are gone): one refused fetch, then a full one.
@@ -89,12 +98,13 @@ def test_a_replica_fetcher_round_trips_only_what_changed(tmp_path: Path, run: Ru
         await check_refused(fetcher, wire, leader)
         assert await round_trip() == (N, N)
         assert await round_trip() == (0, N)
+        assert await round_trip() == (0, 0)
 
     run(scenario())
 
 
 async def check_refused(fetcher: ReplicaFetcher, wire: Wire, leader: ToyLeader) -> None:
     reads = len(leader.read)
-    await fetcher._fetch_once(cast(PeerClient, wire), list(fetcher.partitions.values()))
+    await fetcher._fetch_round(cast(PeerClient, wire))
     assert len(leader.read) == reads  # FETCH_SESSION_ID_NOT_FOUND: nothing read
     assert (fetcher.session.session_id, fetcher.session.epoch) == (0, 0)
