@@ -166,4 +166,3 @@ class OffsetHistory(Generic[T]):
     def reset(self, base: T) -> None:
         self.base = base
         self.entries.clear()
-

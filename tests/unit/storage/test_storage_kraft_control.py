@@ -43,7 +43,7 @@ def one_voter() -> VoterSet:
 
 
 def test_kraft_version_golden_bytes() -> None:
-    assert encode_kraft_version(1) == bytes.fromhex("0000" "0001" "00")
+    assert encode_kraft_version(1) == bytes.fromhex("0000000100")
     assert decode_kraft_version(bytes.fromhex("0000000100")) == 1
 
 
@@ -68,9 +68,9 @@ def test_voters_record_is_a_control_batch_of_type_6() -> None:
         VOTERS_GOLDEN[:-1],  # truncated
         VOTERS_GOLDEN + b"\x00",  # trailing byte
         b"\x00\x01" + VOTERS_GOLDEN[2:],  # unknown version
-        bytes.fromhex("0000" "01" "00"),  # no voter
-        bytes.fromhex("0000" "00" "00"),  # null array
-        bytes.fromhex("0000" "ffffffff0f"),  # huge count
+        bytes.fromhex("00000100"),  # no voter
+        bytes.fromhex("00000000"),  # null array
+        bytes.fromhex("0000ffffffff0f"),  # huge count
         VOTERS_GOLDEN[:2] + b"\x03" + VOTERS_GOLDEN[3:-1] + VOTERS_GOLDEN[3:],  # voter 1 twice
     ],
 )
@@ -85,9 +85,7 @@ def test_bad_kraft_version_records_are_refused(data: bytes) -> None:
         decode_kraft_version(data)
 
 
-_endpoints = st.lists(
-    st.builds(Endpoint, st.text(max_size=8), st.text(max_size=8), st.integers(0, 65535)), max_size=3
-)
+_endpoints = st.lists(st.builds(Endpoint, st.text(max_size=8), st.text(max_size=8), st.integers(0, 65535)), max_size=3)
 _nodes = st.builds(
     VoterNode,
     st.builds(ReplicaKey, st.integers(0, 2**31 - 1), st.uuids()),
