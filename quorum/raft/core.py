@@ -84,7 +84,7 @@ from quorum.raft.voter_set import (
     ReplicaKey,
     VoterSet,
 )
-from quorum.storage.kraft_control import decode_kraft_version, decode_voters, voters_batch
+from quorum.storage.kraft_control import decode_kraft_version, decode_voters, kraft_version_batch, voters_batch
 from quorum.storage.record_batch import encode_leader_change
 
 # Base of the binary exponential election backoff, ms (Kafka's RETRY_BACKOFF_BASE_MS).
@@ -370,10 +370,11 @@ class RaftCore:
         records from it (None: the snapshot holds none; what was known stays in force)."""
         if self.log.start_offset != snapshot_id.offset or self._voter_history.entries:
             return
+        # The records sit somewhere below the snapshot's end: offset sid.offset - 1 stands for it.
         if kraft_version is not None:
-            self._kraft_history.reset(kraft_version)
+            self._kraft_history.reset(kraft_version, snapshot_id.offset - 1)
         if voters is not None:
-            self._voter_history.reset(voters)
+            self._voter_history.reset(voters, snapshot_id.offset - 1)
             self._voters_changed()
 
     @property
@@ -670,6 +671,13 @@ class RaftCore:
         # The first record of every epoch: once it commits, the HW is known.
         record = encode_leader_change(self.node_id, sorted(self.voters), sorted(granted))
         self._append(Batch(epoch_start, self.epoch, (record,), self._timestamp(), ControlType.LEADER_CHANGE))
+        if self.kraft_version >= KRAFT_VERSION_DYNAMIC and self._voter_history.latest_offset() < 0:
+            # The voters come from the bootstrap checkpoint only: write them into the log, so
+            # that a replica formatted without them (--no-initial-controllers) learns them (Kafka
+            # does the same at the start of an epoch).
+            ts = self._timestamp()
+            self._append(kraft_version_batch(self.log.end_offset, self.epoch, self.kraft_version, ts))
+            self._append(voters_batch(self.log.end_offset, self.epoch, self.voter_set, ts))
         self._send_begin_quorum(ls)
         self._maybe_advance_hw(ls)
 
@@ -1126,8 +1134,8 @@ class RaftCore:
         self.log.reset_to_snapshot(sid)
         # Until the driver reads the snapshot's own records (load_snapshot_voters), the set
         # in force below it as far as this log knew stays.
-        self._voter_history.reset(self._voter_history.value_at(sid.offset - 1))
-        self._kraft_history.reset(self._kraft_history.value_at(sid.offset - 1))
+        self._voter_history.reset(self._voter_history.value_at(sid.offset - 1), sid.offset - 1)
+        self._kraft_history.reset(self._kraft_history.value_at(sid.offset - 1), sid.offset - 1)
         self._install = sid
         self._stable_end = self._disk_end = self._flushed_end = sid.offset
         self.high_watermark = max(self.high_watermark, sid.offset)

@@ -136,6 +136,7 @@ class OffsetHistory(Generic[T]):
 
     base: T
     entries: list[tuple[Offset, T]] = field(default_factory=list)
+    base_offset: Offset = -1  # where `base` was written in the log; -1: the bootstrap, never in the log
 
     def add(self, offset: Offset, value: T) -> None:
         if self.entries and offset <= self.entries[-1][0]:
@@ -146,8 +147,8 @@ class OffsetHistory(Generic[T]):
         return self.entries[-1][1] if self.entries else self.base
 
     def latest_offset(self) -> Offset:
-        """Offset of the latest entry, -1 when only the base is known."""
-        return self.entries[-1][0] if self.entries else -1
+        """Offset of the latest entry (of the base when there is none; -1: the bootstrap)."""
+        return self.entries[-1][0] if self.entries else self.base_offset
 
     def value_at(self, offset: Offset) -> T:
         i = bisect_right([o for o, _ in self.entries], offset)
@@ -161,8 +162,9 @@ class OffsetHistory(Generic[T]):
     def compact_before(self, offset: Offset) -> None:
         """The log below `offset` was deleted (a snapshot covers it): fold those entries."""
         while self.entries and self.entries[0][0] < offset:
-            self.base = self.entries.pop(0)[1]
+            self.base_offset, self.base = self.entries.pop(0)
 
-    def reset(self, base: T) -> None:
+    def reset(self, base: T, base_offset: Offset) -> None:
         self.base = base
+        self.base_offset = base_offset
         self.entries.clear()
