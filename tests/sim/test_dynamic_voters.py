@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
+from quorum.raft.core import RaftCore
 from quorum.raft.errors import ErrorCode
 from quorum.raft.voter_change import AddVoter, RemoveVoter
 from quorum.raft.voter_set import ReplicaKey, VoterSet
 from tests.scale import long_profile
-from tests.sim.harness import Cluster, Node
+from tests.sim.core_mutants import Mutant
+from tests.sim.harness import Cluster, InvariantViolation, Node
 
 LONG = long_profile()
 DYNAMIC_SEEDS = range(300 if LONG else 6)
@@ -191,6 +195,7 @@ def _finish(c: Cluster) -> None:
     assert _values(c) > before, f"no progress after healing: {_voter_ids(c)}"
     leader = c.leader()
     assert leader is not None and leader.core is not None
+    assert leader.core.is_voter, f"leader {leader.id} is not one of the voters {sorted(leader.core.voters)}"
     c.run_for(3_000)
     sets = {frozenset(n.core.voters) for n in _live(c) if n.core is not None}
     assert len(sets) == 1, f"voter sets differ after healing: {sets}"
@@ -241,3 +246,76 @@ def test_growing_and_shrinking_under_load_loses_nothing() -> None:
     c.run_for(2_000, propose_every_ms=20)
     assert _values(c) >= before
     assert c.committed_values() == [f"v{i}" for i in range(len(c.committed_values()))]
+
+
+# ------------------------------------------------------------------ mutants
+
+VOTER_MUTANTS = (
+    Mutant(
+        "two_changes_in_flight",
+        "a leader writes a voter change only once the previous one is committed",
+        RaftCore,
+        "change_voters",
+        "error, message, new = decide(change, view, observer)",
+        "error, message, new = decide(change, replace(view, pending=False, voters_offset=-1), observer)",
+    ),
+    Mutant(
+        "wiped_replica_counts_as_voter",
+        "a fetch counts toward the HW only from the voter's own directory id",
+        RaftCore,
+        "_on_fetch_request",
+        "is_voter = self.voter_set.is_voter(ReplicaKey(source, req.replica_directory_id))",
+        "is_voter = source in self.voters",
+    ),
+    Mutant(
+        "removed_leader_stays",
+        "a leader that the committed voter set no longer holds resigns",
+        RaftCore,
+        "_maybe_resign_removed",
+        "if committed and not self.is_voter and ls.voter_change is None:",
+        "if False:",
+    ),
+    Mutant(
+        "leader_ignores_new_voters",
+        "the leader counts the latest voter set (committed or not) for its HW",
+        RaftCore,
+        "_track_control",
+        "if notify:",
+        "if False:",
+    ),
+)
+
+
+@contextmanager
+def _mutated(mutant: Mutant) -> Iterator[None]:
+    original = mutant.cls.__dict__[mutant.method]
+    setattr(mutant.cls, mutant.method, mutant.build())
+    try:
+        yield
+    finally:
+        setattr(mutant.cls, mutant.method, original)
+
+
+def caught_by(mutant: Mutant, seeds: range = range(40)) -> str | None:
+    """The property (or failed liveness check) that first catches the mutant, or None."""
+    with _mutated(mutant):
+        for seed in seeds:
+            try:
+                run_schedule(seed)
+                if mutant.name == "removed_leader_stays":
+                    continue  # judged by the liveness check below
+            except InvariantViolation as e:
+                return e.prop
+            except AssertionError as e:
+                return f"liveness: {str(e).splitlines()[0][:60]}"
+            except Exception as e:  # noqa: BLE001  (the broken core fails on its own)
+                return f"crash: {type(e).__name__}"
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", VOTER_MUTANTS, ids=lambda m: m.name)
+def test_voter_change_mutants_are_caught(mutant: Mutant) -> None:
+    prop = caught_by(mutant)
+    print(f"\n{mutant.name} ({mutant.rule}): caught by {prop}")
+    assert prop is not None, f"mutant {mutant.name} survived: {mutant.rule}"
