@@ -526,8 +526,13 @@ class RaftCore:
             ls = self.state
 
             def directory(nid: NodeId, p: ReplicaProgress) -> uuid.UUID:
+                # What the replica's fetches said, else the voter set's (zero with static voters).
+                if nid == self.node_id:
+                    return self.directory_id
                 voter = self.voter_set.node(nid) if nid in ls.voters else None
-                return voter.key.directory_id if voter is not None else p.directory_id
+                if p.directory_id != ZERO_UUID or voter is None:
+                    return p.directory_id
+                return voter.key.directory_id
 
             def rows(progress: dict[NodeId, ReplicaProgress]) -> tuple[ReplicaDescription, ...]:
                 return tuple(
