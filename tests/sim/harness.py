@@ -520,9 +520,9 @@ class Cluster:
         self.votes = {k: v for k, v in self.votes.items() if k[0] != node_id}
         self.note("wiped_disks")
 
-    def holds_majority(self, voters: VoterSet, offset: Offset, leader: RaftCore | None) -> bool:
-        """Do a majority of these voters (the replicas with their directory ids) durably
-        hold the committed entry at `offset`?"""
+    def holders(self, voters: VoterSet, offset: Offset, leader: RaftCore | None) -> int:
+        """How many of these voters (the replicas with their directory ids) durably hold the
+        entry at `offset` (the leader's, or else the committed one)?"""
         holders = 0
         for n in voters.nodes:
             node = self.nodes.get(n.node_id)
@@ -532,7 +532,7 @@ class Cluster:
                 holders += self._durably_holds(node, offset, leader)
             else:
                 holders += self._disk_holds_committed(node, offset)
-        return holders >= voters.majority
+        return holders
 
     def _check_voter_sets(self) -> None:
         for node in self.nodes.values():
@@ -1206,8 +1206,9 @@ class Cluster:
         if hw <= self.max_committed:
             return
         # The HW must be on a majority of the leader's voters' durable logs (or their snapshots).
-        if not self.holds_majority(core.voter_set, hw - 1, core):
-            raise InvariantViolation(f"HW {hw} of leader {leader.id} is on a minority of voters", "hw-on-majority")
+        holders = self.holders(core.voter_set, hw - 1, core)
+        if holders < core.voter_set.majority:
+            raise InvariantViolation(f"HW {hw} of leader {leader.id} is on only {holders} voters", "hw-on-majority")
         for offset in range(self.max_committed, hw):
             self.committed_epoch.setdefault(offset, core.epoch)
             entry = self._entry(leader, offset)
@@ -1278,9 +1279,10 @@ class Cluster:
             if last in self.committed:
                 sets = [self.committed_voter_set()]
                 sets += [n.core.voter_set for n in self.nodes.values() if n.core is not None and self.dynamic]
-                if not any(self.holds_majority(vs, last, None) for vs in sets):
+                counts = [(self.holders(vs, last, None), vs.majority) for vs in sets]
+                if all(held < majority for held, majority in counts):
                     raise InvariantViolation(
-                        f"committed offset {last} is durable on a minority of voters", "committed-durable"
+                        f"committed offset {last} is durable on only {counts[0][0]} voters", "committed-durable"
                     )
 
     def _disk_holds_committed(self, node: Node, offset: Offset) -> bool:
