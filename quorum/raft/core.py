@@ -368,13 +368,15 @@ class RaftCore:
     ) -> None:
         """The driver installed `snapshot_id` (Ready.install_snapshot) and read these KIP-853
         records from it (None: the snapshot holds none; what was known stays in force)."""
-        if self.log.start_offset != snapshot_id.offset or self._voter_history.entries:
-            return
-        # The records sit somewhere below the snapshot's end: offset sid.offset - 1 stands for it.
+        if self.log.start_offset != snapshot_id.offset:
+            return  # a later snapshot or a truncation came since: not the log's start any more
+        # The snapshot's records are the base of the log's history (entries, if any were
+        # appended since, are all at or above its end); they sit somewhere below its end:
+        # offset snapshot_id.offset - 1 stands for it.
         if kraft_version is not None:
-            self._kraft_history.reset(kraft_version, snapshot_id.offset - 1)
+            self._kraft_history.base, self._kraft_history.base_offset = kraft_version, snapshot_id.offset - 1
         if voters is not None:
-            self._voter_history.reset(voters, snapshot_id.offset - 1)
+            self._voter_history.base, self._voter_history.base_offset = voters, snapshot_id.offset - 1
             self._voters_changed()
 
     @property

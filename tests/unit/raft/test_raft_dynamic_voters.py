@@ -3,16 +3,18 @@ UpdateRaftVoter one at a time, the removed leader's resignation, directory ids."
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Sequence
 
-from raft_helpers import Net, batch, new_core, of_type  # type: ignore[import-not-found,unused-ignore]  # a sibling module on pytest's path
+from raft_helpers import CONFIG, Net, batch, new_core, of_type  # type: ignore[import-not-found,unused-ignore]  # a sibling module on pytest's path
 
+from quorum.raft.core import RaftCore
 from quorum.raft.errors import ErrorCode
 from quorum.raft.log import RaftLog
 from quorum.raft.messages import Envelope, FetchRequest, FetchResponse, VoteRequest, VoteResponse
 from quorum.raft.roles import LeaderState, Role
-from quorum.raft.types import ElectionState
+from quorum.raft.types import ElectionState, OffsetAndEpoch
 from quorum.raft.voter_change import AddVoter, RemoveVoter, UpdateVoter, VoterChangeResult
 from quorum.raft.voter_set import Endpoint, ReplicaKey, VoterNode, VoterSet
 from quorum.storage.kraft_control import voters_batch
@@ -199,3 +201,26 @@ def test_an_uncommitted_voter_change_is_undone_by_truncation() -> None:
     net.elect(1, among=[1, 3])
     net.stabilize()
     assert net[2].log.end_offset == net[1].log.end_offset and net[2].voters == {1, 2, 3}
+
+
+def test_a_snapshot_sets_the_voters_below_it() -> None:
+    """A replica formatted without voters installs the leader's snapshot: the voter set comes
+    from the snapshot's records (the driver reads them), also with entries appended after it."""
+    core = RaftCore(
+        node_id=4,
+        voters=VoterSet(()),
+        config=CONFIG,
+        rng=random.Random(0),
+        now_ms=0,
+        directory_id=DIRS[4],
+        bootstrap=[1],
+    )  # formatted without voters: it asks node 1 (controller.quorum.bootstrap.servers)
+    assert core.voters == frozenset()
+    sid = OffsetAndEpoch(epoch=2, offset=10)
+    core.log.reset_to_snapshot(sid)
+    core.log.append(batch(10, 2, 1))
+    grown = VoterSet.of(node(i) for i in (1, 2, 3, 4))
+    core.load_snapshot_voters(sid, 1, grown)
+    assert core.voters == {1, 2, 3, 4} and core.is_voter and core.voters_at(10) == (1, grown)
+    core.load_snapshot_voters(OffsetAndEpoch(epoch=1, offset=5), 1, VoterSet.of([node(1)]))  # stale: ignored
+    assert core.voters == {1, 2, 3, 4}
