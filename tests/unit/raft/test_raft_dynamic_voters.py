@@ -204,23 +204,24 @@ def test_an_uncommitted_voter_change_is_undone_by_truncation() -> None:
 
 
 def test_a_snapshot_sets_the_voters_below_it() -> None:
-    """A replica formatted without voters installs the leader's snapshot: the voter set comes
-    from the snapshot's records (the driver reads them), also with entries appended after it."""
+    """A replica formatted without voters holds the leader's snapshot at 10 and a VotersRecord
+    after it: the set below 10 comes from the snapshot's records (the driver reads them)."""
+    sid = OffsetAndEpoch(epoch=2, offset=10)
+    grown = VoterSet.of(node(i) for i in (1, 2, 3, 4))
+    five = VoterSet.of(node(i) for i in (1, 2, 3, 4, 5))
+    log = RaftLog([voters_batch(10, 2, five, 0)], start_offset=10, snapshot_id=sid)
     core = RaftCore(
         node_id=4,
         voters=VoterSet(()),
         config=CONFIG,
         rng=random.Random(0),
         now_ms=0,
+        log=log,
         directory_id=DIRS[4],
         bootstrap=[1],
     )  # formatted without voters: it asks node 1 (controller.quorum.bootstrap.servers)
-    assert core.voters == frozenset()
-    sid = OffsetAndEpoch(epoch=2, offset=10)
-    core.log.reset_to_snapshot(sid)
-    core.log.append(batch(10, 2, 1))
-    grown = VoterSet.of(node(i) for i in (1, 2, 3, 4))
+    assert core.voters == five.ids and core.voters_at(10)[1] == VoterSet(())
     core.load_snapshot_voters(sid, 1, grown)
-    assert core.voters == {1, 2, 3, 4} and core.is_voter and core.voters_at(10) == (1, grown)
+    assert core.voters_at(10) == (1, grown) and core.voters == five.ids
     core.load_snapshot_voters(OffsetAndEpoch(epoch=1, offset=5), 1, VoterSet.of([node(1)]))  # stale: ignored
-    assert core.voters == {1, 2, 3, 4}
+    assert core.voters_at(10) == (1, grown)
