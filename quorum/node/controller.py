@@ -23,7 +23,7 @@ from quorum.metadata.snapshot import MetadataStateMachine
 from quorum.node.config import ConfigError, NodeConfig, load_config
 from quorum.node.controller_client import ControllerClient
 from quorum.node.events import EventLog
-from quorum.node.meta_properties import StorageError, check_storage
+from quorum.node.meta_properties import StorageError, check_storage, directory_uuid
 from quorum.node.node_context import LocalNodeContext, broker_defaults_of
 from quorum.node.raft_node import RaftNode
 from quorum.node.state_machine import DigestStateMachine, StateMachine
@@ -106,6 +106,7 @@ async def serve_controller(
     node = RaftNode(
         config,
         cluster_id=meta.cluster_id,
+        directory_id=directory_uuid(meta),
         state_machine=sm,
         on_role_change=on_role,
         on_first_commit=on_first_commit,

@@ -23,16 +23,18 @@ from quorum.node.config import NodeConfig, format_properties, parse_properties
 from quorum.storage.durable import atomic_write
 
 __all__ = [
-    "META_PROPERTIES",
     "FormatResult",
     "InconsistentClusterIdError",
+    "META_PROPERTIES",
     "MetaProperties",
     "StorageError",
     "check_storage",
     "decode_uuid",
+    "directory_uuid",
     "format_storage",
     "random_uuid",
     "read_meta_properties",
+    "uuid_string",
     "write_meta_properties",
 ]
 
@@ -71,6 +73,11 @@ def _encode(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
+def uuid_string(value: uuid.UUID) -> str:
+    """Kafka's string form of a uuid (Uuid.toString: base64url, no padding, 22 characters)."""
+    return _encode(value.bytes)
+
+
 def random_uuid() -> str:
     """A random uuid in Kafka's string form (``kafka-storage.sh random-uuid``).
 
@@ -99,6 +106,14 @@ def decode_uuid(text: str, *, what: str = "Cluster ID") -> bytes:
     if raw in _RESERVED:
         raise StorageError(f"{what} string {text!r} is a reserved UUID")
     return raw
+
+
+def directory_uuid(meta: MetaProperties) -> uuid.UUID:
+    """The directory id of a formatted directory as a uuid (KIP-853's replica directory id);
+    the zero uuid when meta.properties has none (written by an older format)."""
+    if meta.directory_id is None:
+        return uuid.UUID(int=0)
+    return uuid.UUID(bytes=decode_uuid(meta.directory_id, what="directory.id"))
 
 
 # ----------------------------------------------------------------------------- the file

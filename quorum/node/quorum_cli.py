@@ -11,6 +11,7 @@ import asyncio
 import json
 import time
 
+from quorum.node.meta_properties import uuid_string
 from quorum.raft.describe import QuorumDescription, ReplicaDescription
 from quorum.wire import admin_codec, codec
 from quorum.wire.transport import PeerUnavailable, request
@@ -125,6 +126,7 @@ def replication_rows(d: QuorumDescription, *, human: bool) -> list[dict[str, obj
     def row(r: ReplicaDescription, status: str) -> dict[str, object]:
         return {
             "NodeId": r.replica_id,
+            "DirectoryId": uuid_string(r.directory_id),  # Kafka 3.9's column (KIP-853); zeros: unknown
             "LogEndOffset": r.log_end_offset,
             "Lag": max(0, leader_end - r.log_end_offset) if r.log_end_offset >= 0 else leader_end,
             "LastFetchTimestamp": stamp(r.last_fetch_ms),

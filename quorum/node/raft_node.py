@@ -19,6 +19,7 @@ import contextlib
 import logging
 import random
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from quorum.raft.messages import (
 from quorum.raft.ready import Ready
 from quorum.raft.roles import LeaderState, Role
 from quorum.raft.types import Batch, Epoch, NodeId, Offset, OffsetAndEpoch
+from quorum.raft.voter_set import ZERO_UUID
 from quorum.storage.file_log import FileLog
 from quorum.storage.quorum_state import QuorumStateStore
 from quorum.storage.snapshots import SnapshotStore, decode_snapshot, encode_snapshot
@@ -117,8 +119,10 @@ class RaftNode:
         on_commit: Callable[[Sequence[Batch]], None] | None = None,
         on_role_change: Callable[[Role, Epoch], None] | None = None,
         on_first_commit: Callable[[Epoch], None] | None = None,
+        directory_id: uuid.UUID = ZERO_UUID,
     ) -> None:
         self.config = config
+        self.directory_id = directory_id  # meta.properties' directory.id of the metadata log dir (KIP-853)
         self.node_id: NodeId = config.node_id
         self.cluster_id = cluster_id
         self.state_machine = state_machine
@@ -208,6 +212,7 @@ class RaftNode:
             election=self._qstate.read(),
             log=raft_log,
             snapshots=_SnapshotSource(self._snapshots),
+            directory_id=self.directory_id,
         )
         log.info(
             "node %d: log [%d, %d), snapshot %s, epoch %d, %s",
@@ -343,6 +348,7 @@ class RaftNode:
                     r.log_end_offset,
                     r.last_fetch_ms + shift if r.last_fetch_ms >= 0 else -1,
                     r.last_caught_up_ms + shift if r.last_caught_up_ms >= 0 else -1,
+                    r.directory_id,
                 )
                 for r in rows
             )

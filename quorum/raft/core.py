@@ -17,7 +17,9 @@ Safety rules kept here (and checked by the simulation tests):
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 
 from quorum.raft.config import RaftConfig
 from quorum.raft.describe import QuorumDescription, ReplicaDescription
@@ -45,6 +47,7 @@ from quorum.raft.roles import (
     FollowerState,
     LeaderState,
     ParkedFetch,
+    PendingVoterChange,
     ProspectiveState,
     ReplicaProgress,
     ResignedState,
@@ -65,6 +68,23 @@ from quorum.raft.types import (
     Offset,
     OffsetAndEpoch,
 )
+from quorum.raft.voter_change import (
+    AddVoter,
+    LeaderView,
+    ObserverFetchState,
+    VoterChange,
+    VoterChangeResult,
+    decide,
+)
+from quorum.raft.voter_set import (
+    KRAFT_VERSION_DYNAMIC,
+    KRAFT_VERSION_STATIC,
+    ZERO_UUID,
+    OffsetHistory,
+    ReplicaKey,
+    VoterSet,
+)
+from quorum.storage.kraft_control import decode_kraft_version, decode_voters, kraft_version_batch, voters_batch
 from quorum.storage.record_batch import encode_leader_change
 
 # Base of the binary exponential election backoff, ms (Kafka's RETRY_BACKOFF_BASE_MS).
@@ -78,22 +98,41 @@ class RaftCore:
         self,
         *,
         node_id: NodeId,
-        voters: Sequence[NodeId],
+        voters: Sequence[NodeId] | VoterSet,
         config: RaftConfig,
         rng: random.Random,
         now_ms: int,
         election: ElectionState | None = None,
         log: RaftLog | None = None,
         snapshots: SnapshotSource | None = None,
+        directory_id: uuid.UUID = ZERO_UUID,
+        kraft_version: int | None = None,
+        bootstrap: Sequence[NodeId] = (),
     ) -> None:
-        if not voters:
+        """`voters`: the voter set as of the log's start: node ids (the static
+        controller.quorum.voters, kraft.version 0) or a `VoterSet` (KIP-853: the bootstrap
+        checkpoint's or the latest snapshot's, kraft.version 1 unless told otherwise). The
+        VotersRecord and KRaftVersionRecord batches in `log` apply on top. `bootstrap`: ids to
+        ask for the leader while no voter is known (controller.quorum.bootstrap.servers)."""
+        base = voters if isinstance(voters, VoterSet) else VoterSet.static(voters)
+        if not base.nodes and not bootstrap:
             raise ValueError("a quorum needs at least one voter")
         self.node_id = node_id
-        self.voters: frozenset[NodeId] = frozenset(voters)
+        self.directory_id = directory_id
+        self._bootstrap = tuple(bootstrap)
+        if kraft_version is None:
+            kraft_version = KRAFT_VERSION_DYNAMIC if isinstance(voters, VoterSet) else KRAFT_VERSION_STATIC
+        # The voter set and kraft.version in force at each offset (Kafka's VoterSetHistory).
+        self._voter_history: OffsetHistory[VoterSet] = OffsetHistory(base)
+        self._kraft_history: OffsetHistory[int] = OffsetHistory(kraft_version)
+        self._voter_results: list[VoterChangeResult] = []
+        self._next_token = 1
         self.config = config
         self._rng = rng
         self._now = now_ms
         self.log = log if log is not None else RaftLog()
+        for batch in self.log.batches:
+            self._track_control(batch, notify=False)
         self._snapshots = snapshots
         self._next_request_id = 1
 
@@ -152,8 +191,31 @@ class RaftCore:
         return self._election
 
     @property
+    def voter_set(self) -> VoterSet:
+        """The latest voter set in the log, committed or not: what elections and the high
+        watermark use (Kafka's rule)."""
+        return self._voter_history.latest()
+
+    @property
+    def voters(self) -> frozenset[NodeId]:
+        return self.voter_set.ids
+
+    @property
+    def kraft_version(self) -> int:
+        return self._kraft_history.latest()
+
+    @property
+    def replica_key(self) -> ReplicaKey:
+        return ReplicaKey(self.node_id, self.directory_id)
+
+    def voters_at(self, end_offset: Offset) -> tuple[int, VoterSet]:
+        """(kraft.version, voter set) of the log below `end_offset`: what a snapshot ending
+        there must hold."""
+        return self._kraft_history.value_at(end_offset - 1), self._voter_history.value_at(end_offset - 1)
+
+    @property
     def is_voter(self) -> bool:
-        return self.node_id in self.voters
+        return self.voter_set.is_voter(self.replica_key)
 
     @property
     def is_leader(self) -> bool:
@@ -161,7 +223,7 @@ class RaftCore:
 
     @property
     def majority(self) -> int:
-        return len(self.voters) // 2 + 1
+        return self.voter_set.majority
 
     def tick(self, now_ms: int) -> None:
         """Advance time: fire every deadline that has passed."""
@@ -243,7 +305,7 @@ class RaftCore:
         step = self.config.max_batch_records
         for i in range(0, len(records), step):
             chunk = tuple(records[i : i + step])
-            self.log.append(Batch(self.log.end_offset, self.epoch, chunk, timestamp_ms=self._timestamp()))
+            self._append(Batch(self.log.end_offset, self.epoch, chunk, timestamp_ms=self._timestamp()))
         self._complete_parked(self.state, only_with_data=True)
         return first
 
@@ -263,6 +325,59 @@ class RaftCore:
         if isinstance(ls, LeaderState) and ls.resign_deadline < 0:
             ls.resign_deadline = self._now + self.config.resign_catch_up_ms
             self._maybe_finish_resign(ls)
+
+    def change_voters(self, change: VoterChange, now_ms: int) -> int:
+        """AddRaftVoter, RemoveRaftVoter or UpdateRaftVoter on the leader. Returns a token;
+        its `VoterChangeResult` comes in a later `Ready.voter_changes`: a refusal at once
+        (`voter_change.decide`'s rules), NONE once the new VotersRecord is committed,
+        REQUEST_TIMED_OUT if it is not committed within request.timeout.ms, or
+        NOT_LEADER_OR_FOLLOWER if leadership is lost first."""
+        self._now = max(self._now, now_ms)
+        token = self._next_token
+        self._next_token += 1
+        ls = self.state
+        if not isinstance(ls, LeaderState) or ls.resign_deadline >= 0:
+            self._voter_results.append(VoterChangeResult(token, ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader"))
+            return token
+        observer: ObserverFetchState | None = None
+        if isinstance(change, AddVoter):
+            p = ls.observers.get(change.node.node_id)
+            if p is not None and change.node.key.directory_id in (ZERO_UUID, p.directory_id):
+                observer = ObserverFetchState(p.last_fetch_ms, p.last_caught_up_ms)
+        view = LeaderView(
+            pending=ls.voter_change is not None,
+            hw_known=ls.hw_known,
+            high_watermark=self.high_watermark,
+            kraft_version=self.kraft_version,
+            voters=self.voter_set,
+            voters_offset=self._voter_history.latest_offset(),
+            now_ms=self._now,
+        )
+        error, message, new = decide(change, view, observer)
+        if new is None:
+            self._voter_results.append(VoterChangeResult(token, error, message))
+            return token
+        offset = self.log.end_offset
+        ls.voter_change = PendingVoterChange(token, change, offset, self._now + self.config.request_timeout_ms)
+        self._append(voters_batch(offset, self.epoch, new, self._timestamp()))
+        self._complete_parked(ls, only_with_data=True)
+        return token
+
+    def load_snapshot_voters(
+        self, snapshot_id: OffsetAndEpoch, kraft_version: int | None, voters: VoterSet | None
+    ) -> None:
+        """The driver installed `snapshot_id` (Ready.install_snapshot) and read these KIP-853
+        records from it (None: the snapshot holds none; what was known stays in force)."""
+        if self.log.start_offset != snapshot_id.offset:
+            return  # a later snapshot or a truncation came since: not the log's start any more
+        # The snapshot's records are the base of the log's history (entries, if any were
+        # appended since, are all at or above its end); they sit somewhere below its end:
+        # offset snapshot_id.offset - 1 stands for it.
+        if kraft_version is not None:
+            self._kraft_history.base, self._kraft_history.base_offset = kraft_version, snapshot_id.offset - 1
+        if voters is not None:
+            self._voter_history.base, self._voter_history.base_offset = voters, snapshot_id.offset - 1
+            self._voters_changed()
 
     @property
     def accepts_writes(self) -> bool:
@@ -300,6 +415,8 @@ class RaftCore:
         if snapshot_id.offset <= self.log.start_offset:
             return
         self.log.delete_before(snapshot_id)
+        self._voter_history.compact_before(snapshot_id.offset)
+        self._kraft_history.compact_before(snapshot_id.offset)
         self._delete_before = snapshot_id.offset
 
     def _timestamp(self) -> int:
@@ -333,6 +450,8 @@ class RaftCore:
                     d = min(d, parked.deadline)
                 if ls.resign_deadline >= 0:
                     d = min(d, ls.resign_deadline)
+                if ls.voter_change is not None:
+                    d = min(d, ls.voter_change.deadline)
                 return d
             case ResignedState() as r:
                 deadline = r.deadline if not self._shutting_down else 1 << 62
@@ -350,6 +469,7 @@ class RaftCore:
             or self._reported_hw != self.high_watermark
             or self._applied < self.high_watermark
             or self._delete_before is not None
+            or bool(self._voter_results)
         )
 
     def ready(self) -> Ready:
@@ -377,7 +497,9 @@ class RaftCore:
             high_watermark=hw,
             committed=committed,
             delete_before=self._delete_before,
+            voter_changes=tuple(self._voter_results),
         )
+        self._voter_results = []
         # The driver persists all of this before anything else happens to the core.
         self._persisted = self._election
         self._stable_end = self._disk_end = self.log.end_offset
@@ -398,15 +520,25 @@ class RaftCore:
         if isinstance(self.state, LeaderState):
             self._flushed_end = min(self._flushed_end, self.log.end_offset)
             self._maybe_advance_hw(self.state)
+            self._maybe_resign_removed(self.state)
 
     def describe(self) -> QuorumDescription:
         """The leader's view for DescribeQuorum; other roles report what they know."""
         if isinstance(self.state, LeaderState):
             ls = self.state
 
+            def directory(nid: NodeId, p: ReplicaProgress) -> uuid.UUID:
+                # What the replica's fetches said, else the voter set's (zero with static voters).
+                if nid == self.node_id:
+                    return self.directory_id
+                voter = self.voter_set.node(nid) if nid in ls.voters else None
+                if p.directory_id != ZERO_UUID or voter is None:
+                    return p.directory_id
+                return voter.key.directory_id
+
             def rows(progress: dict[NodeId, ReplicaProgress]) -> tuple[ReplicaDescription, ...]:
                 return tuple(
-                    ReplicaDescription(nid, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms)
+                    ReplicaDescription(nid, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms, directory(nid, p))
                     for nid, p in sorted(progress.items())
                 )
 
@@ -420,7 +552,7 @@ class RaftCore:
             self.leader_id,
             self.epoch,
             self.high_watermark,
-            tuple(ReplicaDescription(v, -1) for v in sorted(self.voters)),
+            tuple(ReplicaDescription(n.node_id, -1, directory_id=n.key.directory_id) for n in self.voter_set.nodes),
             (),
         )
 
@@ -436,6 +568,10 @@ class RaftCore:
             # Never lead again in the same epoch: unflushed records may have been lost.
             state = ResignedState(self._election_deadline(), (), set(), self._now)
             self._enter(Role.RESIGNED, state, check=False)
+        elif e.leader_id == self.node_id:
+            # It led this epoch and was removed from the voters since: an observer now.
+            self._election = ElectionState(epoch=e.epoch, voted_id=e.voted_id)
+            self._enter(Role.UNATTACHED, UnattachedState(self._now), check=False)
         elif e.leader_id != NO_LEADER:
             # A known leader wins over our own vote: we stood in this epoch and someone else won.
             self._enter(Role.FOLLOWER, FollowerState(e.leader_id, self._fetch_deadline()), check=False)
@@ -449,12 +585,19 @@ class RaftCore:
 
     def _enter(self, role: Role, state: RoleState, *, check: bool = True, new_epoch: bool = False) -> None:
         if check:
-            if not self.is_voter and role not in OBSERVER_ROLES:
+            # A leader removed from the voters resigns after the change commits (KIP-853).
+            removed_leader = role is Role.RESIGNED and self.role is Role.LEADER
+            if not self.is_voter and role not in OBSERVER_ROLES and not removed_leader:
                 raise IllegalTransitionError(f"observer {self.node_id} cannot become {role.value}")
             if not new_epoch and role not in ALLOWED_TRANSITIONS[self.role]:
                 raise IllegalTransitionError(f"{self.role.value} -> {role.value} in epoch {self.epoch}")
         if isinstance(self.state, LeaderState) and role is not Role.LEADER:
             self._drop_parked(self.state)
+            pending = self.state.voter_change
+            if pending is not None:
+                self.state.voter_change = None
+                result = VoterChangeResult(pending.token, ErrorCode.NOT_LEADER_OR_FOLLOWER, "leadership lost")
+                self._voter_results.append(result)
         self.role = role
         self.state = state
 
@@ -497,7 +640,7 @@ class RaftCore:
     def _start_election(self) -> None:
         """Election timeout: pre-vote first (KIP-996), or go straight to Candidate."""
         if not self.is_voter:
-            self._probe_for_leader()
+            self._become_unattached_observer()
             return
         if self.config.pre_vote and len(self.voters) > 1:
             leader = self.leader_id if isinstance(self.state, FollowerState) else NO_LEADER
@@ -534,7 +677,14 @@ class RaftCore:
         self._enter(Role.LEADER, ls)
         # The first record of every epoch: once it commits, the HW is known.
         record = encode_leader_change(self.node_id, sorted(self.voters), sorted(granted))
-        self.log.append(Batch(epoch_start, self.epoch, (record,), self._timestamp(), ControlType.LEADER_CHANGE))
+        self._append(Batch(epoch_start, self.epoch, (record,), self._timestamp(), ControlType.LEADER_CHANGE))
+        if self.kraft_version >= KRAFT_VERSION_DYNAMIC and self._voter_history.latest_offset() < 0:
+            # The voters come from the bootstrap checkpoint only: write them into the log, so
+            # that a replica formatted without them (--no-initial-controllers) learns them (Kafka
+            # does the same at the start of an epoch).
+            ts = self._timestamp()
+            self._append(kraft_version_batch(self.log.end_offset, self.epoch, self.kraft_version, ts))
+            self._append(voters_batch(self.log.end_offset, self.epoch, self.voter_set, ts))
         self._send_begin_quorum(ls)
         self._maybe_advance_hw(ls)
 
@@ -562,7 +712,7 @@ class RaftCore:
             return
         end = self.log.end_offset
         caught_up = any(p.end_offset >= end for v, p in ls.voters.items() if v != self.node_id)
-        if caught_up or self._now >= ls.resign_deadline or len(self.voters) == 1:
+        if caught_up or self._now >= ls.resign_deadline or self.voters <= {self.node_id}:
             self._become_resigned(ls)
 
     def _lose_pre_vote(self) -> None:
@@ -628,8 +778,11 @@ class RaftCore:
             pre_vote=pre_vote,
         )
         s = self.state
-        for voter in sorted(self.voters - {self.node_id} - skip):
-            request_id = self._send(voter, req)
+        for node in self.voter_set.nodes:
+            voter = node.node_id
+            if voter == self.node_id or voter in skip:
+                continue
+            request_id = self._send(voter, replace(req, voter_directory_id=node.key.directory_id))
             if isinstance(s, ProspectiveState | CandidateState):
                 s.vote_requests.add(request_id)
 
@@ -646,8 +799,15 @@ class RaftCore:
         return (last_epoch, last_offset) >= (self.log.last_epoch, self.log.end_offset)
 
     def _on_vote_request(self, env: Envelope, req: VoteRequest) -> None:
-        if req.candidate_id not in self.voters or not self.is_voter:
-            self._reply_vote(env, ErrorCode.INCONSISTENT_VOTER_SET, False, req.pre_vote)
+        if self.kraft_version == KRAFT_VERSION_STATIC:
+            if req.candidate_id not in self.voters or not self.is_voter:
+                self._reply_vote(env, ErrorCode.INCONSISTENT_VOTER_SET, False, req.pre_vote)
+                return
+        elif req.voter_directory_id not in (ZERO_UUID, self.directory_id):
+            # KIP-853: the candidate asks another replica of this id (a wiped disk is a new
+            # replica, not the voter it replaces). Otherwise any replica may vote, voter or
+            # not in its own view: only the candidate's voter set counts the votes.
+            self._reply_vote(env, ErrorCode.INVALID_VOTER_KEY, False, req.pre_vote)
             return
         if (
             req.last_offset < 0
@@ -835,7 +995,7 @@ class RaftCore:
         self._maybe_send_fetch()
 
     def _become_unattached_observer(self) -> None:
-        self._set_election(ElectionState(epoch=self.epoch))
+        self._set_election(ElectionState(epoch=self.epoch, voted_id=self.voted_id))
         self._enter(Role.UNATTACHED, UnattachedState(self._now), new_epoch=True)
         self._probe_for_leader()
 
@@ -843,7 +1003,7 @@ class RaftCore:
         """Observers without a leader fetch from a random voter to learn who leads."""
         s = self.state
         assert isinstance(s, UnattachedState)
-        voters = sorted(self.voters - {self.node_id})
+        voters = sorted(self.voters - {self.node_id}) or sorted(set(self._bootstrap) - {self.node_id})
         if voters:
             target = voters[self._rng.randrange(len(voters))]
             self._send(target, self._fetch_request())
@@ -858,6 +1018,7 @@ class RaftCore:
             log_start_offset=self.log.start_offset,
             max_wait_ms=self.config.fetch_max_wait_ms,
             max_bytes=self.config.fetch_max_bytes,
+            replica_directory_id=self.directory_id,
         )
 
     def _maybe_send_fetch(self) -> None:
@@ -921,6 +1082,11 @@ class RaftCore:
                 f"node {self.node_id}: leader asked to truncate to {target}, below high watermark {self.high_watermark}"
             )
         self.log.truncate_to(target)
+        had = self._voter_history.latest_offset()
+        self._voter_history.truncate_from(target)
+        self._kraft_history.truncate_from(target)
+        if self._voter_history.latest_offset() != had:
+            self._voters_changed()
         self._stable_end = min(self._stable_end, target)
         self._flushed_end = min(self._flushed_end, target)
 
@@ -932,7 +1098,7 @@ class RaftCore:
                 return  # not contiguous with our log; the next fetch sorts it out
             if batch.epoch < self.log.last_epoch:
                 return
-            self.log.append(batch)
+            self._append(batch)
 
     def _update_follower_hw(self, hw: Offset) -> None:
         if hw > self.high_watermark:
@@ -973,6 +1139,10 @@ class RaftCore:
             # Snapshots of committed data are at or beyond ours only if we are far behind.
             return
         self.log.reset_to_snapshot(sid)
+        # Until the driver reads the snapshot's own records (load_snapshot_voters), the set
+        # in force below it as far as this log knew stays.
+        self._voter_history.reset(self._voter_history.value_at(sid.offset - 1), sid.offset - 1)
+        self._kraft_history.reset(self._kraft_history.value_at(sid.offset - 1), sid.offset - 1)
         self._install = sid
         self._stable_end = self._disk_end = self._flushed_end = sid.offset
         self.high_watermark = max(self.high_watermark, sid.offset)
@@ -985,8 +1155,13 @@ class RaftCore:
         if ls.resign_deadline >= 0 and self._now >= ls.resign_deadline:
             self._become_resigned(ls)
             return
+        pending = ls.voter_change
+        if pending is not None and self._now >= pending.deadline:
+            ls.voter_change = None
+            message = f"the VotersRecord at {pending.offset} was not committed in time"
+            self._voter_results.append(VoterChangeResult(pending.token, ErrorCode.REQUEST_TIMED_OUT, message))
         if self._now >= ls.check_quorum_deadline:
-            if len(self.voters) == 1:
+            if self.voters == {self.node_id}:
                 # A single voter is its own majority and never resigns (KAFKA-16144).
                 ls.check_quorum_deadline = self._now + self.config.check_quorum_timeout_ms
             else:
@@ -1000,7 +1175,7 @@ class RaftCore:
             if expired:
                 ls.parked = [p for p in ls.parked if self._now < p.deadline]
                 for p in expired:
-                    self._answer_fetch(p.source, p.request_id, p.fetch_offset, p.max_bytes)
+                    self._answer_fetch(p.source, p.request_id, p.fetch_offset, p.max_bytes, as_voter=p.as_voter)
 
     def _reject_fetch(self, env: Envelope, error: ErrorCode) -> None:
         self._reply(env, FetchResponse(error, self.leader_id, self.epoch, self.high_watermark, self.log.start_offset))
@@ -1020,7 +1195,7 @@ class RaftCore:
             self._reject_fetch(env, ErrorCode.NOT_LEADER_OR_FOLLOWER)
             return
         source = req.replica_id
-        is_voter = source in self.voters
+        is_voter = self.voter_set.is_voter(ReplicaKey(source, req.replica_directory_id))
         if is_voter:
             self._note_voter_contact(ls, source)
         verdict = self.log.validate_offset_and_epoch(req.fetch_offset, req.last_fetched_epoch)
@@ -1031,6 +1206,7 @@ class RaftCore:
             self._reply(env, self._fetch_response(snapshot=verdict.position))
             return
         progress = (ls.voters if is_voter else ls.observers).setdefault(source, ReplicaProgress())
+        progress.directory_id = req.replica_directory_id
         end = self.log.end_offset
         if req.fetch_offset >= end:
             progress.last_caught_up_ms = self._now
@@ -1048,11 +1224,13 @@ class RaftCore:
         # waits on it) learns of the commit only when the long poll expires.
         if req.fetch_offset >= self.log.end_offset and req.max_wait_ms > 0 and progress.hw_sent == exposed_hw:
             deadline = self._now + req.max_wait_ms
-            ls.parked.append(ParkedFetch(source, env.request_id, req.fetch_offset, req.max_bytes, deadline))
+            ls.parked.append(ParkedFetch(source, env.request_id, req.fetch_offset, req.max_bytes, deadline, is_voter))
         else:
-            self._answer_fetch(source, env.request_id, req.fetch_offset, req.max_bytes)
+            self._answer_fetch(source, env.request_id, req.fetch_offset, req.max_bytes, as_voter=is_voter)
         if is_voter:
             self._maybe_finish_resign(ls)
+        if self.state is ls:
+            self._maybe_resign_removed(ls)
 
     def _fetch_response(
         self,
@@ -1067,12 +1245,15 @@ class RaftCore:
             ErrorCode.NONE, self.node_id, self.epoch, hw, self.log.start_offset, diverging, snapshot, batches
         )
 
-    def _answer_fetch(self, source: NodeId, request_id: int, fetch_offset: Offset, max_bytes: int) -> None:
+    def _answer_fetch(
+        self, source: NodeId, request_id: int, fetch_offset: Offset, max_bytes: int, *, as_voter: bool
+    ) -> None:
         batches = self.log.read(fetch_offset, max_bytes)
         resp = self._fetch_response(batches=batches)
         ls = self.state
         if isinstance(ls, LeaderState):
-            progress = ls.voters.get(source) or ls.observers.get(source)
+            # (A wiped voter fetches as an observer under the same node id: `as_voter` says which.)
+            progress = (ls.voters if as_voter else ls.observers).get(source)
             if progress is not None:
                 progress.hw_sent = resp.high_watermark
         self._out.append(Envelope(self.node_id, source, request_id, resp))
@@ -1086,7 +1267,7 @@ class RaftCore:
             if only_with_data and p.fetch_offset >= end:
                 keep.append(p)
             else:
-                self._answer_fetch(p.source, p.request_id, p.fetch_offset, p.max_bytes)
+                self._answer_fetch(p.source, p.request_id, p.fetch_offset, p.max_bytes, as_voter=p.as_voter)
         ls.parked = keep
 
     def _drop_parked(self, ls: LeaderState) -> None:
@@ -1101,7 +1282,7 @@ class RaftCore:
         if voter == self.node_id:
             return
         ls.fetched_voters.add(voter)
-        if len(ls.fetched_voters) >= self.majority - 1:
+        if len(ls.fetched_voters) >= self.majority - (1 if self.is_voter else 0):
             ls.fetched_voters.clear()
             ls.check_quorum_deadline = self._now + self.config.check_quorum_timeout_ms
 
@@ -1119,6 +1300,46 @@ class RaftCore:
         if candidate > self.high_watermark:
             self.high_watermark = candidate
             self._complete_parked(ls, only_with_data=False)
+            pending = ls.voter_change
+            if pending is not None and self.high_watermark > pending.offset:
+                ls.voter_change = None
+                self._voter_results.append(VoterChangeResult(pending.token, ErrorCode.NONE))
+
+    def _maybe_resign_removed(self, ls: LeaderState) -> None:
+        """A leader that the committed voter set no longer holds resigns (KIP-853); the
+        others learn it from EndQuorumEpoch and elect one of themselves."""
+        committed = self._voter_history.latest_offset() < self.high_watermark
+        if committed and not self.is_voter and ls.voter_change is None:
+            self._become_resigned(ls)
+
+    # ------------------------------------------------------- voter-set history
+
+    def _append(self, batch: Batch) -> None:
+        self.log.append(batch)
+        self._track_control(batch, notify=True)
+
+    def _track_control(self, batch: Batch, *, notify: bool) -> None:
+        if batch.control_type is ControlType.KRAFT_VOTERS:
+            self._voter_history.add(batch.base_offset, decode_voters(batch.records[0]))
+            if notify:
+                self._voters_changed()
+        elif batch.control_type is ControlType.KRAFT_VERSION:
+            self._kraft_history.add(batch.base_offset, decode_kraft_version(batch.records[0]))
+
+    def _voters_changed(self) -> None:
+        """The latest voter set changed (appended, truncated, or read from a snapshot). A
+        leader moves replicas between its voters and observers and recounts its HW."""
+        ls = self.state
+        if not isinstance(ls, LeaderState):
+            return
+        ids = self.voters
+        for v in [v for v in ls.voters if v not in ids]:
+            progress = ls.voters.pop(v)
+            if v != self.node_id:
+                ls.observers[v] = progress
+        for v in sorted(ids - ls.voters.keys()):
+            ls.voters[v] = ls.observers.pop(v) if v in ls.observers else ReplicaProgress()
+        self._maybe_advance_hw(ls)
 
     def _on_fetch_snapshot_request(self, env: Envelope, req: FetchSnapshotRequest) -> None:
         def reject(error: ErrorCode) -> None:

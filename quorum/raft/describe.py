@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 from quorum.raft.types import Epoch, NodeId, Offset
+from quorum.raft.voter_set import ZERO_UUID
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,6 +17,7 @@ class ReplicaDescription:
     log_end_offset: Offset  # -1 when the leader has not heard from it
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
+    directory_id: uuid.UUID = ZERO_UUID  # KIP-853 (zero: kraft.version 0, or not sent)
 
 
 @dataclass(frozen=True, slots=True)

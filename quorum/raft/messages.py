@@ -9,10 +9,12 @@ without assuming the network is ordered or reliable.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 from quorum.raft.errors import ErrorCode
 from quorum.raft.types import Batch, Epoch, NodeId, Offset, OffsetAndEpoch
+from quorum.raft.voter_set import ZERO_UUID
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,9 @@ class VoteRequest:
     last_offset_epoch: Epoch
     last_offset: Offset  # the candidate's log end offset (exclusive)
     pre_vote: bool = False
+    # KIP-853: the directory id the candidate has for the receiving voter (zero: unknown).
+    # A replica whose own directory id differs (its disk was wiped) refuses: INVALID_VOTER_KEY.
+    voter_directory_id: uuid.UUID = ZERO_UUID
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,7 @@ class FetchRequest:
     log_start_offset: Offset = 0
     max_wait_ms: int = 0
     max_bytes: int = 8 * 1024 * 1024
+    replica_directory_id: uuid.UUID = ZERO_UUID  # KIP-853 (zero: not sent)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,8 @@ Contract (the driver must follow it; the simulation and the node do):
     (all of them are below `high_watermark`).
  7. If `delete_before` is set, the log below that offset may be deleted (a
     snapshot at or beyond it exists).
- 8. Call `core.advance(ready)`.
+ 8. Answer `voter_changes` (results of `core.change_voters`; each is final).
+ 9. Call `core.advance(ready)`.
 Steps 1-5 are "persist before send": a vote, a fetch offset (the follower's ack)
 or a leader's claim never leaves the node before the state it depends on is on disk.
 """
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 from quorum.raft.messages import Envelope
 from quorum.raft.types import Batch, ElectionState, Offset, OffsetAndEpoch
+from quorum.raft.voter_change import VoterChangeResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,7 @@ class Ready:
     high_watermark: Offset | None = None  # new HW, when it changed
     committed: tuple[Batch, ...] = ()
     delete_before: Offset | None = None
+    voter_changes: tuple[VoterChangeResult, ...] = ()
 
     @property
     def log_end_offset(self) -> Offset | None:
@@ -72,4 +75,5 @@ class Ready:
             and self.high_watermark is None
             and not self.committed
             and self.delete_before is None
+            and not self.voter_changes
         )

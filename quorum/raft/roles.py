@@ -22,10 +22,13 @@ With pre-vote disabled, Candidate replaces Prospective in every row above.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 
 from quorum.raft.types import NodeId, Offset, OffsetAndEpoch
+from quorum.raft.voter_change import VoterChange
+from quorum.raft.voter_set import ZERO_UUID
 
 
 class Role(Enum):
@@ -105,6 +108,7 @@ class ReplicaProgress:
     last_caught_up_ms: int = -1
     hw_sent: Offset = -2  # the high watermark in the last answer sent to it (-1 = unknown)
     leader_end_at_last_fetch: Offset = -1  # the leader's log end when it last fetched
+    directory_id: uuid.UUID = ZERO_UUID  # as its last fetch said (KIP-853)
 
 
 @dataclass(slots=True)
@@ -113,6 +117,18 @@ class ParkedFetch:
     request_id: int
     fetch_offset: Offset
     max_bytes: int
+    deadline: int
+    as_voter: bool = True  # it fetched as a voter (its progress is in LeaderState.voters)
+
+
+@dataclass(slots=True)
+class PendingVoterChange:
+    """A voter change the leader accepted: answered once its VotersRecord (at `offset`) is
+    committed, or REQUEST_TIMED_OUT at `deadline` (the record stays in the log)."""
+
+    token: int
+    change: VoterChange
+    offset: Offset
     deadline: int
 
 
@@ -128,6 +144,7 @@ class LeaderState:
     parked: list[ParkedFetch] = field(default_factory=list)
     hw_known: bool = False  # a majority has reached past epoch_start_offset
     resign_deadline: int = -1  # resigning: no more writes; hand over by then (ms), -1 = not resigning
+    voter_change: PendingVoterChange | None = None
 
 
 @dataclass(slots=True)

@@ -37,6 +37,8 @@ class ControlType(IntEnum):
     LEADER_CHANGE = 2
     SNAPSHOT_HEADER = 3
     SNAPSHOT_FOOTER = 4
+    KRAFT_VERSION = 5  # KRaftVersionRecord (KIP-853): the finalized kraft.version
+    KRAFT_VOTERS = 6  # VotersRecord (KIP-853): the whole voter set from this offset on
 
 
 @dataclass(frozen=True, slots=True)

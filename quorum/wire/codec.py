@@ -52,6 +52,7 @@ from quorum.raft.messages import (
     VoteResponse,
 )
 from quorum.raft.types import OffsetAndEpoch
+from quorum.raft.voter_set import ZERO_UUID
 from quorum.storage.record_batch import CorruptRecordError, decode_batches, encode_batches
 from quorum.wire._reader import MalformedError, entity_reader, read_request_body
 from quorum.wire.admin_versions import ADMIN_API_VERSIONS
@@ -312,6 +313,16 @@ def _leader_endpoints(cls: type[Any], ctx: _Ctx) -> tuple[Any, ...]:
     return (_nested(cls, "LeaderEndpoint")(name=DEFAULT_LISTENER, host=host, port=port),)
 
 
+def _wire_uuid(value: uuid.UUID) -> uuid.UUID | None:
+    """A KIP-853 directory id as kio takes it (None: the zero uuid, "not known")."""
+    return None if value == ZERO_UUID else value
+
+
+def _read_uuid(part: Any, name: str) -> uuid.UUID:
+    value = getattr(part, name, None)
+    return value if isinstance(value, uuid.UUID) else ZERO_UUID
+
+
 def _enc_vote(cls: type[Any], m: VoteRequest, ctx: _Ctx) -> Any:
     if m.pre_vote and not _has(_nested(cls, "PartitionData"), "pre_vote"):
         raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"PreVote needs Vote v2+, not v{cls.__version__}")
@@ -321,7 +332,7 @@ def _enc_vote(cls: type[Any], m: VoteRequest, ctx: _Ctx) -> Any:
         replica_epoch=m.candidate_epoch,
         replica_id=m.candidate_id,
         replica_directory_id=None,
-        voter_directory_id=None,
+        voter_directory_id=_wire_uuid(m.voter_directory_id),
         last_offset_epoch=m.last_offset_epoch,
         last_offset=m.last_offset,
         pre_vote=m.pre_vote,
@@ -374,7 +385,7 @@ def _enc_fetch(cls: type[Any], m: FetchRequest, ctx: _Ctx) -> Any:
         last_fetched_epoch=m.last_fetched_epoch,
         log_start_offset=m.log_start_offset,
         partition_max_bytes=m.max_bytes,
-        replica_directory_id=None,
+        replica_directory_id=_wire_uuid(m.replica_directory_id),
     )
     topic = _nested(cls, "FetchTopic")(topic_id=METADATA_TOPIC_ID, partitions=(part,))
     extra: dict[str, Any] = {}
@@ -535,6 +546,7 @@ def _dec_vote(head: RequestHeaderInfo, body: Any) -> tuple[Call, int, int, str |
         last_offset_epoch=p.last_offset_epoch,
         last_offset=p.last_offset,
         pre_vote=bool(getattr(p, "pre_vote", False)),
+        voter_directory_id=_read_uuid(p, "voter_directory_id"),
     )
     return msg, p.replica_id, getattr(body, "voter_id", -1), body.cluster_id
 
@@ -566,6 +578,7 @@ def _dec_fetch(head: RequestHeaderInfo, body: Any) -> tuple[Call, int, int, str 
         log_start_offset=p.log_start_offset,
         max_wait_ms=_ms(body.max_wait),
         max_bytes=p.partition_max_bytes,
+        replica_directory_id=_read_uuid(p, "replica_directory_id"),
     )
     return msg, replica_id, -1, body.cluster_id
 
@@ -749,7 +762,7 @@ def _enc_describe_response(cls: type[Any], d: QuorumDescription, endpoints: Endp
         return _make(
             rcls,
             replica_id=r.replica_id,
-            replica_directory_id=None,
+            replica_directory_id=_wire_uuid(r.directory_id),
             log_end_offset=r.log_end_offset,
             last_fetch_timestamp=r.last_fetch_ms,
             last_caught_up_timestamp=r.last_caught_up_ms,
@@ -1030,6 +1043,7 @@ def _dec_describe_response(body: Any) -> QuorumDescription | ErrorResult:
                 log_end_offset=r.log_end_offset,
                 last_fetch_ms=getattr(r, "last_fetch_timestamp", -1),
                 last_caught_up_ms=getattr(r, "last_caught_up_timestamp", -1),
+                directory_id=_read_uuid(r, "replica_directory_id"),
             )
             for r in states or ()
         )

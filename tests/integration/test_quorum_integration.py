@@ -185,6 +185,9 @@ def test_quorum_leader_election_and_describe_cli(cluster: QuorumCluster) -> None
         i: ("Leader" if i == leader else "Follower") for i in cluster.nodes
     }
     assert int(rows[0]["NodeId"]) == leader
+    # KIP-853: each controller's directory.id (meta.properties), learned from its fetches.
+    directory_ids = {row["DirectoryId"] for row in rows}
+    assert len(directory_ids) == 3 and "AAAAAAAAAAAAAAAAAAAAAA" not in directory_ids, r.stdout
     for row in rows:
         assert int(row["LogEndOffset"]) > 0 and int(row["Lag"]) >= 0
         assert abs(int(row["LastFetchTimestamp"]) - now_ms()) < 60_000, row  # wall-clock ms
@@ -198,7 +201,10 @@ def test_quorum_leader_election_and_describe_cli(cluster: QuorumCluster) -> None
         "quorum", "describe", "--replication", "--human-readable", "--bootstrap-controller", cluster.bootstrap()
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    human = re.compile(r"(\d+)\s+(\d+)\s+(\d+)\s+(-?\d+ ms ago|-1)\s+(-?\d+ ms ago|-1)\s+(Leader|Follower)")
+    # NodeId, then Kafka 3.9's DirectoryId (a 22-character uuid), then the rest.
+    human = re.compile(
+        r"(\d+)\s+(?:[A-Za-z0-9_-]{22}\s+)?(\d+)\s+(\d+)\s+(-?\d+ ms ago|-1)\s+(-?\d+ ms ago|-1)\s+(Leader|Follower)"
+    )
     matches = [human.fullmatch(line.strip()) for line in r.stdout.strip().splitlines()[1:]]
     assert len(matches) == 3 and all(matches), r.stdout
     assert all(m.group(4).endswith(" ms ago") for m in matches if m), r.stdout  # every voter fetched

@@ -23,6 +23,14 @@ Issue 24: with `connection_resets`, a node that dies makes its peers' requests t
 (`RaftCore.request_failed`), as TCP reports a dead process; `failover_ms` records, for every
 stop of a leader, the time until a live node led a higher epoch.
 
+KIP-853 (`dynamic=True`): the voters are a `VoterSet` with directory ids, kept in the log
+(VotersRecord) and in snapshots, changed with `change_voters`; a node's disk can be wiped
+(`wipe`: a new replica under the same id). The majority rules above then use the voter sets
+in force, and three more hold: at most one voter-set change uncommitted in a leader's log
+("one-change-in-flight"), consecutive voter sets of any log differ by at most one voter
+("one-voter-at-a-time"), and a new leader's voter set shares a majority with the committed
+one ("no-disjoint-majorities").
+
 Each violation names the property it broke (`InvariantViolation.prop`), so a report can
 say which rule caught a fault. `Cluster.coverage` counts the histories a run reached
 (Figure-8 comebacks, partial fetches, diverging truncations, snapshot installs, stale and
@@ -35,6 +43,7 @@ from __future__ import annotations
 import heapq
 import json
 import random
+import uuid
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -56,7 +65,10 @@ from quorum.raft.messages import (
 )
 from quorum.raft.ready import Ready
 from quorum.raft.roles import LeaderState, Role
-from quorum.raft.types import Batch, ElectionState, Offset, OffsetAndEpoch
+from quorum.raft.types import Batch, ControlType, ElectionState, Offset, OffsetAndEpoch
+from quorum.raft.voter_change import VoterChange, VoterChangeResult
+from quorum.raft.voter_set import ZERO_UUID, ReplicaKey, VoterNode, VoterSet
+from quorum.storage.kraft_control import decode_voters
 
 # Coverage of every cluster built in this process (see `Cluster.coverage`).
 COVERAGE: Counter[str] = Counter()
@@ -114,14 +126,25 @@ class Disk:
         return self.snapshots[sid][position : position + max_bytes]
 
 
-def encode_state(values: list[str]) -> bytes:
-    return json.dumps(values).encode()
+def encode_state(values: list[str], voters: VoterSet | None = None) -> bytes:
+    """A snapshot: the values, and with KIP-853 the voter set of the log it covers."""
+    if voters is None:
+        return json.dumps(values).encode()
+    keys = [[n.node_id, str(n.key.directory_id)] for n in voters.nodes]
+    return json.dumps({"values": values, "voters": keys}).encode()
 
 
 def decode_state(data: bytes) -> list[str]:
-    values = json.loads(data)
-    assert isinstance(values, list)
-    return [str(v) for v in values]
+    return decode_snapshot(data)[0]
+
+
+def decode_snapshot(data: bytes) -> tuple[list[str], VoterSet | None]:
+    doc = json.loads(data)
+    if isinstance(doc, list):
+        return [str(v) for v in doc], None
+    assert isinstance(doc, dict)
+    voters = VoterSet.of(VoterNode(ReplicaKey(int(i), uuid.UUID(d))) for i, d in doc["voters"])
+    return [str(v) for v in doc["values"]], voters
 
 
 def _digest(values: Iterable[str], start: int = 0) -> int:
@@ -162,9 +185,19 @@ class StateMachine:
 
 
 class Node:
-    def __init__(self, node_id: int, voters: list[int], config: RaftConfig, snapshot_every: int) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        voters: list[int] | VoterSet,
+        config: RaftConfig,
+        snapshot_every: int,
+        directory_id: uuid.UUID = ZERO_UUID,
+        bootstrap: Sequence[int] = (),
+    ) -> None:
         self.id = node_id
-        self.voters = voters
+        self.voters = voters  # the bootstrap voters (static ids, or KIP-853's initial set)
+        self.directory_id = directory_id
+        self.bootstrap = tuple(bootstrap)  # controller.quorum.bootstrap.servers, as node ids
         self.config = config
         self.disk = Disk()
         self.core: RaftCore | None = None
@@ -198,9 +231,14 @@ class Node:
             if self.on_image is not None:
                 self.on_image(self, "load")
         log = RaftLog(disk.batches, start_offset=start, snapshot_id=sid)
+        voters = self.voters
+        if sid is not None and isinstance(voters, VoterSet):
+            voters = decode_snapshot(disk.snapshots[sid])[1] or voters
         self.core = RaftCore(
             node_id=self.id,
-            voters=self.voters,
+            voters=voters,
+            directory_id=self.directory_id,
+            bootstrap=self.bootstrap,
             config=self.config,
             rng=random.Random(rng.getrandbits(64)),
             now_ms=now,
@@ -263,6 +301,9 @@ class Node:
             disk.log_start = sid.offset
             self.sm.load(sid, data)
             self._since_snapshot = 0
+            voters = decode_snapshot(data)[1]
+            if voters is not None and self.core is not None:
+                self.core.load_snapshot_voters(sid, None, voters)
             if self.on_image is not None:
                 self.on_image(self, "install")
         if ready.truncate_to is not None:
@@ -304,7 +345,8 @@ class Node:
         if self.snapshot_every and self._since_snapshot >= self.snapshot_every:
             sid = core.snapshot_id_at(self.sm.applied)
             if sid not in self.disk.snapshots:
-                self.disk.snapshots[sid] = encode_state(self.sm.values)
+                voters = core.voters_at(sid.offset)[1] if isinstance(self.voters, VoterSet) else None
+                self.disk.snapshots[sid] = encode_state(self.sm.values, voters)
                 core.snapshot_created(sid)
             self._since_snapshot = 0
 
@@ -332,6 +374,7 @@ class Cluster:
         snapshot_every: int = 0,
         max_delay_ms: int = 5,
         connection_resets: bool = False,
+        dynamic: bool = False,
     ) -> None:
         self.rng = random.Random(seed)
         self.config = config or RaftConfig(
@@ -345,9 +388,25 @@ class Cluster:
         )
         self.voter_ids = list(range(1, voters + 1))
         self.observer_ids = list(range(voters + 1, voters + observers + 1))
+        self.dynamic = dynamic
+        self.snapshot_every = snapshot_every
+        self.initial_voters: VoterSet = VoterSet.static(self.voter_ids)
+        self._directories = 0
+        bootstrap: list[int] | VoterSet = self.voter_ids
+        if dynamic:
+            dirs = {i: self._new_directory() for i in self.voter_ids}
+            self.initial_voters = VoterSet.of(VoterNode(ReplicaKey(i, dirs[i])) for i in self.voter_ids)
+            bootstrap = self.initial_voters
+            dirs |= {i: self._new_directory() for i in self.observer_ids}
         self.nodes = {
-            i: Node(i, self.voter_ids, self.config, snapshot_every) for i in self.voter_ids + self.observer_ids
+            i: Node(i, bootstrap, self.config, snapshot_every, dirs[i] if dynamic else ZERO_UUID)
+            for i in self.voter_ids + self.observer_ids
         }
+        # KIP-853: committed voter sets by the offset of their VotersRecord; the answers to
+        # change_voters by token; the epochs whose leader's voter set was checked.
+        self.committed_voters: dict[Offset, VoterSet] = {}
+        self.voter_results: dict[tuple[int, int, int], VoterChangeResult] = {}  # (node, incarnation, token)
+        self._voters_checked: set[int] = set()
         self.now = 0
         self.max_delay_ms = max_delay_ms
         # TCP's view of a dead process (issue 24): a request to a node that is down, or waiting
@@ -414,6 +473,101 @@ class Cluster:
             node.on_crash = self._on_crash
             node.start(self.now, self.rng)
         self._drain_all()
+
+    def _new_directory(self) -> uuid.UUID:
+        self._directories += 1
+        return uuid.UUID(int=(self.rng.getrandbits(64) << 16) | self._directories)
+
+    # ------------------------------------------------------------ KIP-853
+
+    def committed_voter_set(self) -> VoterSet:
+        """The voter set of the committed log (the last committed VotersRecord)."""
+        below = [o for o in self.committed_voters if o < self.max_committed]
+        return self.committed_voters[max(below)] if below else self.initial_voters
+
+    def change_voters(self, change: VoterChange) -> tuple[int, int, int] | None:
+        """Submit a voter change to the leader; its answer lands in `voter_results` under
+        the key returned."""
+        node = self.leader()
+        if node is None or node.core is None:
+            return None
+        key = (node.id, node.incarnation, node.core.change_voters(change, self.now))
+        self._send(node.drain())
+        self.check()
+        return key
+
+    def voter_node(self, node_id: int) -> VoterNode:
+        """The replica running as `node_id` now (its current directory id)."""
+        return VoterNode(ReplicaKey(node_id, self.nodes[node_id].directory_id))
+
+    def wipe(self, node_id: int) -> None:
+        """The node's disk is lost: it comes back empty with a new directory id, a new
+        replica (its old votes and acknowledgements went with the disk), formatted without
+        voters: it finds the leader through the others (controller.quorum.bootstrap.servers)."""
+        self.crash(node_id)
+        others = [i for i in self.nodes if i != node_id]
+        node = Node(node_id, VoterSet(()), self.config, self.snapshot_every, self._new_directory(), others)
+        old = self.nodes[node_id]
+        node.on_commit, node.on_persist = self._on_commit, self._on_persist
+        node.on_image, node.on_crash = self._on_image, self._on_crash
+        node.incarnation = old.incarnation
+        self.nodes[node_id] = node
+        for memo in (self.max_epoch, self.acked, self.acked_committed, self._ack_verified, self._hw_checked):
+            memo.pop(node_id, None)
+        self._log_owner.pop(node_id, None)
+        self._verified.pop((node_id, "disk"), None)
+        self._verified.pop((node_id, "core"), None)
+        self.votes = {k: v for k, v in self.votes.items() if k[0] != node_id}
+        self.note("wiped_disks")
+
+    def holders(self, voters: VoterSet, offset: Offset, leader: RaftCore | None) -> int:
+        """How many of these voters (the replicas with their directory ids) durably hold the
+        entry at `offset` (the leader's, or else the committed one)?"""
+        holders = 0
+        for n in voters.nodes:
+            node = self.nodes.get(n.node_id)
+            if node is None or not voters.is_voter(ReplicaKey(node.id, node.directory_id)):
+                continue
+            if leader is not None:
+                holders += self._durably_holds(node, offset, leader)
+            else:
+                holders += self._disk_holds_committed(node, offset)
+        return holders
+
+    def _check_voter_sets(self) -> None:
+        for node in self.nodes.values():
+            core = node.core
+            if core is None:
+                continue
+            # (An empty base: a replica formatted without voters, that learns them from the log.)
+            history = [core._voter_history.base, *(v for _, v in core._voter_history.entries)]  # noqa: SLF001
+            history = [v for v in history if v.nodes]
+            for a, b in zip(history, history[1:], strict=False):
+                if not a.overlaps_majority(b):
+                    raise InvariantViolation(
+                        f"node {node.id}: voter sets {sorted(a.ids)} -> {sorted(b.ids)} change more than one voter",
+                        "one-voter-at-a-time",
+                    )
+            if core.role is not Role.LEADER:
+                continue
+            # (A new leader's own HW may lag what the cluster committed: judge by the latter.)
+            committed_end = max(core.high_watermark, self.max_committed)
+            uncommitted = [o for o, _ in core._voter_history.entries if o >= committed_end]  # noqa: SLF001
+            if len(uncommitted) > 1:
+                raise InvariantViolation(
+                    f"leader {node.id} has {len(uncommitted)} uncommitted voter changes at {uncommitted}",
+                    "one-change-in-flight",
+                )
+            if core.epoch not in self._voters_checked:
+                self._voters_checked.add(core.epoch)
+                committed = self.committed_voter_set()
+                if not core.voter_set.overlaps_majority(committed):
+                    raise InvariantViolation(
+                        f"leader {node.id} of epoch {core.epoch} counts votes of {sorted(core.voters)}, "
+                        f"committed voters are {sorted(committed.ids)}",
+                        "no-disjoint-majorities",
+                    )
+                self.note("leaders_with_dynamic_voters")
 
     def note(self, kind: str, n: int = 1) -> None:
         """Count a history kind this run reached (and in the process-wide `COVERAGE`)."""
@@ -750,6 +904,8 @@ class Cluster:
 
     def _on_persist(self, node: Node, ready: Ready) -> None:
         core = node.core
+        for result in ready.voter_changes:
+            self.voter_results[(node.id, node.incarnation, result.token)] = result
         if ready.snapshot_chunks:
             for chunk in ready.snapshot_chunks:
                 if chunk.position == 0 and any(node.disk.receiving.values()):
@@ -869,7 +1025,6 @@ class Cluster:
     # --------------------------------------------------------- invariants
 
     def check(self) -> None:
-        majority = len(self.voter_ids) // 2 + 1
         for node in self.nodes.values():
             core = node.core
             # Epochs never decrease (durable and in memory).
@@ -899,7 +1054,7 @@ class Cluster:
                     )
             # At most one vote per epoch: a durable vote is never changed or forgotten.
             election = node.disk.election
-            if election is not None and election.voted_id != -1 and node.id in self.voter_ids:
+            if election is not None and election.voted_id != -1 and (self.dynamic or node.id in self.voter_ids):
                 key = (node.id, election.epoch)
                 voted = self.votes.setdefault(key, election.voted_id)
                 if voted != election.voted_id:
@@ -948,8 +1103,10 @@ class Cluster:
                 )
             node.last_hw = core.high_watermark
         disk_changes = self._check_log_matching()
-        self._record_commits(majority)
+        self._record_commits()
         self._check_committed()
+        if self.dynamic:
+            self._check_voter_sets()
         for node in self.nodes.values():
             self._check_acked_kept(node, disk_changes.get(node.id))
 
@@ -1025,6 +1182,8 @@ class Cluster:
 
     def _on_commit(self, node: Node, batch: Batch) -> None:
         """Every batch a node applies is committed: record it, and it must never differ."""
+        if batch.control_type is ControlType.KRAFT_VOTERS:
+            self.committed_voters.setdefault(batch.base_offset, decode_voters(batch.records[0]))
         core = node.core
         for i, record in enumerate(batch.records):
             offset = batch.base_offset + i
@@ -1038,7 +1197,7 @@ class Cluster:
                     f"node {node.id} applied {entry} at {offset}, committed was {prev}", "committed-unchanged"
                 )
 
-    def _record_commits(self, majority: int) -> None:
+    def _record_commits(self) -> None:
         leader = self.leader()
         if leader is None or leader.core is None:
             return
@@ -1046,9 +1205,9 @@ class Cluster:
         hw = core.high_watermark
         if hw <= self.max_committed:
             return
-        # The HW must be on a majority of voters' durable logs (or their snapshots).
-        holders = sum(1 for v in self.voter_ids if self._durably_holds(self.nodes[v], hw - 1, core))
-        if holders < majority:
+        # The HW must be on a majority of the leader's voters' durable logs (or their snapshots).
+        holders = self.holders(core.voter_set, hw - 1, core)
+        if holders < core.voter_set.majority:
             raise InvariantViolation(f"HW {hw} of leader {leader.id} is on only {holders} voters", "hw-on-majority")
         for offset in range(self.max_committed, hw):
             self.committed_epoch.setdefault(offset, core.epoch)
@@ -1112,24 +1271,26 @@ class Cluster:
                         raise InvariantViolation(
                             f"leader {node.id} has a different committed entry at {last}", "leader-completeness"
                         )
-        # Nothing committed is ever lost: every committed offset is durable on a majority.
+        # Nothing committed is ever lost: every committed offset is durable on a majority of
+        # the committed voter set (or, while a voter change is uncommitted, of a set that some
+        # log already uses: the two differ by one voter, so their majorities overlap).
         if self.max_committed:
-            majority = len(self.voter_ids) // 2 + 1
             last = self.max_committed - 1
-            holders = 0
-            for v in self.voter_ids:
-                node = self.nodes[v]
-                sid = node.disk.latest_snapshot()
-                if sid is not None and sid.offset > last:
-                    holders += 1
-                    continue
-                held = _batch_at(node.disk.batches, last)
-                if held is not None and (held.epoch, held.records[last - held.base_offset]) == self.committed.get(last):
-                    holders += 1
-            if holders < majority and last in self.committed:
-                raise InvariantViolation(
-                    f"committed offset {last} is durable on only {holders} voters", "committed-durable"
-                )
+            if last in self.committed:
+                sets = [self.committed_voter_set()]
+                sets += [n.core.voter_set for n in self.nodes.values() if n.core is not None and self.dynamic]
+                counts = [(self.holders(vs, last, None), vs.majority) for vs in sets]
+                if all(held < majority for held, majority in counts):
+                    raise InvariantViolation(
+                        f"committed offset {last} is durable on only {counts[0][0]} voters", "committed-durable"
+                    )
+
+    def _disk_holds_committed(self, node: Node, offset: Offset) -> bool:
+        sid = node.disk.latest_snapshot()
+        if sid is not None and sid.offset > offset:
+            return True
+        held = _batch_at(node.disk.batches, offset)
+        return held is not None and (held.epoch, held.records[offset - held.base_offset]) == self.committed.get(offset)
 
     def committed_values(self) -> list[str]:
         """Data values below the highest committed offset, from the committed record."""

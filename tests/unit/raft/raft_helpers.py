@@ -10,6 +10,7 @@ asked to persist together with what it was asked to send.
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ from quorum.raft.messages import Envelope, Message
 from quorum.raft.ready import Ready
 from quorum.raft.roles import Role
 from quorum.raft.types import Batch, ElectionState, OffsetAndEpoch
+from quorum.raft.voter_set import ZERO_UUID, VoterSet
 
 CONFIG = RaftConfig(
     election_timeout_ms=1000,
@@ -66,7 +68,7 @@ class MemorySnapshots:
 
 def new_core(
     node_id: int,
-    voters: Sequence[int],
+    voters: Sequence[int] | VoterSet,
     *,
     config: RaftConfig = CONFIG,
     seed: int = 0,
@@ -74,6 +76,7 @@ def new_core(
     election: ElectionState | None = None,
     log: RaftLog | None = None,
     snapshots: MemorySnapshots | None = None,
+    directory_id: uuid.UUID = ZERO_UUID,
 ) -> RaftCore:
     return RaftCore(
         node_id=node_id,
@@ -84,13 +87,14 @@ def new_core(
         election=election,
         log=log,
         snapshots=snapshots,
+        directory_id=directory_id,
     )
 
 
 class Net:
     def __init__(
         self,
-        voters: Sequence[int],
+        voters: Sequence[int] | VoterSet,
         observers: Sequence[int] = (),
         *,
         config: RaftConfig = CONFIG,
@@ -98,15 +102,16 @@ class Net:
         logs: dict[int, RaftLog] | None = None,
         elections: dict[int, ElectionState] | None = None,
         snapshots: dict[int, MemorySnapshots] | None = None,
+        directories: dict[int, uuid.UUID] | None = None,
     ) -> None:
         self.now = 0
-        self.voters = list(voters)
+        self.voters = sorted(voters.ids) if isinstance(voters, VoterSet) else list(voters)
         self.cores: dict[int, RaftCore] = {}
         self.readies: dict[int, list[Ready]] = {}
         self.pending: list[Envelope] = []
         self.sent: list[Envelope] = []  # everything ever sent, in order
         self.applied: dict[int, list[Batch]] = {}
-        for nid in [*voters, *observers]:
+        for nid in [*self.voters, *observers]:
             self.cores[nid] = new_core(
                 nid,
                 voters,
@@ -115,6 +120,7 @@ class Net:
                 election=(elections or {}).get(nid),
                 log=(logs or {}).get(nid),
                 snapshots=(snapshots or {}).get(nid),
+                directory_id=(directories or {}).get(nid, ZERO_UUID),
             )
             self.readies[nid] = []
             self.applied[nid] = []
