@@ -122,6 +122,8 @@ class DataPlane:
         self.txn_verifier = TxnVerifier(config.node_id, self._txn_coordinator_of, self.endpoint, self.txns.verify)
         self.services.txn_marker_listener = self.groups  # markers on __consumer_offsets complete offsets
         self._server: KafkaListeners | None = None
+        self._listen_task: asyncio.Task[None] | None = None
+        self._caught_up = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self._published = False
@@ -202,6 +204,7 @@ class DataPlane:
         if self._published or epoch < 0 or image.offset < epoch:
             return
         self._published = True
+        self._caught_up.set()
         log.info("broker %d: metadata caught up at offset %d; hosting partitions", self.config.node_id, image.offset)
         self.replicas.on_metadata(MetadataDelta.diff(EMPTY_IMAGE, image), image)
         self.groups.on_metadata()
@@ -228,7 +231,6 @@ class DataPlane:
         self.broker_epoch = broker_epoch
         self._started = True
         self.isr.start()
-        self._server = await start_kafka_listener(self.config, self.services, self.groups, self.txns)
         self.txn_markers.start()
         c = self.config
         # The recovery points and log starts as loaded, at once (Kafka's first write waits
@@ -253,15 +255,28 @@ class DataPlane:
             ),
             asyncio.create_task(self._every(1000, self._flush_and_roll)),
             asyncio.create_task(self._every(DESCRIPTOR_CHECK_INTERVAL_MS, self._check_descriptors)),
-            asyncio.create_task(self._publish_when_caught_up()),
         ]
+        self._listen_task = asyncio.create_task(self._listen_when_caught_up())
 
-    async def _publish_when_caught_up(self) -> None:
+    async def _listen_when_caught_up(self) -> None:
+        """Host the partitions once the image has caught up with this broker's registration,
+        then open the Kafka listener. As Kafka's broker does (its client listeners accept
+        only after the initial catch-up), a restarted broker never answers from the image of
+        an earlier offset: a Metadata answer that lists no brokers and no leaders makes
+        librdkafka forget every broker it knew, and a transactional producer left with none
+        waits forever."""
         while not self._published:
             self._maybe_publish(self.image())
-            await asyncio.sleep(0.02)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.02):
+                    await self._caught_up.wait()
+        self._server = await start_kafka_listener(self.config, self.services, self.groups, self.txns)
 
     async def stop(self) -> None:
+        if self._listen_task is not None:
+            self._listen_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listen_task
         if self._server is not None:
             await stop_kafka_listener(self._server)
         await self.groups.close()
