@@ -262,7 +262,7 @@ class World:
             return
         if self.faults and produce and r.random() < cfg.late_produce:
             self.stats["late_produces"] += 1
-            self.after(cfg.request_timeout_ms + r.randint(1, 4 * cfg.request_timeout_ms), fn)
+            self.after(cfg.request_timeout_ms + r.randint(1, cfg.request_timeout_ms), fn)
             return
         self.after(r.randint(1, cfg.max_delay_ms), fn)
         if self.faults and duplicable and r.random() < cfg.duplicate:
@@ -453,7 +453,9 @@ class World:
         if b.transactional and tid is not None and (entry is None or entry.current_txn_first_offset < 0):
             code = self.verify(tid, b, p.tp)
             if code != E.NONE:
-                self.stats["verifications_refused"] += 1
+                self.stats[f"verify_{code.name}"] += 1
+                if code == E.TRANSACTION_ABORTABLE and self._would_append(p, b):
+                    self.stats["hanging_attempts"] += 1  # a late batch that would open a transaction nobody ends
                 answer(E.NOT_ENOUGH_REPLICAS if code in VERIFY_RETRY else code)
                 return
         b = Batch(p.leo, b.producer_id, b.producer_epoch, b.base_sequence, b.records, b.transactional,
@@ -472,6 +474,12 @@ class World:
                 p.waiting.append((duplicate.last_offset, lambda: answer(E.NONE)))
             return
         self._append(p, b, lambda: answer(E.NONE))
+
+    def _would_append(self, p: DataPartition, b: Batch) -> bool:
+        try:
+            return p.psm.check_client_append([b.producer_batch(self.now)]) is None
+        except LogError:
+            return False
 
     def verify(self, tid: str, b: Batch, tp: TopicPartition) -> ErrorCode:
         """KIP-890 part 1: the coordinator says whether `tp` is in the producer's transaction."""

@@ -25,10 +25,11 @@ def config_for(seed: int) -> SimConfig:
         idempotent_producers=r.randint(0, 2),
         loss=r.choice((0.0, 0.02, 0.08)),
         duplicate=r.choice((0.0, 0.05)),
-        late_produce=r.choice((0.0, 0.02, 0.05)),
+        late_produce=r.choice((0.0, 0.03, 0.1)),
         append_fail=r.choice((0.0, 0.05, 0.15)),
         fault_probability=r.choice((0.1, 0.3)),
         stall_probability=r.choice((0.0, 0.01, 0.03)),
+        produce_retries=r.choice((0, 0, 1, 4)),
     )
 
 
