@@ -11,7 +11,9 @@ per data partition a `ProducerStateManager` (`check_client_append`, `check_marke
 What is simulated: time (ms, one event queue), the network (every message delayed 1 ms ..
 `max_delay_ms`, some dropped, produce and client requests sometimes duplicated, produce
 requests sometimes delayed beyond the client's request timeout: the late write KIP-890
-guards against), appends (a coordinator record commits after a delay or fails; a data
+guards against), coordinator moves (half of them leave the old coordinator paused and acting on once it
+resumes, after its successor loaded: its records fail, its outstanding markers are sent
+again with its old coordinator epoch), appends (a coordinator record commits after a delay or fails; a data
 append is acknowledged (acks=all) once the partition's high watermark passes it; a leader
 crash truncates the log to the HW and rebuilds the producer state by replaying the log
 through `on_append`), and the clients: transactional producers following the client
@@ -236,6 +238,9 @@ class World:
             retry_backoff_ms=cfg.retry_backoff_ms,
         )
         self.coords = [CoordPartition(i) for i in range(cfg.coordinator_partitions)]
+        # Deposed coordinators still acting until a time: their appends fail (NOT_LEADER_OR_FOLLOWER),
+        # their markers go on being sent.
+        self.zombie_coordinators: dict[int, tuple[TxnCoordinator, int, int]] = {}  # (it, resumes at, until)
         for c in self.coords:
             self._load(c)
         self.partitions = {(TOPIC, i): DataPartition((TOPIC, i)) for i in range(cfg.data_partitions)}
@@ -311,8 +316,26 @@ class World:
                 self._commit_record(c, w)
         c.inflight = []
         c.tokens = {}
+        load_in = self.rng.randint(20, 1_500)
+        if self.rng.random() < 0.5:  # deposed, not dead: it acts until after its successor loaded
+            self.stats["zombie_coordinators"] += 1
+            # It was deposed because it paused (a GC pause, a stalled disk): it resumes after its
+            # successor loaded, its marker sender times out and sends every outstanding marker again.
+            resume = self.now + load_in + self.rng.randint(0, 500)
+            zombie = c.coordinator
+            self.zombie_coordinators[id(zombie)] = (zombie, resume, resume + self.rng.randint(100, 1_500))
+            self.after(resume - self.now, lambda: self._resume_zombie(c, zombie))
         c.coordinator = None
-        self.after(self.rng.randint(20, 1_500), lambda: self._load(c))
+        self.after(load_in, lambda: self._load(c))
+
+    def _resume_zombie(self, c: CoordPartition, zombie: TxnCoordinator) -> None:
+        for markers in list(zombie._markers.values()):
+            r = markers.request
+            if markers.remaining:
+                self.stats["zombie_markers_resent"] += 1
+                again = MarkerRequest(r.transactional_id, r.producer_id, r.producer_epoch, r.coordinator_epoch,
+                                      r.result, frozenset(markers.remaining))  # fmt: skip
+                self._send_markers(c, zombie, again)
 
     def _load(self, c: CoordPartition) -> None:
         c.epoch += 1
@@ -323,8 +346,15 @@ class World:
         self._outcome(c, coordinator, coordinator.loaded(self.now))
         self._tick(c, coordinator)
 
+    def acting(self, c: CoordPartition, coordinator: TxnCoordinator) -> bool:
+        """`coordinator` is `c`'s, or a deposed one that does not know it yet."""
+        if c.coordinator is coordinator:
+            return True
+        zombie = self.zombie_coordinators.get(id(coordinator))
+        return zombie is not None and zombie[0] is coordinator and zombie[1] <= self.now < zombie[2]
+
     def _tick(self, c: CoordPartition, coordinator: TxnCoordinator) -> None:
-        if c.coordinator is not coordinator:
+        if not self.acting(c, coordinator):
             return
         out = coordinator.tick(self.now)
         self.stats["timeout_aborts"] += sum(
@@ -382,7 +412,19 @@ class World:
         self.send(deliver)
 
     def _outcome(self, c: CoordPartition, coordinator: TxnCoordinator, out: Outcome) -> None:
-        if c.coordinator is not coordinator:
+        if not self.acting(c, coordinator):
+            return
+        if c.coordinator is not coordinator:  # a deposed coordinator: no record of it commits
+            for w in out.writes:
+                tid = w.key.transactional_id
+                self.after(
+                    self.rng.randint(1, 60),
+                    lambda tid=tid: self._outcome(  # type: ignore[misc]
+                        c, coordinator, coordinator.appended(tid, E.NOT_LEADER_OR_FOLLOWER, self.now)
+                    ),
+                )
+            for m in out.markers:
+                self._send_markers(c, coordinator, m)
             return
         for token, reply in out.replies.items():
             fn = c.tokens.pop(token, None)
@@ -417,7 +459,7 @@ class World:
             done = [False]
 
             def result(code: ErrorCode, tp: TopicPartition = tp, done: list[bool] = done) -> None:
-                if done[0] or c.coordinator is not coordinator:
+                if done[0] or not self.acting(c, coordinator):
                     return
                 done[0] = True
                 self._outcome(c, coordinator, coordinator.markers_written(m, {tp: code}))
