@@ -9,7 +9,7 @@ per data partition a `ProducerStateManager` (`check_client_append`, `check_marke
 `CompletedTxn`s `on_append` returns (as the `.txnindex` is) and read with `collect_aborted`.
 
 What is simulated: time (ms, one event queue), the network (every message delayed 1 ms ..
-`max_delay_ms`, some dropped, produce and client requests sometimes duplicated, produce
+`max_delay_ms`, some dropped, produce requests and answers sometimes duplicated, produce
 requests sometimes delayed beyond the client's request timeout: the late write KIP-890
 guards against), coordinator moves (half of them leave the old coordinator paused and acting on once it
 resumes, after its successor loaded: its records fail, its outstanding markers are sent
@@ -409,7 +409,9 @@ class World:
             c.tokens[token] = answer
             self._outcome(c, coordinator, call(coordinator, token))
 
-        self.send(deliver)
+        # Not duplicated by the network (TCP does not): a request to the coordinator is sent
+        # again only by its client, after its timeout, when the first was delivered or lost.
+        self.send(deliver, duplicable=False)
 
     def _outcome(self, c: CoordPartition, coordinator: TxnCoordinator, out: Outcome) -> None:
         if not self.acting(c, coordinator):
