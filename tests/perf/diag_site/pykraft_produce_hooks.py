@@ -55,16 +55,25 @@ _on_follower_fetch = state_mod.PartitionState.on_follower_fetch
 
 @functools.wraps(_on_follower_fetch)
 def on_follower_fetch(self: Any, **kw: Any) -> Any:
-    t = now()
+    events.append(["leader_sees_fetch", now(), kw["replica_id"], kw["fetch_offset"]])
+    return _on_follower_fetch(self, **kw)
+
+
+state_mod.PartitionState.on_follower_fetch = on_follower_fetch  # type: ignore[method-assign]
+
+_increment = state_mod.PartitionState._maybe_increment_high_watermark
+
+
+@functools.wraps(_increment)
+def maybe_increment_high_watermark(self: Any, now_ms: int, log: Any) -> Any:
     before = self.high_watermark
-    out = _on_follower_fetch(self, **kw)
-    events.append(["leader_sees_fetch", t, kw["replica_id"], kw["fetch_offset"]])
+    out = _increment(self, now_ms, log)
     if self.high_watermark != before:
         events.append(["hw", now(), self.high_watermark])
     return out
 
 
-state_mod.PartitionState.on_follower_fetch = on_follower_fetch  # type: ignore[method-assign]
+state_mod.PartitionState._maybe_increment_high_watermark = maybe_increment_high_watermark  # type: ignore[method-assign]
 
 _apply = RM.apply_fetch_answer
 
