@@ -63,6 +63,37 @@ async def _write_response(writer: asyncio.StreamWriter, response: bytes | Stream
     await writer.drain()
 
 
+_COALESCE_MAX_BYTES: Final = 64 << 10  # answers up to this size are joined into one write
+_NOTHING: Final = object()
+
+
+def _answered(task: _Answer) -> bool:
+    """Done with an answer (not an error: the writer meets those by awaiting them alone)."""
+    return task.done() and not task.cancelled() and task.exception() is None
+
+
+async def _write_responses(writer: asyncio.StreamWriter, responses: list[bytes | StreamedResponse | None]) -> None:
+    """Write `responses` (None: no answer, as for acks=0) in order: runs of small byte
+    answers joined into one write, the others written as they are; one drain at the end."""
+    joined: list[bytes | bytearray | memoryview] = []
+    for response in responses:
+        if response is None:
+            continue
+        if isinstance(response, (bytes, bytearray, memoryview)) and len(response) <= _COALESCE_MAX_BYTES:
+            joined.append(response)
+            continue
+        if joined:
+            writer.write(b"".join(joined) if len(joined) > 1 else joined[0])
+            joined.clear()
+        if isinstance(response, (bytes, bytearray, memoryview)):
+            writer.write(response)
+        else:
+            await response.send(writer)
+    if joined:
+        writer.write(b"".join(joined) if len(joined) > 1 else joined[0])
+    await writer.drain()
+
+
 class PeerUnavailable(ConnectionError):
     """The peer could not be reached, closed the connection, or did not answer in time."""
 
@@ -247,19 +278,31 @@ async def _serve_pipelined(
     failure: list[BaseException] = []
 
     async def write_in_order() -> None:
+        # Answers that are ready together (acks=all produces completed by one high-watermark
+        # move) leave in one write: one send syscall, one wake-up of the client, where a
+        # write per answer cost the small-batch producer a syscall per batch.
+        carried: _Answer | None | object = _NOTHING  # taken from the queue, not ready yet
         try:
             while True:
-                task = await queue.get()
+                task = await queue.get() if carried is _NOTHING else carried
+                carried = _NOTHING
                 if task is None:
                     return  # the client ended its stream and every response is out
-                response = await task
-                conn.in_flight -= 1
-                if response is not None:
-                    if writer.is_closing():
-                        break  # the peer or the server went away while we worked on it
-                    await _write_response(writer, response)
-                    conn.touch()
-                slots.release()
+                assert isinstance(task, asyncio.Future)
+                responses = [await task]
+                while not queue.empty():
+                    nxt = queue.get_nowait()
+                    if nxt is None or not _answered(nxt):
+                        carried = nxt  # next round: after this round's answers are out
+                        break
+                    responses.append(nxt.result())
+                conn.in_flight -= len(responses)
+                if writer.is_closing():
+                    break  # the peer or the server went away while we worked on it
+                await _write_responses(writer, responses)
+                conn.touch()
+                for _ in responses:
+                    slots.release()
         except asyncio.CancelledError:
             raise
         except Exception as exc:

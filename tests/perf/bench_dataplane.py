@@ -69,6 +69,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -926,6 +927,315 @@ def verdicts(runs: list[Run]) -> list[tuple[str, bool | None, str]]:
 # ----------------------------------------------------------------------------- main
 
 
+# ----------------------------------------------------------------------------- small batches (issue 22 item 4)
+
+SMALL_MSG_BYTES = 100
+# confluent-kafka sending each message as soon as it can: one small batch per partition per Produce.
+SMALL_CONFLUENT_CONF: dict[str, Any] = PRODUCER_CONF | {"linger.ms": 0, "statistics.interval.ms": 500}
+
+
+@dataclass
+class SmallRun:
+    """A saturating acks=all run of 100 B records with a client that sends small batches."""
+
+    system: str  # "pykraft" or "mock"
+    client: str  # "confluent linger.ms=0" or "kafka-python defaults"
+    partitions: int
+    seconds: float = 0.0
+    msgs: int = 0
+    errors: int = 0
+    produce_requests: int | None = None  # Produce requests the client sent (librdkafka stats)
+    batches: int | None = None  # batches appended to the leaders' logs (pykraft: counted on disk)
+    broker_cpu_s: float = float("nan")
+    leader_cpu_s: float = float("nan")  # the broker py-spy watched (or the busiest one)
+    p50_ms: float = float("nan")
+    p99_ms: float = float("nan")
+    others_share: float = 0.0
+    load1: float = 0.0
+
+    @property
+    def batches_per_core(self) -> float:
+        """Batches ingested per second of broker CPU (all brokers: leader + followers)."""
+        if not self.batches or self.broker_cpu_s != self.broker_cpu_s or self.broker_cpu_s <= 0:
+            return float("nan")
+        return self.batches / self.broker_cpu_s
+
+
+def count_batches(log_dirs: list[Path], topic: str) -> int:
+    """Record batches in the topic's logs: per partition, the replica holding the most
+    (the leader's), summed; each batch header's length field walked, nothing decoded."""
+    per_partition: dict[str, int] = {}
+    for d in log_dirs:
+        for pdir in d.glob(f"{topic}-*"):
+            n = 0
+            for seg in pdir.glob("*.log"):
+                data = seg.read_bytes()
+                pos = 0
+                while pos + 12 <= len(data):
+                    length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+                    if length <= 0:
+                        break
+                    pos += 12 + length
+                    n += 1
+            per_partition[pdir.name] = max(per_partition.get(pdir.name, 0), n)
+    return sum(per_partition.values())
+
+
+def small_confluent_run(
+    run: SmallRun,
+    bootstrap: str,
+    topic: str,
+    seconds: float,
+    groups: dict[str, list[int]],
+    work: Path,
+    leader_pid: int | None,
+    profile: tuple[int, Path, str] | None,
+    count: Callable[[], int] | None = None,
+) -> SmallRun:
+    """confluent-kafka, acks=all, linger.ms=0, 100 B values round-robin, as fast as it can."""
+    latencies: list[float] = []
+    errors: Counter[str] = Counter()
+    stats: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors[err.name()] += 1
+        else:
+            latencies.append(msg.latency())
+
+    conf = {"bootstrap.servers": bootstrap, "acks": "all", "logger": rd_logger(work), "stats_cb": stats.append,
+            **SMALL_CONFLUENT_CONF}  # fmt: skip
+    producer = Producer(conf)
+    payload = os.urandom(SMALL_MSG_BYTES)
+
+    def send(i: int) -> bool:
+        try:
+            producer.produce(topic, payload, partition=i % run.partitions, on_delivery=on_delivery)
+        except BufferError:
+            producer.poll(0.0005)
+            return False
+        return True
+
+    i = 0
+    while i < WARMUP_MESSAGES:
+        i += send(i)
+    producer.flush(60)
+    latencies.clear()
+    errors.clear()
+    producer.poll(0.6)
+    requests0 = _produce_requests(stats)
+    batches0 = count() if count else 0
+    spy = PySpy(*profile) if profile else None
+    if spy:
+        spy.start()
+    run.load1 = os.getloadavg()[0]
+    with CpuWindow(groups) as cpu:
+        t0 = time.monotonic()
+        end = t0 + seconds
+        sent = 0
+        while True:
+            if send(sent):
+                sent += 1
+                if sent % 1000:
+                    continue
+                producer.poll(0)
+            if time.monotonic() >= end:
+                break
+        remaining = producer.flush(120)
+        t_last = time.monotonic()
+    if spy:
+        spy.stop()
+    stats.clear()
+    producer.poll(0.6)
+    requests1 = _produce_requests(stats)
+    run.produce_requests = requests1 - requests0 if requests1 is not None and requests0 is not None else None
+    run.batches = count() - batches0 if count else None
+    run.seconds = t_last - t0
+    run.msgs = len(latencies)
+    run.errors = sum(errors.values()) + remaining
+    lat = sorted(latencies)
+    run.p50_ms, run.p99_ms = percentile(lat, 0.5) * 1000, percentile(lat, 0.99) * 1000
+    _fill_cpu(run, cpu, groups, leader_pid)
+    return run
+
+
+def _produce_requests(stats: list[str]) -> int | None:
+    """Produce requests sent so far, from librdkafka's latest statistics."""
+    if not stats:
+        return None
+    brokers = json.loads(stats[-1]).get("brokers", {})
+    return sum(int(b.get("req", {}).get("Produce", 0)) for b in brokers.values())
+
+
+def _fill_cpu(run: SmallRun, cpu: CpuWindow, groups: dict[str, list[int]], leader_pid: int | None) -> None:
+    run.others_share = cpu.others_share
+    if "brokers" in groups:
+        run.broker_cpu_s = cpu.seconds["brokers"]
+        pid = leader_pid if leader_pid is not None else max(groups["brokers"], key=lambda p: cpu.per_pid[p])
+        run.leader_cpu_s = cpu.per_pid[pid]
+
+
+def small_kafka_python_run(
+    run: SmallRun,
+    bootstrap: str,
+    topic: str,
+    seconds: float,
+    groups: dict[str, list[int]],
+    leader_pid: int | None,
+    profile: tuple[int, Path, str] | None,
+    count: Callable[[], int] | None = None,
+) -> SmallRun:
+    """kafka-python's KafkaProducer with its defaults (acks=all, idempotent, batch.size 16 KB,
+    linger.ms 0), 100 B values round-robin, as fast as its sender takes them."""
+    from kafka import KafkaProducer
+
+    latencies: list[float] = []
+    errors: Counter[str] = Counter()
+    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","))
+    payload = os.urandom(SMALL_MSG_BYTES)
+
+    def send(i: int) -> None:
+        t = time.monotonic()
+        fut = producer.send(topic, payload, partition=i % run.partitions)
+        fut.add_callback(lambda _md: latencies.append(time.monotonic() - t))
+        fut.add_errback(lambda exc: errors.update([type(exc).__name__]))
+
+    for i in range(WARMUP_MESSAGES):
+        send(i)
+    producer.flush(60)
+    latencies.clear()
+    errors.clear()
+    batches0 = count() if count else 0
+    spy = PySpy(*profile) if profile else None
+    if spy:
+        spy.start()
+    run.load1 = os.getloadavg()[0]
+    with CpuWindow(groups) as cpu:
+        t0 = time.monotonic()
+        end = t0 + seconds
+        sent = 0
+        while time.monotonic() < end:
+            for _ in range(100):
+                send(sent)
+                sent += 1
+        producer.flush(120)
+        t_last = time.monotonic()
+    if spy:
+        spy.stop()
+    producer.close(10)
+    run.batches = count() - batches0 if count else None
+    run.seconds = t_last - t0
+    run.msgs = len(latencies)
+    run.errors = sum(errors.values()) + (sent - len(latencies) - sum(errors.values()))
+    lat = sorted(latencies)
+    run.p50_ms, run.p99_ms = percentile(lat, 0.5) * 1000, percentile(lat, 0.99) * 1000
+    _fill_cpu(run, cpu, groups, leader_pid)
+    return run
+
+
+SMALL_COLUMNS = [
+    ("run", 44), ("msgs/s", 8), ("Produce req/s", 13), ("batches/s", 9), ("broker cores", 12),
+    ("batches/s per core", 18), ("broker us/batch", 15), ("p50 ms", 7), ("p99 ms", 7), ("others", 6),
+    ("errors", 6),
+]  # fmt: skip
+
+
+def print_small_header() -> None:
+    print("  ".join(name.ljust(w) for name, w in SMALL_COLUMNS))
+    print("  ".join("-" * w for _, w in SMALL_COLUMNS))
+
+
+def print_small_row(r: SmallRun) -> None:
+    label = f"{r.system} {r.partitions}p, {r.client}"
+    req_s = r.produce_requests / r.seconds if r.produce_requests is not None and r.seconds else None
+    batches_s = r.batches / r.seconds if r.batches is not None and r.seconds else None
+    cores = r.broker_cpu_s / r.seconds if r.seconds else float("nan")
+    broker_us = r.broker_cpu_s * 1e6 / r.batches if r.batches else float("nan")
+    cells = [label, _f(r.msgs / r.seconds if r.seconds else None, 0), _f(req_s, 0), _f(batches_s, 0), _f(cores, 2),
+             _f(r.batches_per_core, 0), _f(broker_us, 0), _f(r.p50_ms), _f(r.p99_ms), f"{r.others_share:.0%}",
+             str(r.errors)]  # fmt: skip
+    print("  ".join(c.ljust(w) for c, (_, w) in zip(cells, SMALL_COLUMNS, strict=True)), flush=True)
+
+
+def run_small_batches(args: argparse.Namespace, work: Path) -> list[SmallRun]:
+    """The small-batch shapes: confluent-kafka linger.ms=0 and kafka-python's defaults, 100 B
+    records, acks=all, on the mock and on a 3+3 pykraft cluster (RF 3, one partition per
+    broker, so each broker leads one): client msgs/s, Produce requests/s (librdkafka's
+    statistics), batches appended/s (pykraft: counted in the logs), broker CPU, batches per
+    second of broker CPU (all brokers: the leader's append and the followers' fetches), the
+    leader broker's CPU per batch."""
+    from metadata_cluster import start_cluster
+
+    runs: list[SmallRun] = []
+    clients = ["confluent linger.ms=0", "kafka-python defaults"]
+    if args.mock:
+        host, mock_bootstrap = mock_cluster(work)
+        try:
+            # kafka-python 3.0 cannot use librdkafka's mock: it fails to decode the mock's
+            # ApiVersions v4 answer, and with api_version pinned its metadata wait times out.
+            print("  (mock: confluent only; kafka-python cannot talk to librdkafka's mock cluster)", flush=True)
+            for client in clients[:1]:
+                topic = f"mock-small-{len(runs)}"
+                admin = AdminClient({"bootstrap.servers": mock_bootstrap, "logger": rd_logger(work)})
+                parts = 0
+                deadline = time.monotonic() + 20
+                while not parts and time.monotonic() < deadline:
+                    md = admin.list_topics(topic, timeout=5).topics.get(topic)
+                    parts = len(md.partitions) if md is not None and md.error is None else 0
+                run = SmallRun("mock", client, parts)
+                if client.startswith("confluent"):
+                    small_confluent_run(run, mock_bootstrap, topic, args.seconds, {}, work, None, None)
+                else:
+                    small_kafka_python_run(run, mock_bootstrap, topic, args.seconds, {}, None, None)
+                print_small_row(run)
+                runs.append(run)
+        finally:
+            del host
+    nb = 3
+    cluster = start_cluster(work / "cluster-small", brokers=nb,
+                            properties={"min.insync.replicas": "2", "auto.create.topics.enable": "false"})  # fmt: skip
+    try:
+        bootstrap = ",".join(
+            f"127.0.0.1:{cluster.nodes[b].plan.properties['listeners'].rsplit(':', 1)[1]}" for b in cluster.broker_ids
+        )
+        groups = {"brokers": [cluster.nodes[b].pid for b in cluster.broker_ids],
+                  "controllers": [cluster.nodes[c].pid for c in cluster.controller_ids]}  # fmt: skip
+        log_dirs = [Path(cluster.nodes[b].plan.properties["log.dirs"]) for b in cluster.broker_ids]
+        for rep in range(args.small_repeats):
+            for client in clients:
+                topic = f"small-{rep}-{'confluent' if client.startswith('confluent') else 'kafkapython'}"
+                parts = args.small_partitions
+                rest_create_topic(cluster, topic, parts, 3, args.disk_budget_gb * 1e9)
+                wait_for_leaders(bootstrap, topic, parts, work)
+                admin = AdminClient({"bootstrap.servers": bootstrap, "logger": rd_logger(work)})
+                md = admin.list_topics(topic, timeout=5).topics[topic]
+                leader = md.partitions[0].leader
+                leader_pid = cluster.nodes[leader].pid
+                profile = None
+                if args.profile and rep == 0:
+                    profile = (leader_pid, args.profile / f"small-{topic.rsplit('-', 1)[1]}", args.profile_format)
+                run = SmallRun("pykraft", client, parts)
+
+                def count(topic: str = topic) -> int:
+                    return count_batches(log_dirs, topic)
+
+                if client.startswith("confluent"):
+                    small_confluent_run(run, bootstrap, topic, args.seconds, groups, work, leader_pid, profile, count)
+                else:
+                    small_kafka_python_run(run, bootstrap, topic, args.seconds, groups, leader_pid, profile, count)
+                print_small_row(run)
+                runs.append(run)
+                rest_delete_topic(cluster, topic)
+    except BaseException:
+        print(cluster.diagnostics(tail=30), flush=True)
+        raise
+    finally:
+        cluster.close()
+        if not args.keep:
+            shutil.rmtree(cluster.root, ignore_errors=True)
+    return runs
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=10.0, help="length of each produce run (default 10)")
@@ -948,6 +1258,13 @@ def main() -> int:
                     help="GB all replicas of one topic keep (sets retention.bytes per partition)")  # fmt: skip
     ap.add_argument("--keep", action="store_true", help="keep the clusters' directories")
     ap.add_argument("--json-out", type=Path, default=None)
+    ap.add_argument(
+        "--small-batches",
+        action="store_true",
+        help="only the small-batch shapes (100 B records, confluent linger.ms=0, kafka-python defaults)",
+    )
+    ap.add_argument("--small-partitions", type=int, default=3, help="partitions of the small-batch topic (RF 3)")
+    ap.add_argument("--small-repeats", type=int, default=1, help="pykraft small-batch runs per client")
     args = ap.parse_args()
     if args.quick:
         args.seconds, args.consume_seconds, args.cluster_warmup, args.idle_seconds = 3.0, 1.0, 1.5, 1.0
@@ -979,6 +1296,20 @@ def main() -> int:
           "cores = CPU seconds per second of the run; others = share of all CPUs used by other processes; "
           "idle cores = the brokers' CPU with the topic created, before any traffic")  # fmt: skip
     print()
+    if args.small_batches:
+        print(
+            "small batches: 100 B values, acks=all, saturating; batches/s per core = batches appended / broker "
+            "CPU s (3 brokers, RF 3: leaders' appends and followers' fetches); broker us/batch = its inverse"
+        )
+        print_small_header()
+        small = run_small_batches(args, work)
+        print(f"\nload average at end: {loadavg()}; wall time {time.monotonic() - t_begin:.0f} s")
+        if args.json_out:
+            rows = [asdict(r) | {"batches_per_core": r.batches_per_core} for r in small]
+            args.json_out.write_text(json.dumps({"small_batches": rows}, indent=1))
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     print_header()
     runs: list[Run] = []
     if args.mock:

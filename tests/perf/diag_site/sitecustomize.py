@@ -5,3 +5,6 @@ import os
 
 if os.environ.get("PYKRAFT_DIAG_OUT"):
     import pykraft_diag_hooks  # noqa: F401 - installs the hooks
+
+if os.environ.get("PYKRAFT_PRODUCE_DIAG_OUT"):
+    import pykraft_produce_hooks  # noqa: F401 - installs the broker's produce hooks (diag_produce_latency.py)

@@ -200,6 +200,52 @@ def test_pipelined_connection_runs_handlers_concurrently_and_answers_in_order(ru
     run(main())
 
 
+def test_pipelined_answers_ready_together_leave_in_one_write(run, monkeypatch):
+    """Answers completed together (acks=all produces released by one high-watermark move)
+    are joined into one write: one send syscall per round, not one per answer; a request
+    still in progress keeps the answers after it for a later write, in request order."""
+    writes: list[int] = []
+    real_write = asyncio.StreamWriter.write
+
+    def counting_write(self: asyncio.StreamWriter, data: bytes | bytearray | memoryview) -> None:
+        writes.append(len(data))
+        real_write(self, data)
+
+    async def main() -> None:
+        release = asyncio.Event()
+        late = asyncio.Event()
+
+        async def handler(frame: bytes) -> bytes:
+            cid = struct.unpack_from(">i", frame, 4)[0]
+            await (late if cid == 8 else release).wait()
+            return echo_response(frame)
+
+        server = await serve("127.0.0.1", 0, handler, pipeline_depth=16)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server))
+            writer.write(b"".join(frame_for(i, b"p%d" % i) for i in range(12)))
+            await writer.drain()
+            await asyncio.sleep(0.1)  # all 12 read and waiting
+            monkeypatch.setattr(asyncio.StreamWriter, "write", counting_write)
+            release.set()  # 0-7 and 9-11 done together; 8 holds 9-11 back
+            got = []
+            for _ in range(8):
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                got.append(struct.unpack_from(">i", await reader.readexactly(size))[0])
+            assert len(writes) == 1, writes
+            late.set()
+            for _ in range(4):
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                got.append(struct.unpack_from(">i", await reader.readexactly(size))[0])
+            assert got == list(range(12))
+            assert len(writes) == 2, writes
+            writer.close()
+        finally:
+            await close_server(server)
+
+    run(main())
+
+
 def test_a_slow_request_does_not_block_other_connections(run):
     async def main() -> None:
         release = asyncio.Event()
