@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -311,7 +312,7 @@ class GroupCoordinator:
         count = self.host.offsets_partitions()
         if count <= 0:
             return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
-        loaded = self.partitions.get(coordinator_partition(group_id, count))
+        loaded = self.partitions.get(_partition_of(group_id, count))
         if loaded is None:
             return None, ErrorCode.NOT_COORDINATOR
         if not loaded.ready:
@@ -494,6 +495,25 @@ class GroupCoordinator:
     async def close(self) -> None:
         for loaded in list(self.partitions.values()):
             self._unload(loaded)
+
+
+# Group ids up to this many characters have their partition cached (the Java string hash is
+# ~8 us of Python per request); longer ones are computed each time, so that the cache holds at
+# most _PARTITION_CACHE_SIZE x 256 characters whatever clients send.
+_CACHED_GROUP_ID_CHARS: Final = 256
+_PARTITION_CACHE_SIZE: Final = 4096
+
+
+@functools.lru_cache(maxsize=_PARTITION_CACHE_SIZE)
+def _cached_partition(group_id: str, count: int) -> int:
+    return coordinator_partition(group_id, count)
+
+
+def _partition_of(group_id: str, count: int) -> int:
+    """`coordinator_partition`, cached for group ids of usual length."""
+    if len(group_id) <= _CACHED_GROUP_ID_CHARS:
+        return _cached_partition(group_id, count)
+    return coordinator_partition(group_id, count)
 
 
 class _NotCoordinator(Exception):

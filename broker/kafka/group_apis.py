@@ -15,7 +15,7 @@ COORDINATOR_LOAD_IN_PROGRESS while it loads it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, Final
 
@@ -45,6 +45,11 @@ from broker.group.messages import (
 from broker.group.records import coordinator_partition
 from broker.group.runtime import OFFSETS_TOPIC, GroupCoordinator
 from broker.kafka.context import RequestContext, decode_body, encode_body, kio_error, make, nested, response_type
+from broker.kafka.offset_commit_wire import (
+    OffsetCommitPartitionBody,
+    decode_offset_commit,
+    encode_offset_commit_response,
+)
 from broker.kafka.services import BrokerServices, ListenerConfig
 from quorum.kafka_errors import ErrorCode
 from quorum.wire.transport import PEER_HOST
@@ -230,15 +235,15 @@ class GroupApis:
 
     # ------------------------------------------------------------------ offsets
 
-    async def offset_commit(self, ctx: RequestContext) -> bytes:
-        body = decode_body(ctx)
+    async def offset_commit(self, ctx: RequestContext) -> bytes | bytearray:
+        body = decode_offset_commit(ctx)  # by hand: the hot request (`offset_commit_wire`)
         errors, accepted = self._known_partitions(body.topics)
-        retention = int(getattr(body, "retention_time_ms", -1))
+        retention = body.retention_time_ms
         req = CommitRequest(
             group_id=body.group_id,
             member_id=body.member_id,
-            group_instance_id=getattr(body, "group_instance_id", None),
-            generation=int(body.generation_id_or_member_epoch),
+            group_instance_id=body.group_instance_id,
+            generation=body.generation_id_or_member_epoch,
             retention_ms=retention if retention >= 0 else -1,
             partitions=tuple(accepted),
             version=ctx.version,
@@ -254,18 +259,15 @@ class GroupApis:
             results = await self.groups.commit(req)
         it = iter(results)
         final = [e if e is not None else next(it) for e in errors]
-        cls = response_type(ctx.api_key, ctx.version)
-        pcls = nested(cls, "OffsetCommitResponsePartition")
-        tcls = nested(cls, "OffsetCommitResponseTopic")
-        topics = []
+        answer: list[tuple[str, list[tuple[int, int]]]] = []
         i = 0
-        for t in body.topics:
-            parts = []
-            for p in t.partitions:
-                parts.append(make(pcls, partition_index=p.partition_index, error_code=kio_error(final[i])))
+        for name, parts in body.topics:
+            codes = []
+            for p in parts:
+                codes.append((p[0], int(final[i])))
                 i += 1
-            topics.append(make(tcls, name=t.name, partitions=tuple(parts)))
-        return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, topics=tuple(topics)))
+            answer.append((name, codes))
+        return encode_offset_commit_response(ctx, answer)
 
     async def txn_offset_commit(self, ctx: RequestContext) -> bytes:
         """TxnOffsetCommit v0-4: unknown topics and partitions are answered
@@ -273,7 +275,11 @@ class GroupApis:
         see COORDINATOR_NOT_AVAILABLE for COORDINATOR_LOAD_IN_PROGRESS (clients before 2.0
         did not know that error), as Kafka answers them."""
         body = decode_body(ctx)
-        errors, accepted = self._known_partitions(body.topics)
+        errors, accepted = self._known_partitions(
+            (t.name, [(int(p.partition_index), int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
+                       p.committed_metadata) for p in t.partitions])
+            for t in body.topics
+        )  # fmt: skip
         req = TxnCommitRequest(
             group_id=body.group_id,
             producer_id=int(body.producer_id),
@@ -308,28 +314,22 @@ class GroupApis:
             topics.append(make(tcls, name=t.name, partitions=tuple(parts)))
         return encode_body(ctx, make(cls, throttle_time=_NO_THROTTLE, topics=tuple(topics)))
 
-    def _known_partitions(self, topics: Any) -> tuple[list[ErrorCode | None], list[CommitPartition]]:
+    def _known_partitions(
+        self, topics: Iterable[tuple[str, Iterable[OffsetCommitPartitionBody]]]
+    ) -> tuple[list[ErrorCode | None], list[CommitPartition]]:
         """Per partition asked, in order, UNKNOWN_TOPIC_OR_PARTITION or None (then it is in
         the second list, for the coordinator)."""
-        image = self.services.image()
+        by_name = self.services.image().topics.by_name
         errors: list[ErrorCode | None] = []
         accepted: list[CommitPartition] = []
-        for t in topics:
-            topic = image.topics.by_name.get(t.name)
-            for p in t.partitions:
-                if topic is None or int(p.partition_index) not in topic.partitions:
+        for name, parts in topics:
+            topic = by_name.get(name)
+            for index, offset, epoch, metadata in parts:
+                if topic is None or index not in topic.partitions:
                     errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     continue
                 errors.append(None)
-                accepted.append(
-                    CommitPartition(
-                        t.name,
-                        int(p.partition_index),
-                        int(p.committed_offset),
-                        int(getattr(p, "committed_leader_epoch", -1)),
-                        p.committed_metadata,
-                    )  # fmt: skip
-                )
+                accepted.append(CommitPartition(name, index, offset, epoch, metadata))
         return errors, accepted
 
     async def offset_fetch(self, ctx: RequestContext) -> bytes:

@@ -79,6 +79,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -769,6 +770,48 @@ class Failover:
     victim: int
     ms: float
     refused: dict[str, int]
+    # ms after the kill of each step (None: not seen): the controller's "fencing broker N" line,
+    # the new coordinator starting and finishing the load of the group's partition (its
+    # "loaded in X ms" line, minus X), the client's first FindCoordinator answer naming it.
+    parts: dict[str, float | None] = field(default_factory=dict)
+
+
+_LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+_LOADED = re.compile(r"group coordinator of __consumer_offsets-(\d+) loaded in (\d+) ms")
+
+
+def _log_lines_after(path: Path, t0: float) -> Iterator[tuple[float, str]]:
+    """(wall time, line) of a node.log's lines stamped after `t0` (time.time())."""
+    if not path.exists():
+        return
+    for line in path.read_text(errors="replace").splitlines():
+        m = _LOG_TIME.match(line)
+        if m:
+            t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if t >= t0 - 0.001:
+                yield t, line
+
+
+def failover_parts(cluster: MetadataCluster, victim: int, partition: int, t_kill: float,
+                   found: float | None) -> dict[str, float | None]:  # fmt: skip
+    """The steps of one failover from the nodes' logs (ms after the kill)."""
+    fenced = loaded = load_start = None
+    for c in cluster.controller_ids:
+        for t, line in _log_lines_after(cluster.nodes[c].plan.log_file, t_kill):
+            if f"fencing broker {victim}:" in line and fenced is None:
+                fenced = t
+    for b in cluster.broker_ids:
+        if b == victim:
+            continue
+        for t, line in _log_lines_after(cluster.nodes[b].plan.log_file, t_kill):
+            m = _LOADED.search(line)
+            if m and int(m.group(1)) == partition and loaded is None:
+                loaded, load_start = t, t - int(m.group(2)) / 1000
+
+    def ms(t: float | None) -> float | None:
+        return None if t is None else (t - t_kill) * 1000
+
+    return {"fenced": ms(fenced), "load started": ms(load_start), "loaded": ms(loaded), "found": ms(found)}
 
 
 async def failover_run(cluster: MetadataCluster, kills: int) -> list[Failover]:
@@ -776,6 +819,7 @@ async def failover_run(cluster: MetadataCluster, kills: int) -> list[Failover]:
     ports = {b: broker_port(cluster, b) for b in cluster.broker_ids}
     by_port = {p: b for b, p in ports.items()}
     acked: list[tuple[float, int]] = []  # (perf_counter, broker) of each acknowledged commit
+    found: list[tuple[float, int]] = []  # (time.time(), broker) of each FindCoordinator answer
     refusals: list[tuple[float, str]] = []
     stop = asyncio.Event()
 
@@ -786,6 +830,7 @@ async def failover_run(cluster: MetadataCluster, kills: int) -> list[Failover]:
             if conn is None:
                 try:
                     port = await find_coordinator(list(ports.values()), group, limit_s=0.0)
+                    found.append((time.time(), by_port[port]))
                     conn = await Conn.open(port, 2.0)
                 except (OSError, ConnectionError, TimeoutError) as exc:
                     refusals.append((time.perf_counter(), type(exc).__name__))
@@ -823,6 +868,7 @@ async def failover_run(cluster: MetadataCluster, kills: int) -> list[Failover]:
             victim = acked[-1][1]
             pid = cluster.nodes[victim].pid
             t_kill = time.perf_counter()
+            wall_kill = time.time()
             cluster.kill9(victim)
             first = await asyncio.to_thread(
                 wait_until, "a commit acknowledged by the new coordinator",
@@ -832,9 +878,12 @@ async def failover_run(cluster: MetadataCluster, kills: int) -> list[Failover]:
             for t, kind in refusals:
                 if t_kill < t < first[0]:
                     kinds[kind] = kinds.get(kind, 0) + 1
-            out.append(Failover(victim, (first[0] - t_kill) * 1000, kinds))
+            new = next((t for t, b in found if t > wall_kill and b != victim), None)
+            parts = failover_parts(cluster, victim, coordinator_partition(group, OFFSETS_PARTITIONS), wall_kill, new)
+            out.append(Failover(victim, (first[0] - t_kill) * 1000, kinds, parts))
+            steps = ", ".join(f"{k} {'-' if v is None else f'{v:,.0f}'}" for k, v in parts.items())
             print(f"   kill -9 of broker {victim} (pid {pid}): {out[-1].ms:,.0f} ms to the first commit on broker "
-                  f"{first[1]}; refused meanwhile: {kinds}", flush=True)  # fmt: skip
+                  f"{first[1]} ({steps} ms after the kill); refused meanwhile: {kinds}", flush=True)  # fmt: skip
             cluster.start(victim)
             await asyncio.to_thread(cluster.wait_unfenced, [victim], 60)
     finally:

@@ -4,7 +4,7 @@ Each request is built from kio's schema with one item in every array (so that ne
 arrays are reached), then each array in turn is set to empty and, where the schema allows
 it, to null. The frame is written by kio's own writer (independent of the project's
 `Writer`), decoded by the decoder the broker uses for that api (the kio-schema reader,
-the hand-rolled Produce and Fetch decoders, the admin codec of the forwarded apis), and
+the hand-rolled Produce, Fetch and OffsetCommit decoders, the admin codec of the forwarded apis), and
 the decoded value is compared with what the request says, Kafka's meaning included:
 DescribeConfigs' empty `configuration_keys` means every config, as null does.
 
@@ -42,6 +42,7 @@ from kio.serial._introspect import (
 from broker.kafka.apis import FORWARDED, SUPPORTED, ApiKey, is_flexible
 from broker.kafka.context import RequestContext, decode_body
 from broker.kafka.fetch import decode_fetch
+from broker.kafka.offset_commit_wire import decode_offset_commit
 from broker.kafka.produce import decode_produce
 from broker.kafka.server import KafkaRequestHandler
 from broker.kafka.wire import MalformedRequest, parse_request_header
@@ -180,6 +181,12 @@ def _write_txn_markers(body: Any, ctx: RequestContext) -> tuple[Any, Any]:
     return got, want
 
 
+def _offset_commit(body: Any, ctx: RequestContext) -> tuple[Any, Any]:
+    got = decode_offset_commit(ctx)
+    want = tuple((t.name, tuple(p.partition_index for p in t.partitions)) for t in body.topics)
+    return tuple((name, tuple(p[0] for p in parts)) for name, parts in got.topics), want
+
+
 def _admin(frame: bytes) -> Any:
     try:
         return decode_admin_request(frame).request
@@ -259,6 +266,8 @@ def decoded_and_expected(key: int, version: int, body: Any) -> tuple[Any, Any]:
         return _fetch(body, ctx)
     if key == ApiKey.WRITE_TXN_MARKERS:
         return _write_txn_markers(body, ctx)
+    if key == ApiKey.OFFSET_COMMIT:
+        return _offset_commit(body, ctx)
     return decode_body(ctx), body  # the kio-schema apis: the very entity
 
 

@@ -1,0 +1,123 @@
+"""CPU per OffsetCommit request in the broker's handler, without the network or the log.
+
+`KafkaRequestHandler` over a real `GroupCoordinator` whose partition host appends at the next
+event-loop turn (so commits coalesce as they do behind a real acks=all append); N clients
+each send one-partition OffsetCommit v7 requests in a loop. Prints the process's CPU time
+(`time.process_time`, so a busy machine inflates it less than wall time) per request, per
+round; `--profile` adds a cProfile of the last round.
+
+    PYTHONPATH=. .venv/bin/python tests/perf/bench_offset_commit_cpu.py [--clients 64] [--requests 300]
+        [--rounds 3] [--profile]
+
+Run it from two checkouts alternately to compare code (the machine is shared and noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kio.index import load_request_schema  # noqa: E402
+from kio.serial import entity_writer  # noqa: E402
+
+from broker.group.runtime import GroupCoordinator  # noqa: E402
+from broker.group.shard import CoordinatorConfig  # noqa: E402
+from broker.kafka.context import make, nested  # noqa: E402
+from broker.kafka.server import KafkaRequestHandler  # noqa: E402
+from broker.kafka.services import ListenerConfig  # noqa: E402
+from quorum.kafka_errors import ErrorCode  # noqa: E402
+from tests.unit.broker_kafka.fake_services import FakeServices, make_image  # noqa: E402
+
+BROKERS = {1: ("127.0.0.1", 19201, "rack-a")}
+TOPICS = {"events": {p: (1, (1,)) for p in range(64)}}
+
+
+class Host:
+    """One `__consumer_offsets` partition led here; an append completes at the next loop turn."""
+
+    def __init__(self) -> None:
+        self.appends = 0
+
+    def offsets_partitions(self) -> int:
+        return 1
+
+    def led_epoch(self, partition: int) -> int | None:
+        return 0
+
+    def partition_log(self, partition: int) -> None:
+        return None
+
+    async def append(self, partition: int, batch: bytes, timeout_ms: int) -> ErrorCode:
+        self.appends += 1
+        await asyncio.sleep(0)
+        return ErrorCode.NONE
+
+
+def commit_frame(client: int) -> bytes:
+    cls = load_request_schema(8, 7)
+    tcls, pcls = nested(cls, "OffsetCommitRequestTopic"), nested(cls, "OffsetCommitRequestPartition")
+    body = make(cls, group_id="bench-commits", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                topics=(make(tcls, name="events", partitions=(
+                    make(pcls, partition_index=client % 64, committed_offset=client, committed_leader_epoch=-1,
+                         committed_metadata=None),)),))  # fmt: skip
+    header = cls.__header_schema__(request_api_key=8, request_api_version=7, correlation_id=1, client_id="bench")
+    buf = io.BytesIO()
+    entity_writer(cls.__header_schema__)(buf, header)
+    entity_writer(cls)(buf, body)
+    return buf.getvalue()
+
+
+async def one_round(clients: int, requests: int, profile: cProfile.Profile | None) -> tuple[float, int]:
+    host = Host()
+    coordinator = GroupCoordinator(1, host, CoordinatorConfig())  # type: ignore[arg-type]
+    coordinator.on_metadata()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    handler = KafkaRequestHandler(FakeServices(make_image(BROKERS, TOPICS), node_id=1),
+                                  ListenerConfig(listener_name="PLAINTEXT"), groups=coordinator)  # fmt: skip
+    frames = [commit_frame(i) for i in range(clients)]
+
+    async def client(frame: bytes) -> None:
+        for _ in range(requests):
+            answer = await handler(frame)
+            assert answer is not None and bytes(answer)[-2:] == b"\0\0", "a commit was refused"
+
+    start = time.process_time()
+    if profile:
+        profile.enable()
+    await asyncio.gather(*(client(f) for f in frames))
+    if profile:
+        profile.disable()
+    cpu = time.process_time() - start
+    await coordinator.close()
+    return 1e6 * cpu / (clients * requests), host.appends
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    asyncio.run(one_round(args.clients, 20, None))  # warm-up: imports, caches
+    for r in range(args.rounds):
+        profile = cProfile.Profile() if args.profile and r == args.rounds - 1 else None
+        us, appends = asyncio.run(one_round(args.clients, args.requests, profile))
+        print(f"round {r + 1}: {us:.1f} us of CPU per OffsetCommit ({args.clients * args.requests} commits, "
+              f"{appends} appends){' (profiled)' if profile else ''}", flush=True)  # fmt: skip
+        if profile:
+            pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
