@@ -118,8 +118,10 @@ class DataPlane:
         self.txn_markers = MarkerSender(config.node_id, self._leader_of, self.endpoint, self.txns)
         self.txns.markers = self.txn_markers
         # KIP-890 part 1: what a partition leader asks the coordinator before a transactional
-        # append (to be called by Produce).
+        # append (`broker.replica.txn_verification`), unless turned off.
         self.txn_verifier = TxnVerifier(config.node_id, self._txn_coordinator_of, self.endpoint, self.txns.verify)
+        if config.transaction_partition_verification_enable:
+            self.replicas.txn_verify = self.txn_verifier.verify
         self.services.txn_marker_listener = self.groups  # markers on __consumer_offsets complete offsets
         self._server: KafkaListeners | None = None
         self._listen_task: asyncio.Task[None] | None = None

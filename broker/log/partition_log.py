@@ -67,10 +67,12 @@ from broker.log.errors import LogError
 from broker.log.file_range import FileRange, complete_batches_size
 from broker.log.producer_state import (
     NO_PRODUCER_ID,
+    VERIFICATION_OFF,
     CompletedTxn,
     ProducerBatch,
     ProducerStateManager,
     SnapshotError,
+    VerificationGuard,
     decode_snapshot,
     snapshot_name,
     snapshot_offset,
@@ -547,20 +549,23 @@ class PartitionLog:
 
     @storage_op("append")
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int, *, coordinator: bool = False
-    ) -> AppendInfo:
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int, *, coordinator: bool = False,
+        verification: VerificationGuard | None = VERIFICATION_OFF,
+    ) -> AppendInfo:  # fmt: skip
         """A client's batches: validated, given offsets, checked against their producers'
         sequences and epochs (LogError: OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH),
         and written, unless they repeat one of their producer's last 5 batches: then nothing is
         written and the answer holds the original batch's offsets (Kafka's duplicate rule).
-        `coordinator`: a coordinator's own batches (`check_coordinator_append`: the epoch only)."""
+        `coordinator`: a coordinator's own batches (`check_coordinator_append`: the epoch only).
+        `verification`: the KIP-890 guard of this request's transactional batches
+        (`ProducerStateManager.start_verification`; VERIFICATION_OFF: not verified)."""
         a = assign(records, self.config, next_offset=self.log_end_offset, leader_epoch=leader_epoch, now_ms=now_ms)
         batches = _producer_batches(a.data, a.frames)
         if batches and coordinator:
             self.producers.check_coordinator_append(batches)
         elif batches:
             self._maybe_expire_producers(now_ms)
-            duplicate = self.producers.check_client_append(batches)
+            duplicate = self.producers.check_client_append(batches, verification)
             if duplicate is not None:
                 # Kafka answers the original batch's timestamp as its append time; pykraft does
                 # so only where the topic uses LogAppendTime (a CreateTime ack keeps -1).

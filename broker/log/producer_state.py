@@ -34,6 +34,18 @@ watermark has not passed yet give the **first unstable offset**; the log's last 
 offset is min(first unstable offset, HW). A marker of a transaction that wrote nothing here
 closes nothing (Kafka: no CompletedTxn for an empty transaction).
 
+KIP-890 part 1 (Kafka 3.9's VerificationStateEntry and VerificationGuard): before a leader
+writes a transactional batch of a producer with no transaction open here, it asks the
+transaction coordinator whether this partition is in the producer's transaction
+(`start_verification` hands out a guard, a fresh object, unless a transaction is open; the
+caller verifies, then appends with that guard). The append is refused INVALID_TXN_STATE
+unless the guard is still the one kept for the producer: a marker (or any transactional
+write of the producer) between the verification and the append drops it, so a late retry
+of an aborted transaction's batch cannot open a transaction the coordinator does not know
+(a "hanging" transaction that would hold the LSO forever). While a verification is kept, a
+batch whose first sequence is above the lowest one seen for it is OUT_OF_ORDER_SEQUENCE_NUMBER
+(the earlier batch must go first). Unverified entries expire with producer.id.expiration.ms.
+
 Batches a follower copies from its leader are not checked (the leader did it): a lower
 epoch is accepted too, and the state follows whatever the log holds, so that a follower
 that becomes leader knows every producer's sequences already.
@@ -160,6 +172,34 @@ class ProducerBatch:
             if decoded is not None:
                 marker, max_timestamp = decoded
         return cls(pid, epoch, seq, base_offset, last_offset_delta, max_timestamp, attributes, marker)
+
+
+class VerificationGuard:
+    """One verification's token: compared by identity, never equal to another."""
+
+    __slots__ = ()
+
+
+# `check_client_append`'s guard when verification is off (transaction.partition.verification.enable=false).
+VERIFICATION_OFF: Final = VerificationGuard()
+
+
+@dataclass(slots=True)
+class VerificationState:
+    """A verification started for a producer with no open transaction here."""
+
+    guard: VerificationGuard
+    timestamp: int  # ms, when it started
+    lowest_sequence: int
+    epoch: int
+
+    def saw(self, sequence: int, epoch: int) -> None:
+        """Kafka's maybeUpdateLowestSequenceAndEpoch: a lower sequence of the same epoch, or
+        any sequence of a newer epoch, becomes the lowest."""
+        if epoch == self.epoch and sequence < self.lowest_sequence:
+            self.lowest_sequence = sequence
+        if epoch > self.epoch:
+            self.epoch, self.lowest_sequence = epoch, sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,16 +352,38 @@ class ProducerStateManager:
         # Open transactions: producer id -> first offset, in first-offset order (each opens at
         # the offset being appended, above every open one; `load` sorts).
         self.ongoing: dict[int, int] = {}
+        # KIP-890 verifications in progress, by producer id (dropped by the producer's next
+        # transactional write or marker, and by expiry).
+        self.verifications: dict[int, VerificationState] = {}
         # Closed transactions whose marker the high watermark has not passed, marker order.
         self.unreplicated: list[CompletedTxn] = []
 
     # ------------------------------------------------------------------ the client path
 
-    def check_client_append(self, batches: list[ProducerBatch]) -> BatchMetadata | None:
+    def start_verification(
+        self, producer_id: int, *, sequence: int, epoch: int, now_ms: int
+    ) -> VerificationGuard | None:
+        """Before a leader asks the coordinator about a transactional batch: None when the
+        producer has a transaction open here (nothing to verify), else the guard its append
+        must carry (the same one while a verification is kept)."""
+        if producer_id in self.ongoing:
+            return None
+        state = self.verifications.get(producer_id)
+        if state is None:
+            state = self.verifications[producer_id] = VerificationState(VerificationGuard(), now_ms, sequence, epoch)
+        else:
+            state.saw(sequence, epoch)
+        return state.guard
+
+    def check_client_append(
+        self, batches: list[ProducerBatch], guard: VerificationGuard | None = VERIFICATION_OFF
+    ) -> BatchMetadata | None:
         """Before a leader writes a client's batches (offsets already assigned): the
         original of the first duplicate among them (then nothing is written, as Kafka's
         `analyzeAndValidateProducerState`), else None once every batch passes the sequence
-        and epoch rules in order (LogError otherwise); the state is not changed."""
+        and epoch rules in order (LogError otherwise); the state is not changed. `guard`: what
+        `start_verification` gave for this request (None: none was started), or
+        VERIFICATION_OFF when transactional writes are not verified."""
         working: dict[int, ProducerEntry] = {}
         last = len(batches) - 1
         for i, batch in enumerate(batches):
@@ -333,10 +395,36 @@ class ProducerStateManager:
                 if duplicate is not None:
                     return duplicate
             entry = working.get(batch.producer_id, current)
+            # Kafka's order: the verification, then the producer's epoch and sequence rules.
+            if guard is not VERIFICATION_OFF and batch.is_transactional:
+                self._check_verified(batch, guard, entry)
             check_client_batch(entry, batch, self.where)
+            self._check_lowest_sequence(batch)
             if i < last:  # later batches of the request are checked against this one
                 working[batch.producer_id] = (entry or ProducerEntry(batch.producer_id)).with_batch(batch)
         return None
+
+    def _check_lowest_sequence(self, batch: ProducerBatch) -> None:
+        state = self.verifications.get(batch.producer_id)
+        if state is not None and batch.producer_epoch == state.epoch and batch.base_sequence > state.lowest_sequence:
+            raise LogError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"Out of order sequence number for producer {batch.producer_id} at offset {batch.base_offset} in "
+                f"{self.where}: {batch.base_sequence} (incoming seq. number), {state.lowest_sequence} (earliest seen "
+                "sequence)",
+            )
+
+    def _check_verified(
+        self, batch: ProducerBatch, guard: VerificationGuard | None, entry: ProducerEntry | None
+    ) -> None:
+        state = self.verifications.get(batch.producer_id)
+        open_here = batch.producer_id in self.ongoing or (entry is not None and entry.current_txn_first_offset >= 0)
+        if not open_here and (state is None or guard is None or state.guard is not guard):
+            raise LogError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"Record from producer {batch.producer_id} at offset {batch.base_offset} in {self.where} was not part "
+                "of an ongoing transaction",
+            )
 
     def check_coordinator_append(self, batches: list[ProducerBatch]) -> None:
         """Before a leader writes a coordinator's own batches (the group coordinator's
@@ -370,6 +458,8 @@ class ProducerStateManager:
             if pid == NO_PRODUCER_ID:
                 continue
             entry = self.entries.get(pid) or ProducerEntry(pid)
+            if batch.is_transactional:  # the transaction is open here now, or just ended
+                self.verifications.pop(pid, None)
             if not batch.is_control:
                 updated = entry.with_batch(batch)
                 if updated.current_txn_first_offset >= 0 and pid not in self.ongoing:
@@ -418,6 +508,9 @@ class ProducerStateManager:
         expired = [pid for pid, e in self.entries.items() if self.is_expired(e, now_ms)]
         for pid in expired:
             del self.entries[pid]
+        stale = [pid for pid, v in self.verifications.items() if now_ms - v.timestamp >= self.expiration_ms]
+        for pid in stale:
+            del self.verifications[pid]
         return len(expired)
 
     def reset(self, offset: int) -> None:

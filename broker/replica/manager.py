@@ -35,6 +35,7 @@ from uuid import UUID
 from broker.log import LogConfig, LogError, LogManager, PartitionLog
 from broker.log.control_records import EndTxnMarker
 from broker.log.partition_log import AppendInfo
+from broker.log.producer_state import VERIFICATION_OFF, VerificationGuard
 from broker.replica.follower import apply_fetch_answer, apply_leader_offsets
 from broker.replica.log_creator import OFF_LOOP_MIN as LOG_CREATION_OFF_LOOP_MIN
 from broker.replica.log_creator import Created, LogCreator
@@ -70,6 +71,7 @@ from broker.replica.requests import (
     TxnMarkerResult,
 )
 from broker.replica.state import FetchClock, FollowerPlan, LeaderAnswer, PartitionState
+from broker.replica.txn_verification import TxnVerify, Verified, verify_produce
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
@@ -126,6 +128,9 @@ class ReplicaManager:
         self.logs = logs
         self.image = image
         self.min_insync_replicas = min_insync_replicas
+        # KIP-890 part 1: set by the data plane when transaction.partition.verification.enable
+        # (the transaction coordinator's AddPartitionsToTxn VerifyOnly); None: not verified.
+        self.txn_verify: TxnVerify | None = None
         self._on_follow = on_follow
         self._on_unfollow = on_unfollow
         self._on_isr_change_wanted = on_isr_change_wanted
@@ -326,9 +331,18 @@ class ReplicaManager:
     async def produce(self, params: ProduceParams) -> list[ProducePartitionResult]:
         results: list[ProducePartitionResult] = []
         waits: list[tuple[int, HostedPartition, asyncio.Future[ErrorCode]]] = []
+        verified = Verified()
+        if params.transactional_id is not None and self.txn_verify is not None and not params.coordinator:
+            verified = await verify_produce(
+                params.transactional_id, params.partitions, self._leader_log, self.txn_verify, now_ms()
+            )
         now = now_ms()
         for i, part in enumerate(params.partitions):
-            result, wait = self._append(part, params.acks, now, params.coordinator)
+            refused = verified.refused.get(i)
+            if refused is not None:
+                results.append(ProducePartitionResult(error=refused[0], error_message=refused[1]))
+                continue
+            result, wait = self._append(part, params.acks, now, params.coordinator, verified.guard(i))
             results.append(result)
             if wait is not None:
                 waits.append((i, wait[0], wait[1]))
@@ -363,8 +377,9 @@ class ReplicaManager:
                 )
 
     def _append(
-        self, part: ProducePartition, acks: int, now: int, coordinator: bool = False
-    ) -> tuple[ProducePartitionResult, tuple[HostedPartition, asyncio.Future[ErrorCode]] | None]:
+        self, part: ProducePartition, acks: int, now: int, coordinator: bool = False,
+        verification: VerificationGuard | None = VERIFICATION_OFF,
+    ) -> tuple[ProducePartitionResult, tuple[HostedPartition, asyncio.Future[ErrorCode]] | None]:  # fmt: skip
         records = part.records
         return self._append_to(
             part.topic,
@@ -372,9 +387,13 @@ class ReplicaManager:
             acks,
             now,
             lambda hosted: hosted.log.append_as_leader(
-                records, hosted.state.leader_epoch, now, coordinator=coordinator
+                records, hosted.state.leader_epoch, now, coordinator=coordinator, verification=verification
             ),
         )
+
+    def _leader_log(self, topic: str, partition: int) -> PartitionLog | None:
+        hosted, error = self._leader_partition(topic, partition)
+        return hosted.log if hosted is not None and error == ErrorCode.NONE else None
 
     def _append_to(
         self, topic: str, partition: int, acks: int, now: int, write: Callable[[HostedPartition], AppendInfo]

@@ -414,6 +414,8 @@ class NodeConfig:
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    # KIP-890 part 1: a partition leader asks the coordinator before a transaction's first write.
+    transaction_partition_verification_enable: bool = True
     # Listener resource limits (Kafka's socket server keys; see quorum.wire.limits).
     socket_request_max_bytes: int = 100 * MIB
     # Kafka's default is -1 (unbounded); pykraft bounds what all connections buffer by default.
@@ -544,6 +546,7 @@ _BOOL_KEYS = (
     "auto.leader.rebalance.enable",
     "auto.create.topics.enable",
     "log.cleaner.enable",
+    "transaction.partition.verification.enable",
 )
 _OTHER_KEYS = frozenset(
     {

@@ -27,7 +27,11 @@ from metadata_cluster import MetadataCluster, wait_until
 
 pytestmark = pytest.mark.integration
 
-cluster = module_cluster("txn-log")
+# The transactional producers here are hand-made (a producer id and epoch, no coordinator
+# behind them), so the leaders must not ask a coordinator first (KIP-890 verification off,
+# Kafka's transaction.partition.verification.enable=false); test_transactions.py and
+# test_dataplane_txn_coordinator.py run with it on.
+cluster = module_cluster("txn-log", {"transaction.partition.verification.enable": "false"})
 
 INVALID_PRODUCER_EPOCH = 47
 TRANSACTION_COORDINATOR_FENCED = 52

@@ -1,0 +1,136 @@
+"""KIP-890 part 1 on the produce path (Kafka 3.9's ReplicaManager
+`appendRecordsWithTransactionVerification` and AddPartitionsToTxnManager), as a function the
+replica manager awaits before it appends a Produce request's partitions.
+
+For each partition whose first batch is transactional and whose producer has no transaction
+open in this leader's log, the log's producer state hands out a guard
+(`ProducerStateManager.start_verification`); the transaction coordinator is then asked, in one
+round trip for all of them, whether those partitions are in the producer's transaction
+(`TxnVerify`: AddPartitionsToTxn v4 with VerifyOnly, `broker.txn.verification`). A partition
+the coordinator does not confirm is answered without an append, with the error a Produce
+client understands (`produce_error`); the others are appended with their guards, which the
+log checks (a marker that came meanwhile voids the guard: INVALID_TXN_STATE).
+
+Transactional batches of more than one producer in one request: INVALID_PRODUCER_ID_MAPPING
+for every partition of the request (Kafka refuses the request the same way).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Final
+
+from broker.log import PartitionLog
+from broker.log.producer_state import VERIFICATION_OFF, VerificationGuard
+from broker.replica.requests import ProducePartition
+from quorum.kafka_errors import ErrorCode
+from quorum.storage.batch_layout import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    ATTRIBUTES_AT,
+    BATCH_HEADER_SIZE,
+    PRODUCER_ID_AT,
+)
+
+__all__ = ["TxnVerify", "Verified", "produce_error", "transactional_producer", "verify_produce"]
+
+TopicPartition = tuple[str, int]
+# (transactional id, producer id, producer epoch, partitions) -> each partition's coordinator code.
+TxnVerify = Callable[[str, int, int, Iterable[TopicPartition]], Awaitable[dict[TopicPartition, ErrorCode]]]
+
+_ATTRIBUTES: Final = struct.Struct(">h")
+_PRODUCER: Final = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+
+# Coordinator answers that mean "not verified yet, try again": Kafka turns them into
+# NOT_ENOUGH_REPLICAS, which every client retries without refreshing its metadata.
+_RETRY_AS_NOT_ENOUGH_REPLICAS: Final = frozenset({
+    ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
+})  # fmt: skip
+
+
+def transactional_producer(records: bytes | bytearray | memoryview) -> tuple[int, int, int] | None:
+    """(producer id, epoch, base sequence) of the first batch when it is a transactional data
+    batch; None otherwise (including too short to hold a header: validation refuses it)."""
+    if len(records) < BATCH_HEADER_SIZE:
+        return None
+    (attributes,) = _ATTRIBUTES.unpack_from(records, ATTRIBUTES_AT)
+    if not attributes & ATTR_TRANSACTIONAL or attributes & ATTR_CONTROL:
+        return None
+    pid, epoch, sequence = _PRODUCER.unpack_from(records, PRODUCER_ID_AT)
+    return pid, epoch, sequence
+
+
+def produce_error(code: ErrorCode) -> ErrorCode:
+    """What a Produce answers for a partition the coordinator did not confirm (Kafka 3.9:
+    PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH and TRANSACTION_ABORTABLE INVALID_TXN_STATE
+    for the Produce versions served here; availability errors NOT_ENOUGH_REPLICAS)."""
+    if code in _RETRY_AS_NOT_ENOUGH_REPLICAS:
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+    if code == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if code == ErrorCode.TRANSACTION_ABORTABLE:
+        return ErrorCode.INVALID_TXN_STATE
+    return code
+
+
+class Verified:
+    """The outcome for one request: each partition's guard for its append (by index in the
+    request; VERIFICATION_OFF where nothing is verified) and the partitions refused."""
+
+    __slots__ = ("guards", "refused")
+
+    def __init__(self) -> None:
+        self.guards: dict[int, VerificationGuard | None] = {}
+        self.refused: dict[int, tuple[ErrorCode, str]] = {}
+
+    def guard(self, index: int) -> VerificationGuard | None:
+        return self.guards.get(index, VERIFICATION_OFF)
+
+
+async def verify_produce(
+    transactional_id: str,
+    partitions: Sequence[ProducePartition],
+    leader_log: Callable[[str, int], PartitionLog | None],
+    verify: TxnVerify,
+    now_ms: int,
+) -> Verified:
+    """Start the verifications of `partitions` (those this broker leads: `leader_log`), ask
+    the coordinator once, and say which may be appended with which guard."""
+    out = Verified()
+    producers: set[tuple[int, int]] = set()
+    asked: dict[TopicPartition, int] = {}
+    for i, part in enumerate(partitions):
+        producer = transactional_producer(part.records)
+        if producer is None:
+            continue
+        pid, epoch, sequence = producer
+        producers.add((pid, epoch))
+        plog = leader_log(part.topic, part.partition)
+        if plog is None:
+            out.guards[i] = None  # not led here: the append answers why (and never unverified)
+            continue
+        guard = plog.producers.start_verification(pid, sequence=sequence, epoch=epoch, now_ms=now_ms)
+        out.guards[i] = guard
+        if guard is not None:
+            asked[(part.topic, part.partition)] = i
+    if len(producers) > 1:
+        why = "Transactional records contained more than one producer ID"
+        out.refused = {i: (ErrorCode.INVALID_PRODUCER_ID_MAPPING, why) for i in range(len(partitions))}
+        return out
+    if not asked:
+        return out
+    ((pid, epoch),) = producers
+    codes = await verify(transactional_id, pid, epoch, list(asked))
+    for tp, i in asked.items():
+        code = codes.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR)
+        if code != ErrorCode.NONE:
+            answer = produce_error(code)
+            why = (
+                "Partition was not added to the transaction"
+                if answer == ErrorCode.INVALID_TXN_STATE
+                else f"Unable to verify the partition has been added to the transaction: {code.name}"
+            )
+            out.refused[i] = (answer, why)
+    return out
