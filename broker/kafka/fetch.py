@@ -40,6 +40,7 @@ from broker.kafka.spliced import SplicedResponse
 from broker.kafka.wire import Reader, response_writer
 from broker.log.file_range import FileRange
 from quorum.kafka_errors import ErrorCode
+from quorum.wire.transport import REQUEST_BEHIND
 
 __all__ = ["FetchRequest", "decode_fetch", "encode_fetch_response", "handle_fetch"]
 
@@ -243,6 +244,7 @@ async def handle_fetch(
         rack_id=request.rack_id,
         client_id=ctx.header.client_id,
         session=context.watch,
+        yield_to=REQUEST_BEHIND.get() if is_consumer else None,
     )
     results = await services.fetch(params) if wanted or context.watch is not None else []
     if len(results) != len(context.partitions):  # a session's wait may read more (SessionWatch.extra)

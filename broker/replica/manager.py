@@ -490,9 +490,18 @@ class ReplicaManager:
         if params.session is not None and follower:
             return await self._fetch_in_session(params, params.session, deadline)
         results, total, urgent = self._read_all(params, follower)
+        behind = params.yield_to  # a request behind this one on its connection ends the wait
         if urgent or total >= params.min_bytes or time.monotonic() >= deadline:
             return results
+        if behind is not None and behind.done():
+            return results
         waiter = FetchWaiter()
+
+        def yield_now(_: object) -> None:
+            waiter.interrupt()
+
+        if behind is not None:
+            behind.add_done_callback(yield_now)
         watching: list[FetchWatchers | None] = []  # by partition index: where `waiter` is registered
         for i, fp in enumerate(params.partitions):
             hosted = self.partitions.get((fp.topic, fp.partition))
@@ -510,6 +519,8 @@ class ReplicaManager:
                 if urgent or total >= params.min_bytes or not woken:
                     return results
         finally:
+            if behind is not None:
+                behind.remove_done_callback(yield_now)
             for watchers in watching:
                 if watchers is not None:
                     watchers.unwatch(waiter)

@@ -91,11 +91,12 @@ class FetchWaiter:
     order) of each partition that changed. Wakes between two waits accumulate, so none is
     lost while the fetch re-reads."""
 
-    __slots__ = ("_changed", "_fut")
+    __slots__ = ("_changed", "_fut", "_interrupted")
 
     def __init__(self) -> None:
         self._changed: set[int] = set()
         self._fut: asyncio.Future[bool] | None = None
+        self._interrupted = False
 
     def wake(self, index: int) -> None:
         self._changed.add(index)
@@ -108,7 +109,7 @@ class FetchWaiter:
         `timeout_s` seconds pass (False)."""
         if self._changed:
             return True
-        if timeout_s <= 0:
+        if timeout_s <= 0 or self._interrupted:
             return False
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
@@ -119,6 +120,14 @@ class FetchWaiter:
         finally:
             timer.cancel()
             self._fut = None
+
+    def interrupt(self) -> None:
+        """End the wait now and every later one as if it expired (`wait` answers False): the
+        fetch answers with what it has (`FetchParams.yield_to`)."""
+        self._interrupted = True
+        fut = self._fut
+        if fut is not None and not fut.done():
+            fut.set_result(False)
 
     def take_changed(self) -> set[int]:
         """The indexes woken since the last call."""

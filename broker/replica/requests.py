@@ -16,6 +16,8 @@ from broker.log.file_range import FileRange
 from quorum.kafka_errors import ErrorCode
 
 if TYPE_CHECKING:
+    import asyncio
+
     from broker.replica.purgatory import SessionWatch
 
 CONSUMER_REPLICA_ID: Final = -1  # Fetch/ListOffsets replica id of an ordinary client
@@ -139,6 +141,10 @@ class FetchParams:
     request names and those the session saw change (`SessionWatch.changed`, taken by the
     caller); a partition that changes while the fetch waits is read too, and appended to
     the answer (`SessionWatch.extra`: the results follow `partitions` + those)."""
+    yield_to: asyncio.Future[None] | None = None
+    """Resolved when another request arrives behind this one on its connection: a waiting
+    consumer fetch answers then with what it has, as at `max_wait_ms` (answers leave in
+    request order, and nothing is owed to a long poll but its upper bound)."""
 
 
 @dataclass(frozen=True, slots=True)

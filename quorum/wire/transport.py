@@ -144,6 +144,16 @@ _READ_CHUNK: Final = 256 * 1024  # large bodies are read in chunks so that activ
 # the tasks it starts for requests inherit it). Kafka reports it as a group member's host.
 PEER_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("PEER_HOST", default="")
 
+# Resolved when the next request arrives on the connection of the request being handled
+# (pipelined serving only; None otherwise). Answers leave in request order, so a handler
+# that waits by choice (a Fetch long poll) holds every answer behind it: it may answer early
+# instead. librdkafka sends FindCoordinator on the connection of its Fetch long poll; held
+# for the poll's 500 ms, the answer lost the race with its commit retry (100 ms), which kept
+# a classic group without a coordinator after a coordinator's kill -9 (librdkafka #3645).
+REQUEST_BEHIND: contextvars.ContextVar[asyncio.Future[None] | None] = contextvars.ContextVar(
+    "REQUEST_BEHIND", default=None
+)
+
 
 class _Conn:
     """One accepted connection: its task, peer address and activity (monotonic seconds)."""
@@ -319,6 +329,7 @@ async def _serve_pipelined(
         return release
 
     writing = asyncio.get_running_loop().create_task(write_in_order())
+    behind: asyncio.Future[None] | None = None
     try:
         while True:
             await slots.acquire()
@@ -326,7 +337,12 @@ async def _serve_pipelined(
             if read is None:
                 break
             frame, size = read
-            task: _Answer = asyncio.ensure_future(handler(frame))
+            if behind is not None and not behind.done():
+                behind.set_result(None)  # the previous request now has one behind it
+            behind = asyncio.get_running_loop().create_future()
+            token = REQUEST_BEHIND.set(behind)
+            task: _Answer = asyncio.ensure_future(handler(frame))  # runs in a copy of this context
+            REQUEST_BEHIND.reset(token)
             del frame
             handlers.add(task)
             task.add_done_callback(on_done(size))

@@ -173,3 +173,37 @@ def test_long_polls_that_time_out_or_are_cancelled_leave_no_waiter_behind(tmp_pa
         assert [len(h.progress) for h in hosted] == [0] * N
 
     run(scenario())
+
+
+def test_a_consumer_long_poll_answers_when_a_request_arrives_behind_it_with_the_current_hw(
+    tmp_path: Path, run: Run
+) -> None:
+    """Answers leave a connection in request order: a request behind a long poll (librdkafka's
+    FindCoordinator behind its Fetch) resolves `yield_to`, and the poll answers at once, as it
+    would at `max_wait_ms`, carrying the current high watermark; its watchers are released."""
+
+    async def scenario() -> None:
+        w = World(tmp_path)
+        assert await w.produce(acks=1) == ErrorCode.NONE  # offsets 0..4, HW 0: nothing to read
+        behind: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        parts = (FetchPartition("t", 0, 0, 1 << 20),)
+        params = FetchParams(CONSUMER_REPLICA_ID, LONG_MS, 1, 1 << 20, 0, parts, yield_to=behind)
+        poll = asyncio.ensure_future(w.manager.fetch(params))
+        await settle()
+        assert not poll.done(), "the poll answered with nothing to read and no request behind it"
+        await w.follower_fetch(2, 5)  # the HW stays 0 (broker 3 has nothing): no wake
+        await settle()
+        assert not poll.done()
+        behind.set_result(None)
+        [r] = await asyncio.wait_for(poll, 1)  # LONG_MS is 5 s: only the yield answers within 1 s
+        assert (r.error, r.high_watermark, len(r.records)) == (ErrorCode.NONE, 0, 0)
+        progress = w.manager.partitions[("t", 0)].progress
+        assert len(progress) == 0, "the answered poll is still registered with its partition"
+        # A request already behind at the start: no wait at all.
+        done_behind: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done_behind.set_result(None)
+        params = FetchParams(CONSUMER_REPLICA_ID, LONG_MS, 1, 1 << 20, 0, parts, yield_to=done_behind)
+        [r] = await asyncio.wait_for(w.manager.fetch(params), 1)
+        assert r.error == ErrorCode.NONE
+
+    run(scenario())

@@ -30,6 +30,7 @@ from quorum.wire import (
     request,
     serve,
 )
+from quorum.wire.transport import REQUEST_BEHIND
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -522,3 +523,52 @@ def test_pipelined_failures_after_the_first_are_retrieved_not_left_to_asyncio(ru
     else:  # the failure that closed the connection, then the three read ahead
         assert [level for level, _ in shown] == [logging.ERROR] * 4
         assert all("127.0.0.1" in message for _, message in shown)
+
+
+def test_a_pipelined_handler_learns_when_a_request_arrives_behind_it(run):
+    """REQUEST_BEHIND: a handler's future is resolved when the connection's next request is
+    read (a long poll then answers early, since answers leave in request order), not before;
+    the last request's stays open; sequential serving has none."""
+    seen: dict[int, asyncio.Future[None] | None] = {}
+
+    async def main() -> None:
+        async def handler(frame: bytes) -> bytes:
+            cid = struct.unpack_from(">i", frame, 4)[0]
+            behind = REQUEST_BEHIND.get()
+            seen[cid] = behind
+            if cid == 0 and behind is not None:
+                await asyncio.wait_for(asyncio.shield(behind), 5)  # a long poll that yields
+            return echo_response(frame)
+
+        server = await serve("127.0.0.1", 0, handler, pipeline_depth=4)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server))
+            writer.write(frame_for(0, b"poll"))
+            await writer.drain()
+            await asyncio.sleep(0.2)
+            assert 0 in seen and seen[0] is not None and not seen[0].done(), "resolved with nothing behind"
+            writer.write(frame_for(1, b"next"))
+            await writer.drain()
+            got = []
+            for _ in range(2):
+                size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 2))[0]
+                got.append(struct.unpack_from(">i", await reader.readexactly(size))[0])
+            assert got == [0, 1]
+            assert seen[0].done() and seen[1] is not None and not seen[1].done()
+            writer.close()
+        finally:
+            await close_server(server)
+        seen.clear()
+        server = await serve("127.0.0.1", 0, handler)  # pipeline_depth 1
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server))
+            writer.write(frame_for(5, b"alone"))
+            await writer.drain()
+            size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 2))[0]
+            await reader.readexactly(size)
+            assert seen == {5: None}
+            writer.close()
+        finally:
+            await close_server(server)
+
+    run(main())
