@@ -17,30 +17,19 @@ for every partition of the request (Kafka refuses the request the same way).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Final
 
 from broker.log import PartitionLog
-from broker.log.producer_state import VERIFICATION_OFF, VerificationGuard
+from broker.log.producer_state import VERIFICATION_OFF, VerificationGuard, read_producer_fields
 from broker.replica.requests import ProducePartition
 from quorum.kafka_errors import ErrorCode
-from quorum.storage.batch_layout import (
-    ATTR_CONTROL,
-    ATTR_TRANSACTIONAL,
-    ATTRIBUTES_AT,
-    BATCH_HEADER_SIZE,
-    PRODUCER_ID_AT,
-)
 
 __all__ = ["TxnVerify", "Verified", "produce_error", "transactional_producer", "verify_produce"]
 
 TopicPartition = tuple[str, int]
 # (transactional id, producer id, producer epoch, partitions) -> each partition's coordinator code.
 TxnVerify = Callable[[str, int, int, Iterable[TopicPartition]], Awaitable[dict[TopicPartition, ErrorCode]]]
-
-_ATTRIBUTES: Final = struct.Struct(">h")
-_PRODUCER: Final = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
 
 # Coordinator answers that mean "not verified yet, try again": Kafka turns them into
 # NOT_ENOUGH_REPLICAS, which every client retries without refreshing its metadata.
@@ -51,15 +40,14 @@ _RETRY_AS_NOT_ENOUGH_REPLICAS: Final = frozenset({
 
 
 def transactional_producer(records: bytes | bytearray | memoryview) -> tuple[int, int, int] | None:
-    """(producer id, epoch, base sequence) of the first batch when it is a transactional data
-    batch; None otherwise (including too short to hold a header: validation refuses it)."""
-    if len(records) < BATCH_HEADER_SIZE:
+    """(producer id, epoch, base sequence) of the first batch when it is a transactional *data*
+    batch; None otherwise (including too short to hold a header: validation refuses it). A
+    control batch is left out on purpose, unlike the produce path's transactional check
+    (`broker.kafka.produce`): a client's marker is refused by the log, not verified."""
+    fields = read_producer_fields(records)
+    if fields is None or not fields.is_transactional or fields.is_control:
         return None
-    (attributes,) = _ATTRIBUTES.unpack_from(records, ATTRIBUTES_AT)
-    if not attributes & ATTR_TRANSACTIONAL or attributes & ATTR_CONTROL:
-        return None
-    pid, epoch, sequence = _PRODUCER.unpack_from(records, PRODUCER_ID_AT)
-    return pid, epoch, sequence
+    return fields.producer_id, fields.producer_epoch, fields.base_sequence
 
 
 def produce_error(code: ErrorCode) -> ErrorCode:

@@ -157,3 +157,21 @@ def test_two_producers_in_one_request_are_refused_whole(tmp_path: Path) -> None:
     assert {i: e for i, (e, _) in out.refused.items()} == {0: ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                                                           1: ErrorCode.INVALID_PRODUCER_ID_MAPPING}  # fmt: skip
     assert coordinator.asked == []
+
+
+def test_one_header_reader_and_the_control_batch_difference() -> None:
+    """The produce path's transactional check and KIP-890's reader read the same header
+    fields (`read_producer_fields`); a control batch counts as transactional for the former
+    (a client's marker without a transactional id is refused) and is never verified."""
+    from broker.kafka.produce import _is_transactional
+    from broker.log.producer_state import read_producer_fields
+    from quorum.storage.batch_layout import ATTR_CONTROL, ATTRIBUTES_AT
+
+    control = bytearray(tbatch(7, 3, 5))
+    control[ATTRIBUTES_AT + 1] |= ATTR_CONTROL
+    fields = read_producer_fields(control)
+    assert fields is not None and fields.is_control and fields.is_transactional
+    assert (fields.producer_id, fields.producer_epoch, fields.base_sequence) == (7, 3, 5)
+    assert _is_transactional(memoryview(control)) and transactional_producer(control) is None
+    assert _is_transactional(memoryview(tbatch(7, 3, 5))) and not _is_transactional(memoryview(plain()))
+    assert not _is_transactional(None) and read_producer_fields(b"\x00" * 60) is None
