@@ -286,6 +286,8 @@ class GroupApis:
             results = await self.groups.txn_commit(req)
         it = iter(results)
         final = [e if e is not None else next(it) for e in errors]
+        if ctx.version < 4:  # KIP-890: TRANSACTION_ABORTABLE is known from v4 on
+            final = [ErrorCode.INVALID_TXN_STATE if e == ErrorCode.TRANSACTION_ABORTABLE else e for e in final]
         if ctx.version < 2:
             final = [ErrorCode.COORDINATOR_NOT_AVAILABLE if e == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else e
                      for e in final]  # fmt: skip

@@ -460,14 +460,20 @@ class ProducerStateManager:
                 "of an ongoing transaction",
             )
 
-    def check_coordinator_append(self, batches: list[ProducerBatch]) -> None:
+    def check_coordinator_append(
+        self, batches: list[ProducerBatch], guard: VerificationGuard | None = VERIFICATION_OFF
+    ) -> None:
         """Before a leader writes a coordinator's own batches (the group coordinator's
-        transactional offset commits: Kafka's AppendOrigin.COORDINATOR): only the producer
-        epoch is checked (LogError INVALID_PRODUCER_EPOCH). Kafka writes each such batch with
-        base sequence 0, so neither the sequence rule nor the duplicate rule applies."""
+        transactional offset commits: Kafka's AppendOrigin.COORDINATOR): the KIP-890
+        verification as for a client's batch (`guard`: what `start_verification` gave the
+        coordinator's TxnOffsetCommit; VERIFICATION_OFF: not verified), then only the producer
+        epoch (LogError INVALID_PRODUCER_EPOCH). Kafka writes each such batch with base
+        sequence 0, so neither the sequence rule nor the duplicate rule applies."""
         for batch in batches:
             if batch.producer_id != NO_PRODUCER_ID:
                 current = self.entries.get(batch.producer_id) or ProducerEntry(batch.producer_id)
+                if guard is not VERIFICATION_OFF and batch.is_transactional:
+                    self._check_verified(batch, guard, current)
                 check_producer_epoch(current, batch.producer_epoch, batch.base_offset, self.where)
 
     # ------------------------------------------------------------------ every append
