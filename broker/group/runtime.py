@@ -136,7 +136,7 @@ class _Loaded:
     # the replay (a marker appended after the replay's end is not read by it).
     completions: list[tuple[int, bool]] = field(default_factory=list)
     # KIP-890: each producer's guard from its latest verified TxnOffsetCommit, which its
-    # transactional batches are appended with (absent: verification is off).
+    # transactional batches are appended with; dropped by the producer's marker.
     txn_guards: dict[int, VerificationGuard | None] = field(default_factory=dict)
 
 
@@ -185,9 +185,10 @@ class GroupCoordinator:
 
         async def append_transactional(records: EncodedRecords, producer: Producer) -> ErrorCode:
             batch = encode_batch(records, self.clock(), producer)
-            if producer[0] not in loaded.txn_guards:
+            if self.txn_verify is None:
                 return await self.host.append(n, batch, self.commit_timeout_ms)
-            guard = loaded.txn_guards[producer[0]]
+            # No guard kept (a marker dropped it): the log takes it only into an open transaction.
+            guard = loaded.txn_guards.get(producer[0])
             return await self.host.append(n, batch, self.commit_timeout_ms, verification=guard)
 
         loaded.appends = AppendQueue(
@@ -435,6 +436,7 @@ class GroupCoordinator:
         loaded = self.partitions.get(partition)
         if loaded is None or loaded.closed:
             return
+        loaded.txn_guards.pop(producer_id, None)
         if not loaded.ready:
             loaded.completions.append((producer_id, committed))
             return
