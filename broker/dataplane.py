@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import resource
 from collections.abc import Callable
@@ -36,7 +37,7 @@ from pathlib import Path
 from broker.coordinator.partition_host import ReplicaPartitionHost as CoordinatorHost
 from broker.fd_limit import DescriptorBudget
 from broker.group.replica_host import ReplicaPartitionHost
-from broker.group.runtime import GroupCoordinator
+from broker.group.runtime import OFFSETS_TOPIC, GroupCoordinator
 from broker.group.shard import CoordinatorConfig
 from broker.isr import IsrSender
 from broker.kafka.server import KafkaListeners, start_kafka_listener, stop_kafka_listener
@@ -122,6 +123,7 @@ class DataPlane:
         self.txn_verifier = TxnVerifier(config.node_id, self._txn_coordinator_of, self.endpoint, self.txns.verify)
         if config.transaction_partition_verification_enable:
             self.replicas.txn_verify = self.txn_verifier.verify
+            self.groups.txn_verify = functools.partial(self.replicas.verify_coordinator_write, OFFSETS_TOPIC)
         self.services.txn_marker_listener = self.groups  # markers on __consumer_offsets complete offsets
         self._server: KafkaListeners | None = None
         self._listen_task: asyncio.Task[None] | None = None

@@ -11,12 +11,18 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker.kafka.services import BrokerServices
+from broker.kafka.services import BrokerServices, ListenerConfig
 from quorum.controller.requests import CreatableTopic, CreateTopicsRequest
 from quorum.kafka_errors import ErrorCode
 from quorum.wire.admin_codec import decode_admin_response, encode_admin_request
 
-__all__ = ["COORDINATOR_NOT_AVAILABLE", "CoordinatorAddress", "InternalTopic", "InternalTopicCreator"]
+__all__ = [
+    "COORDINATOR_NOT_AVAILABLE",
+    "CoordinatorAddress",
+    "InternalTopic",
+    "InternalTopicCreator",
+    "compacted_topic_creator",
+]
 
 # FindCoordinator's answer for one key: (error, node id, host, port)
 CoordinatorAddress = tuple[ErrorCode, int, str, int]
@@ -102,3 +108,27 @@ class InternalTopicCreator:
             elif result.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 log.warning("creating %s failed: %s %s", t.name, ErrorCode(result.error_code).name,
                             result.message or "")  # fmt: skip
+
+
+def compacted_topic_creator(
+    services: BrokerServices,
+    config: ListenerConfig,
+    topic: str,
+    num_partitions: int,
+    replication: tuple[int, str],
+    segment_bytes: int,
+    configs: dict[str, str],
+    *,
+    client_id: str,
+    min_insync_replicas: int = 0,
+) -> InternalTopicCreator:
+    """The creator of a coordinator's compacted internal topic (the group and the transaction
+    coordinators' listeners): `replication` is the wanted factor and the setting naming it;
+    `configs` are the topic's other configs besides cleanup.policy and segment.bytes."""
+    factor, setting = replication
+    spec = InternalTopic(
+        topic, num_partitions, factor, setting,
+        {"cleanup.policy": "compact", **configs, "segment.bytes": str(segment_bytes)},
+        min_insync_replicas=min_insync_replicas, client_id=client_id,
+    )  # fmt: skip
+    return InternalTopicCreator(services, spec, config.forward_timeout_ms)

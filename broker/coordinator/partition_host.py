@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Protocol
 from uuid import UUID
 
+from broker.log.producer_state import VERIFICATION_OFF, VerificationGuard
 from broker.replica.manager import ReplicaManager
 from broker.replica.requests import ProduceParams, ProducePartition
 from quorum.kafka_errors import ErrorCode
@@ -74,16 +75,20 @@ class ReplicaPartitionHost:
         hosted = self.replicas.partitions.get((self.topic_name_hosted, partition))
         return None if hosted is None else hosted.log
 
-    async def append(self, partition: int, batch: bytes, timeout_ms: int) -> ErrorCode:
+    async def append(
+        self, partition: int, batch: bytes, timeout_ms: int, *,
+        verification: VerificationGuard | None = VERIFICATION_OFF,
+    ) -> ErrorCode:  # fmt: skip
         """Append one batch as leader with acks=-1; the outcome once the HW covers it. The
         coordinator's own write (Kafka's AppendOrigin.COORDINATOR): a transactional batch's
-        producer epoch is checked, not its sequence (the group coordinator's TxnOffsetCommit
-        batches all carry base sequence 0)."""
+        KIP-890 `verification` guard and producer epoch are checked, not its sequence (the
+        group coordinator's TxnOffsetCommit batches all carry base sequence 0)."""
         params = ProduceParams(
             acks=-1,
             timeout_ms=timeout_ms,
             partitions=(ProducePartition(self.topic_name_hosted, partition, batch),),
             coordinator=True,
+            verification=verification,
         )
         (result,) = await self.replicas.produce(params)
         return result.error

@@ -66,6 +66,8 @@ from broker.group.records import (
 from broker.group.shard import CoordinatorConfig, GroupShard, Outcome, append_error
 from broker.group.write_order import WriteOrder
 from broker.log.control_records import MarkerError, decode_marker_record
+from broker.log.producer_state import VerificationGuard
+from broker.replica.txn_verification import coordinator_write_error
 from quorum.kafka_errors import ErrorCode
 
 __all__ = ["GroupCoordinator", "LoggedPartition", "OFFSETS_TOPIC", "PartitionHost"]
@@ -73,6 +75,10 @@ __all__ = ["GroupCoordinator", "LoggedPartition", "OFFSETS_TOPIC", "PartitionHos
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
+
+
+# (partition, transactional id, producer id, producer epoch) -> (guard, transaction coordinator's code)
+TxnWriteVerify = Callable[[int, str, int, int], Awaitable[tuple[VerificationGuard | None, ErrorCode]]]
 
 
 class PartitionHost(Protocol):
@@ -89,8 +95,11 @@ class PartitionHost(Protocol):
 
     def partition_log(self, partition: int) -> LoggedPartition | None: ...
 
-    async def append(self, partition: int, batch: bytes, timeout_ms: int) -> ErrorCode:
-        """Append one batch as leader with acks=-1; the outcome once the HW covers it."""
+    async def append(
+        self, partition: int, batch: bytes, timeout_ms: int, *, verification: VerificationGuard | None = ...
+    ) -> ErrorCode:
+        """Append one batch as leader with acks=-1; the outcome once the HW covers it
+        (`verification`: a transactional batch's KIP-890 guard, given only when verified)."""
         ...
 
     def topic(self, name: str) -> tuple[UUID, int] | None:
@@ -126,6 +135,9 @@ class _Loaded:
     # Transaction completions (producer id, committed) that came while loading: applied after
     # the replay (a marker appended after the replay's end is not read by it).
     completions: list[tuple[int, bool]] = field(default_factory=list)
+    # KIP-890: each producer's guard from its latest verified TxnOffsetCommit, which its
+    # transactional batches are appended with; dropped by the producer's marker.
+    txn_guards: dict[int, VerificationGuard | None] = field(default_factory=dict)
 
 
 class GroupCoordinator:
@@ -146,6 +158,10 @@ class GroupCoordinator:
         self.retention_check_interval_ms = retention_check_interval_ms
         self.clock = clock
         self.partitions: dict[int, _Loaded] = {}
+        # KIP-890 for TxnOffsetCommit (set by the broker: `ReplicaManager.verify_coordinator_write`
+        # for `__consumer_offsets`): (partition, transactional id, producer id, epoch) -> the
+        # guard to append with and the transaction coordinator's code. None: not verified.
+        self.txn_verify: TxnWriteVerify | None = None
         self._tokens = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -168,7 +184,12 @@ class GroupCoordinator:
             return await self.host.append(n, encode_batch(records, self.clock()), self.commit_timeout_ms)
 
         async def append_transactional(records: EncodedRecords, producer: Producer) -> ErrorCode:
-            return await self.host.append(n, encode_batch(records, self.clock(), producer), self.commit_timeout_ms)
+            batch = encode_batch(records, self.clock(), producer)
+            if self.txn_verify is None:
+                return await self.host.append(n, batch, self.commit_timeout_ms)
+            # No guard kept (a marker dropped it): the log takes it only into an open transaction.
+            guard = loaded.txn_guards.get(producer[0])
+            return await self.host.append(n, batch, self.commit_timeout_ms, verification=guard)
 
         loaded.appends = AppendQueue(
             f"{OFFSETS_TOPIC}-{n}",
@@ -385,6 +406,16 @@ class GroupCoordinator:
         loaded, error = self._shard_for(req.group_id)
         if loaded is None:
             return [error] * len(req.partitions)
+        if self.txn_verify is not None:
+            # Kafka's order: the group's status, then the verification, then the member checks.
+            partition = loaded.partition
+            guard, code = await self.txn_verify(partition, req.transactional_id, req.producer_id, req.producer_epoch)
+            if code != ErrorCode.NONE:
+                return [append_error(coordinator_write_error(code))] * len(req.partitions)
+            loaded, error = self._shard_for(req.group_id)
+            if loaded is None or loaded.partition != partition:  # moved while the coordinator was asked
+                return [error if loaded is None else ErrorCode.NOT_COORDINATOR] * len(req.partitions)
+            loaded.txn_guards[req.producer_id] = guard
         out, errors = loaded.shard.txn_commit(req, self.clock())
         return await self._committed(loaded, out, errors)
 
@@ -405,6 +436,7 @@ class GroupCoordinator:
         loaded = self.partitions.get(partition)
         if loaded is None or loaded.closed:
             return
+        loaded.txn_guards.pop(producer_id, None)
         if not loaded.ready:
             loaded.completions.append((producer_id, committed))
             return

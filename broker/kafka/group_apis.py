@@ -22,8 +22,7 @@ from typing import Any, Final
 from broker.coordinator.internal_topic import (
     COORDINATOR_NOT_AVAILABLE,
     CoordinatorAddress,
-    InternalTopic,
-    InternalTopicCreator,
+    compacted_topic_creator,
 )
 from broker.group.messages import (
     CommitPartition,
@@ -77,22 +76,11 @@ class GroupApis:
         self.groups = groups
         # FindCoordinator for transactional ids (key type 1): `broker.kafka.txn_apis`'s.
         self.transaction_coordinator: Callable[[str], CoordinatorAddress] | None = None
-        self._offsets_topic = InternalTopicCreator(
-            services,
-            InternalTopic(
-                OFFSETS_TOPIC,
-                config.offsets_topic_num_partitions,
-                config.offsets_topic_replication_factor,
-                "offsets.topic.replication.factor",
-                {
-                    "cleanup.policy": "compact",
-                    "compression.type": "producer",
-                    "segment.bytes": str(config.offsets_topic_segment_bytes),
-                },
-                client_id="group-coordinator",
-            ),  # fmt: skip
-            config.forward_timeout_ms,
-        )
+        self._offsets_topic = compacted_topic_creator(
+            services, config, OFFSETS_TOPIC, config.offsets_topic_num_partitions,
+            (config.offsets_topic_replication_factor, "offsets.topic.replication.factor"),
+            config.offsets_topic_segment_bytes, {"compression.type": "producer"}, client_id="group-coordinator",
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ FindCoordinator
 
@@ -298,6 +286,8 @@ class GroupApis:
             results = await self.groups.txn_commit(req)
         it = iter(results)
         final = [e if e is not None else next(it) for e in errors]
+        if ctx.version < 4:  # KIP-890: TRANSACTION_ABORTABLE is known from v4 on
+            final = [ErrorCode.INVALID_TXN_STATE if e == ErrorCode.TRANSACTION_ABORTABLE else e for e in final]
         if ctx.version < 2:
             final = [ErrorCode.COORDINATOR_NOT_AVAILABLE if e == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else e
                      for e in final]  # fmt: skip

@@ -32,11 +32,10 @@ from broker.kafka.services import (
     ProducePartitionResult,
 )
 from broker.kafka.wire import Reader, response_writer
+from broker.log.producer_state import read_producer_fields
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.image import MetadataImage
 from quorum.storage.batch_layout import (
-    ATTR_TRANSACTIONAL,
-    ATTRIBUTES_AT,
     BATCH_HEADER_SIZE,
     BATCH_LENGTH_AT,
     LOG_OVERHEAD,
@@ -48,7 +47,6 @@ from quorum.wire.transport import CloseConnection
 __all__ = ["ProduceRequest", "decode_produce", "encode_produce_response", "handle_produce", "validate_single_batch"]
 
 _I32: Final = struct.Struct(">i")
-_I16: Final = struct.Struct(">h")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +87,11 @@ def decode_produce(ctx: RequestContext) -> ProduceRequest:
 
 
 def _is_transactional(records: memoryview | None) -> bool:
-    """Kafka's RequestUtils.hasTransactionalRecords, on the first batch's attributes."""
-    if records is None or len(records) < BATCH_HEADER_SIZE:
-        return False
-    return bool(_I16.unpack_from(records, ATTRIBUTES_AT)[0] & ATTR_TRANSACTIONAL)
+    """Kafka's RequestUtils.hasTransactionalRecords, on the first batch's attributes: a control
+    batch counts too (unlike KIP-890's `transactional_producer`, which verifies data batches
+    only), so a client's marker without a transactional id is refused here."""
+    fields = None if records is None else read_producer_fields(records)
+    return fields is not None and fields.is_transactional
 
 
 def validate_single_batch(records: memoryview | None) -> str | None:

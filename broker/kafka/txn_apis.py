@@ -25,8 +25,7 @@ from typing import Any, Final
 from broker.coordinator.internal_topic import (
     COORDINATOR_NOT_AVAILABLE,
     CoordinatorAddress,
-    InternalTopic,
-    InternalTopicCreator,
+    compacted_topic_creator,
 )
 from broker.kafka.context import RequestContext, decode_body, encode_body, kio_error, make, nested, response_type
 from broker.kafka.init_producer_id import handle_init_producer_id
@@ -70,24 +69,13 @@ class TxnApis:
         self.services = services
         self.config = config
         self.txns = txns
-        self._state_topic = InternalTopicCreator(
-            services,
-            InternalTopic(
-                TRANSACTION_STATE_TOPIC,
-                config.transaction_state_log_num_partitions,
-                config.transaction_state_log_replication_factor,
-                "transaction.state.log.replication.factor",
-                {
-                    "cleanup.policy": "compact",
-                    "compression.type": "uncompressed",
-                    "segment.bytes": str(config.transaction_state_log_segment_bytes),
-                    "unclean.leader.election.enable": "false",
-                },
-                min_insync_replicas=config.transaction_state_log_min_isr,
-                client_id="transaction-coordinator",
-            ),
-            config.forward_timeout_ms,
-        )
+        self._state_topic = compacted_topic_creator(
+            services, config, TRANSACTION_STATE_TOPIC, config.transaction_state_log_num_partitions,
+            (config.transaction_state_log_replication_factor, "transaction.state.log.replication.factor"),
+            config.transaction_state_log_segment_bytes,
+            {"compression.type": "uncompressed", "unclean.leader.election.enable": "false"},
+            client_id="transaction-coordinator", min_insync_replicas=config.transaction_state_log_min_isr,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ FindCoordinator
 

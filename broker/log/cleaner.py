@@ -27,11 +27,26 @@ than `min.compaction.lag.ms` by their largest timestamp). One cleaning:
    swap ever has `.swap` files: a crash after their rename is finished by
    `PartitionLog.open`, one before it discards the `.cleaned` files.
 
-Transactions (Kafka's rules): the first uncleanable offset is also at most the last stable
-offset, so no record of an open transaction, or of one whose marker the HW has not passed,
-is cleaned; records of aborted transactions (the `.txnindex` entries of the cleaned range)
-never enter the offset map, so an aborted record never removes an older record of its key
-(and, not being its key's latest, it goes itself). Markers are kept as they are.
+Transactions (Kafka 3.9's LogCleaner and CleanedTransactionMetadata): the first uncleanable
+offset is also at most the last stable offset, so no record of an open transaction, or of
+one whose marker the HW has not passed, is cleaned. Records of aborted transactions (the
+`.txnindex` entries of the cleaned range) never enter the offset map, so an aborted record
+never removes an older record of its key, and every batch of an aborted transaction is
+removed when its segment is cleaned. A cleaning walks the batches in offset order
+(`TxnCleaning`) and decides for each marker (control batch):
+
+- ABORT: kept while a batch of its transaction was met in this cleaning (the data goes
+  first); else it may go;
+- COMMIT: kept while a batch of its transaction was met in this cleaning (its data is still
+  there); else it may go;
+- a marker that may go is not removed at once: like a tombstone, the first cleaning rewrites
+  it with a delete horizon (now + `delete.retention.ms`, so a consumer that read the data
+  also reads the marker), and the first cleaning after that time removes it.
+
+A read_committed reader's view never changes: an aborted record goes before its marker, a
+marker goes only once no record of its transaction is left. (Kafka also keeps an emptied
+batch that holds an active producer's last sequence; this cleaner drops it, so a producer
+whose every batch was cleaned away is known again only from the producer-state snapshots.)
 
 Tombstones (a null value) follow KIP-534: the first cleaning that keeps a tombstone
 rewrites its batch with a delete horizon (`ATTR_DELETE_HORIZON`, baseTimestamp = now +
@@ -49,6 +64,7 @@ from pathlib import Path
 
 from broker.log.compression import DecompressionError
 from broker.log.config import LogConfig
+from broker.log.control_records import MarkerError, decode_marker_batch
 from broker.log.partition_log import CLEANED_SUFFIX, PartitionLog
 from broker.log.records import BatchHeader, Record, RecordsError, batch_records, encode_records
 from broker.log.segment import LogSegment
@@ -195,8 +211,9 @@ def _clean(p: CleanPlan, cfg: LogConfig, max_map_keys: int) -> CleanResult | Non
         return None
     groups: list[CleanedGroup] = []
     horizon = -1
+    txns = TxnCleaning(p.aborted)
     for group in _groups(to_clean, cfg):
-        h = _clean_group(p, group, offset_map)
+        h = _clean_group(p, group, offset_map, txns)
         if h >= 0:
             horizon = h if horizon < 0 else min(horizon, h)
         groups.append(CleanedGroup(tuple(group), group[0].base))
@@ -267,6 +284,47 @@ def _records(f: BatchFrame, data: bytes, where: Path) -> list[_Decoded]:
         return []
 
 
+class TxnCleaning:
+    """Which transactional batches and markers one cleaning may drop (Kafka's
+    CleanedTransactionMetadata), fed every batch of the cleaned range in offset order."""
+
+    def __init__(self, aborted: tuple[AbortedTxn, ...]) -> None:
+        self._aborted = sorted(aborted, key=lambda t: t.first_offset)  # not reached yet
+        self._next = 0
+        # Producer id -> whether a batch of its aborted transaction was met (the transaction
+        # started at or before the batches walked so far, its marker not walked yet).
+        self._ongoing_aborted: dict[int, bool] = {}
+        self._ongoing_committed: set[int] = set()  # producers with a batch of a non-aborted txn met
+
+    def _reach(self, offset: int) -> None:
+        while self._next < len(self._aborted) and self._aborted[self._next].first_offset <= offset:
+            self._ongoing_aborted.setdefault(self._aborted[self._next].producer_id, False)
+            self._next += 1
+
+    def on_data(self, f: BatchFrame) -> bool:
+        """A data batch: True when it belongs to an aborted transaction (drop it whole)."""
+        self._reach(f.last_offset)
+        if not f.attributes & ATTR_TRANSACTIONAL:
+            return False
+        if f.producer_id in self._ongoing_aborted:
+            self._ongoing_aborted[f.producer_id] = True
+            return True
+        self._ongoing_committed.add(f.producer_id)
+        return False
+
+    def on_marker(self, f: BatchFrame, committed: bool | None) -> bool:
+        """A control batch (`committed`: its marker's kind; None: it holds no marker): True
+        when no batch of its transaction was met, so it may go (after its delete horizon)."""
+        self._reach(f.last_offset)
+        if committed is None:
+            return True
+        if committed:
+            met = f.producer_id in self._ongoing_committed
+            self._ongoing_committed.discard(f.producer_id)
+            return not met
+        return not self._ongoing_aborted.pop(f.producer_id, False)
+
+
 def _is_aborted(f: BatchFrame, aborted: tuple[AbortedTxn, ...]) -> bool:
     """A transactional batch of an aborted transaction (between its first offset and marker)."""
     return bool(f.attributes & ATTR_TRANSACTIONAL) and any(
@@ -285,7 +343,7 @@ def _latest_offsets(s: SourceSegment, aborted: tuple[AbortedTxn, ...]) -> dict[b
     return latest
 
 
-def _clean_group(p: CleanPlan, group: list[SourceSegment], offset_map: dict[bytes, int]) -> int:
+def _clean_group(p: CleanPlan, group: list[SourceSegment], offset_map: dict[bytes, int], txns: TxnCleaning) -> int:
     """Write the group's kept records into `<base>.log.swap` (through `.cleaned`, fsynced).
     Returns the earliest delete horizon of a tombstone kept (-1: none)."""
     cfg = p.config
@@ -299,7 +357,7 @@ def _clean_group(p: CleanPlan, group: list[SourceSegment], offset_map: dict[byte
     try:
         for s in group:
             for f, data in _batches(s):
-                kept, horizon = _filter_batch(p, f, data, offset_map, s.path)
+                kept, horizon = _filter_batch(p, f, data, offset_map, s.path, txns)
                 if horizon >= 0:
                     horizon_kept = horizon if horizon_kept < 0 else min(horizon_kept, horizon)
                 if kept:
@@ -312,13 +370,40 @@ def _clean_group(p: CleanPlan, group: list[SourceSegment], offset_map: dict[byte
     return horizon_kept
 
 
+def _filter_marker(p: CleanPlan, f: BatchFrame, data: bytes, txns: TxnCleaning, where: Path) -> tuple[bytes, int]:
+    """A control batch: kept as it is while its transaction has data here; else rewritten with
+    a delete horizon, and dropped by the first cleaning after it (see the module docstring)."""
+    try:
+        decoded = decode_marker_batch(data)
+    except MarkerError as exc:
+        log.warning("%s: the control batch at offset %d does not parse (%s); kept as it is", where, f.base_offset, exc)
+        return data, -1
+    if not txns.on_marker(f, None if decoded is None else decoded[0].committed):
+        return data, -1
+    horizon = f.base_timestamp if f.attributes & ATTR_DELETE_HORIZON else -1
+    if horizon >= 0:
+        return (b"", -1) if horizon <= p.now_ms else (data, horizon)
+    records = _records(f, data, where)
+    if not records:
+        return b"", -1  # an emptied control batch: nothing to keep
+    horizon = p.now_ms + p.config.delete_retention_ms
+    fields = HEADER.unpack_from(data, 0)
+    header = BatchHeader(
+        f.leader_epoch, f.attributes, f.producer_id, producer_epoch=fields[10], base_sequence=fields[11],
+        max_timestamp=f.max_timestamp, delete_horizon_ms=horizon,
+    )  # fmt: skip
+    return encode_records([Record(o, ts, k, v, h) for o, ts, k, v, h in records], header), horizon
+
+
 def _filter_batch(
-    p: CleanPlan, f: BatchFrame, data: bytes, offset_map: dict[bytes, int], where: Path
+    p: CleanPlan, f: BatchFrame, data: bytes, offset_map: dict[bytes, int], where: Path, txns: TxnCleaning
 ) -> tuple[bytes, int]:
     """The batch's bytes to keep (b"" for none) and the delete horizon it carries when it keeps
-    a tombstone (-1 otherwise)."""
+    a tombstone or a marker that may go (-1 otherwise)."""
     if f.attributes & ATTR_CONTROL:
-        return data, -1
+        return _filter_marker(p, f, data, txns, where)
+    if txns.on_data(f):
+        return b"", -1  # a batch of an aborted transaction
     records = _records(f, data, where)
     if not records:
         return data, -1

@@ -556,13 +556,14 @@ class PartitionLog:
         sequences and epochs (LogError: OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH),
         and written, unless they repeat one of their producer's last 5 batches: then nothing is
         written and the answer holds the original batch's offsets (Kafka's duplicate rule).
-        `coordinator`: a coordinator's own batches (`check_coordinator_append`: the epoch only).
+        `coordinator`: a coordinator's own batches (`check_coordinator_append`: the guard and the
+        epoch only).
         `verification`: the KIP-890 guard of this request's transactional batches
         (`ProducerStateManager.start_verification`; VERIFICATION_OFF: not verified)."""
         a = assign(records, self.config, next_offset=self.log_end_offset, leader_epoch=leader_epoch, now_ms=now_ms)
         batches = _producer_batches(a.data, a.frames)
         if batches and coordinator:
-            self.producers.check_coordinator_append(batches)
+            self.producers.check_coordinator_append(batches, verification)
         elif batches:
             self._maybe_expire_producers(now_ms)
             duplicate = self.producers.check_client_append(batches, verification)

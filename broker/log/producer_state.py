@@ -81,6 +81,7 @@ from quorum.storage.batch_layout import (
     ATTR_TRANSACTIONAL,
     ATTRIBUTES_AT,
     BASE_SEQUENCE_AT,
+    BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     PRODUCER_EPOCH_AT,
     PRODUCER_ID_AT,
@@ -123,6 +124,35 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchProducerFields:
+    """A batch header's attributes and producer fields: the one reader of them, used by the
+    produce path, KIP-890's verification and the producer state."""
+
+    attributes: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+
+def read_producer_fields(data: bytes | bytearray | memoryview, position: int = 0) -> BatchProducerFields | None:
+    """The header fields of the batch at `position` of `data`; None when the bytes left are
+    too few to hold a batch header (validation refuses such records)."""
+    if len(data) - position < BATCH_HEADER_SIZE:
+        return None
+    (attributes,) = _ATTRIBUTES.unpack_from(data, position + ATTRIBUTES_AT)
+    pid, epoch, sequence = _PRODUCER_FIELDS.unpack_from(data, position + PRODUCER_ID_AT)
+    return BatchProducerFields(attributes, pid, epoch, sequence)
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerBatch:
     """What the producer state needs of one batch header (offsets as written or to be);
     for a control batch, its end-transaction marker (None: an emptied control batch)."""
@@ -160,10 +190,12 @@ class ProducerBatch:
         """From the batch at `position` of `data` (its header; the whole batch when it is a
         control batch: its marker is decoded, and its record's timestamp taken as the
         batch's). LogError CORRUPT_MESSAGE for a control batch that holds no marker."""
-        pid, epoch, seq = _PRODUCER_FIELDS.unpack_from(data, position + PRODUCER_ID_AT)
-        (attributes,) = _ATTRIBUTES.unpack_from(data, position + ATTRIBUTES_AT)
+        fields = read_producer_fields(data, position)
+        if fields is None:
+            raise LogError(ErrorCode.CORRUPT_MESSAGE, f"batch at offset {base_offset}: truncated header")
+        pid, epoch, seq, attributes = fields.producer_id, fields.producer_epoch, fields.base_sequence, fields.attributes
         marker = None
-        if attributes & ATTR_CONTROL:
+        if fields.is_control:
             (length,) = _BATCH_LENGTH.unpack_from(data, position + LOG_OVERHEAD - 4)
             try:
                 decoded = decode_marker_batch(memoryview(data)[position : position + LOG_OVERHEAD + length])
@@ -417,8 +449,10 @@ class ProducerStateManager:
     def _check_verified(
         self, batch: ProducerBatch, guard: VerificationGuard | None, entry: ProducerEntry | None
     ) -> None:
+        # "Open here" is read from the working entry alone: it is the producer's entry (whose
+        # transaction is open exactly when it is in `ongoing`) after this request's earlier batches.
         state = self.verifications.get(batch.producer_id)
-        open_here = batch.producer_id in self.ongoing or (entry is not None and entry.current_txn_first_offset >= 0)
+        open_here = entry is not None and entry.current_txn_first_offset >= 0
         if not open_here and (state is None or guard is None or state.guard is not guard):
             raise LogError(
                 ErrorCode.INVALID_TXN_STATE,
@@ -426,14 +460,20 @@ class ProducerStateManager:
                 "of an ongoing transaction",
             )
 
-    def check_coordinator_append(self, batches: list[ProducerBatch]) -> None:
+    def check_coordinator_append(
+        self, batches: list[ProducerBatch], guard: VerificationGuard | None = VERIFICATION_OFF
+    ) -> None:
         """Before a leader writes a coordinator's own batches (the group coordinator's
-        transactional offset commits: Kafka's AppendOrigin.COORDINATOR): only the producer
-        epoch is checked (LogError INVALID_PRODUCER_EPOCH). Kafka writes each such batch with
-        base sequence 0, so neither the sequence rule nor the duplicate rule applies."""
+        transactional offset commits: Kafka's AppendOrigin.COORDINATOR): the KIP-890
+        verification as for a client's batch (`guard`: what `start_verification` gave the
+        coordinator's TxnOffsetCommit; VERIFICATION_OFF: not verified), then only the producer
+        epoch (LogError INVALID_PRODUCER_EPOCH). Kafka writes each such batch with base
+        sequence 0, so neither the sequence rule nor the duplicate rule applies."""
         for batch in batches:
             if batch.producer_id != NO_PRODUCER_ID:
                 current = self.entries.get(batch.producer_id) or ProducerEntry(batch.producer_id)
+                if guard is not VERIFICATION_OFF and batch.is_transactional:
+                    self._check_verified(batch, guard, current)
                 check_producer_epoch(current, batch.producer_epoch, batch.base_offset, self.where)
 
     # ------------------------------------------------------------------ every append

@@ -71,7 +71,7 @@ from broker.replica.requests import (
     TxnMarkerResult,
 )
 from broker.replica.state import FetchClock, FollowerPlan, LeaderAnswer, PartitionState
-from broker.replica.txn_verification import TxnVerify, Verified, verify_produce
+from broker.replica.txn_verification import TxnVerify, Verified, verify_coordinator_write, verify_produce
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import MetadataImage, PartitionRegistration, TopicIdPartition
@@ -342,12 +342,26 @@ class ReplicaManager:
             if refused is not None:
                 results.append(ProducePartitionResult(error=refused[0], error_message=refused[1]))
                 continue
-            result, wait = self._append(part, params.acks, now, params.coordinator, verified.guard(i))
+            guard = params.verification if params.coordinator else verified.guard(i)
+            result, wait = self._append(part, params.acks, now, params.coordinator, guard)
             results.append(result)
             if wait is not None:
                 waits.append((i, wait[0], wait[1]))
         await self._wait_for_acks(results, waits, params.timeout_ms)
         return results
+
+    async def verify_coordinator_write(
+        self, topic: str, partition: int, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> tuple[VerificationGuard | None, ErrorCode]:
+        """KIP-890 before a coordinator's transactional write (`txn_verification`): the guard
+        for `ProduceParams.verification` and the transaction coordinator's code; verification
+        off: (VERIFICATION_OFF, NONE)."""
+        if self.txn_verify is None:
+            return VERIFICATION_OFF, ErrorCode.NONE
+        return await verify_coordinator_write(
+            transactional_id, producer_id, producer_epoch, (topic, partition), self._leader_log, self.txn_verify,
+            now_ms(),
+        )  # fmt: skip
 
     async def _wait_for_acks(
         self,

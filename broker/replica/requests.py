@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from broker.log.file_range import FileRange
+from broker.log.producer_state import VERIFICATION_OFF, VerificationGuard
 from quorum.kafka_errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -67,6 +68,9 @@ class ProduceParams:
     client_id: str | None = None
     # A coordinator's own write (Kafka's AppendOrigin.COORDINATOR): no sequence checks.
     coordinator: bool = False
+    # A coordinator's transactional write: the KIP-890 guard its caller got
+    # (`txn_verification.verify_coordinator_write`); VERIFICATION_OFF: not verified.
+    verification: VerificationGuard | None = VERIFICATION_OFF
 
 
 @dataclass(frozen=True, slots=True)

@@ -247,3 +247,33 @@ def test_list_offsets_latest_is_the_lso_for_read_committed(cluster: MetadataClus
     assert latest("read_committed") == 2
     assert write_marker(port, topic, pid, 0, committed=False) == 0
     assert latest("read_committed") == latest("read_uncommitted") == 5
+
+
+def test_find_hanging_lists_a_transaction_no_coordinator_knows(cluster: MetadataCluster) -> None:
+    """kafka-transactions.sh find-hanging: a transaction open in a partition whose producer id
+    no coordinator lists (here a hand-made producer: verification is off in this module, as
+    on a Kafka cluster where hanging transactions happen) is listed once it is older than
+    --max-transaction-timeout; it goes from the list once a marker closes it."""
+    from metadata_cluster import run_pykraft
+
+    topic = "txn-log-hanging"
+    create_topic(cluster, topic, partitions=1, rf=3)
+    leader_id = leader(cluster, topic)
+    port = broker_port(cluster, leader_id)
+    pid = producer_id(port)
+    assert produce(port, topic, [b"h0", b"h1"], pid=pid, epoch=0, seq=0, transactional=True) == (0, 0)
+
+    def hanging(*scope: str, max_timeout_min: str = "0") -> list[list[str]]:
+        done = run_pykraft("transactions", "--bootstrap-server", bootstrap(cluster), "find-hanging", *scope,
+                           "--max-transaction-timeout", max_timeout_min)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return [[c.strip() for c in line.split("\t")] for line in done.stdout.splitlines()]
+
+    header, *rows = hanging("--topic", topic)
+    assert header == ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
+                      "LastTimestamp", "Duration(min)"]  # fmt: skip
+    assert [r[:6] for r in rows] == [[topic, "0", str(pid), "0", "-1", "0"]] and rows[0][7] == "0", rows
+    assert [topic, "0", str(pid)] in [r[:3] for r in hanging("--broker-id", str(leader_id))[1:]]
+    assert hanging("--topic", topic, "--partition", "0", max_timeout_min="15")[1:] == []  # younger than 15 min
+    assert write_marker(port, topic, pid, 0, committed=False) == 0
+    assert hanging("--topic", topic)[1:] == []

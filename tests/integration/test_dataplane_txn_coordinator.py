@@ -37,6 +37,7 @@ cluster = module_cluster(
     },
 )
 
+
 def producer(brokers: str, tid: str, **extra: Any) -> Any:
     from confluent_kafka import Producer
 
@@ -107,6 +108,110 @@ def test_the_transactions_tool_lists_and_describes_like_kafka_transactions_sh(cl
     assert row[3:] == ["0", "Empty", "60000", "None", "None", ""]
     missing = run_pykraft("transactions", "--bootstrap-server", brokers, "--describe", "--transactional-id", "nope")
     assert missing.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr
+
+
+def tool_table(*args: str) -> list[list[str]]:
+    """`pykraft transactions ARGS`' table: its rows (the header first), cells stripped."""
+    done = run_pykraft("transactions", *args)
+    assert done.returncode == 0, done.stderr
+    return [[c.strip() for c in line.split("\t")] for line in done.stdout.splitlines()]
+
+
+def test_describe_producers_and_find_hanging_show_an_open_transaction(cluster: MetadataCluster) -> None:
+    """kafka-transactions.sh describe-producers over DescribeProducers, for a confluent-kafka
+    transaction left open, then aborted; find-hanging does not list it (its coordinator
+    holds the partition in the transaction)."""
+    brokers = bootstrap(cluster)
+    topic, tid = "txn-described-producers", "tool-producers"
+    create_topic(cluster, topic, partitions=1, rf=3)
+    p = producer(brokers, tid)
+    p.init_transactions(60)
+    before_ms = int(time.time() * 1000)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce(topic, value=f"open-{i}".encode(), partition=0)
+    assert p.flush(30) == 0
+    pid = tool_table("--bootstrap-server", brokers, "--describe", "--transactional-id", tid)[1][2]
+    header, *rows = tool_table(
+        "--bootstrap-server", brokers, "describe-producers", "--topic", topic, "--partition", "0"
+    )
+    assert header == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
+                      "CurrentTransactionStartOffset"]  # fmt: skip
+    assert len(rows) == 1 and rows[0][:4] == [pid, "0", "-1", "2"] and rows[0][5] == "0", rows
+    assert before_ms <= int(rows[0][4]) <= int(time.time() * 1000)
+    leader = int(partition_state(cluster, topic, cluster.broker_ids[0])[0]["leader"])
+    on_leader = tool_table("--bootstrap-server", brokers, "describe-producers", "--topic", topic, "--partition", "0",
+                           "--broker-id", str(leader))  # fmt: skip
+    assert on_leader[1] == rows[0]
+    follower = next(b for b in cluster.broker_ids if b != leader)
+    refused = run_pykraft("transactions", "--bootstrap-server", brokers, "describe-producers", "--topic", topic,
+                          "--partition", "0", "--broker-id", str(follower))  # fmt: skip
+    assert refused.returncode == 1 and "NOT_LEADER_OR_FOLLOWER" in refused.stderr, refused
+    hanging = tool_table(
+        "--bootstrap-server", brokers, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0"
+    )
+    assert hanging == [["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
+                        "LastTimestamp", "Duration(min)"]]  # fmt: skip
+    usage = run_pykraft("transactions", "--bootstrap-server", brokers, "find-hanging")
+    assert usage.returncode == 2 and "--topic or --broker-id" in usage.stderr
+    p.abort_transaction(60)
+
+    def closed() -> bool:
+        _, *now = tool_table("--bootstrap-server", brokers, "describe-producers", "--topic", topic, "--partition", "0")
+        return len(now) == 1 and now[0][5] == "None" and int(now[0][2]) >= 0
+
+    wait_until("the ABORT marker closed the transaction in the partition", closed, timeout=30)
+
+
+def test_txn_offset_commit_outside_the_transaction_is_refused_and_writes_nothing(cluster: MetadataCluster) -> None:
+    """KIP-890 for TxnOffsetCommit (transaction.partition.verification.enable, on by default):
+    the group coordinator asks the transaction coordinator whether the group's
+    `__consumer_offsets` partition is in the producer's transaction before it writes. A raw
+    TxnOffsetCommit for a producer whose transaction never added the group (no
+    AddOffsetsToTxn) is answered INVALID_TXN_STATE (v3; TRANSACTION_ABORTABLE at v4, as Kafka
+    3.9) and nothing is written; confluent-kafka's `send_offsets_to_transaction` still commits."""
+    from confluent_kafka import Consumer, TopicPartition
+    from kafka_raw import call
+    from kio.schema.txn_offset_commit.v3.request import TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic
+    from test_consumer_groups import _coordinator_port
+
+    from broker.group.records import coordinator_partition
+
+    brokers = bootstrap(cluster)
+    topic, tid, group = "txn-unverified-offsets", "unverified-offsets", "unverified-offsets-group"
+    create_topic(cluster, topic, partitions=1, rf=3)
+    p = producer(brokers, tid)
+    p.init_transactions(60)
+    p.begin_transaction()
+    p.produce(topic, value=b"in-the-transaction", partition=0)
+    assert p.flush(30) == 0
+    row = tool_table("--bootstrap-server", brokers, "--describe", "--transactional-id", tid)[1]
+    pid, epoch = int(row[2]), int(row[3])
+    port = _coordinator_port(cluster, group)
+
+    def txn_offset_commit(version: int) -> int:
+        r = call(
+            port, 28, version, transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch,
+            generation_id=-1, member_id="", group_instance_id=None,
+            topics=(TxnOffsetCommitRequestTopic(name=topic, partitions=(TxnOffsetCommitRequestPartition(
+                partition_index=0, committed_offset=7, committed_leader_epoch=-1, committed_metadata=""),)),),
+        )  # fmt: skip
+        return int(r.topics[0].partitions[0].error_code)
+
+    assert txn_offset_commit(3) == 48  # INVALID_TXN_STATE
+    assert txn_offset_commit(4) == 120  # TRANSACTION_ABORTABLE
+    offsets_partition = coordinator_partition(group, 50)
+    _, *producers = tool_table("--bootstrap-server", brokers, "describe-producers", "--topic", "__consumer_offsets",
+                               "--partition", str(offsets_partition))  # fmt: skip
+    assert str(pid) not in [r[0] for r in producers], producers  # nothing of the producer's was written
+    consumer = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False})
+    try:
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 1)], consumer.consumer_group_metadata(), 30)
+        p.commit_transaction(60)
+        (committed,) = consumer.committed([TopicPartition(topic, 0)], timeout=30)
+        assert committed.offset == 1, committed
+    finally:
+        consumer.close()
 
 
 def test_commit_and_abort_and_read_committed_sees_only_the_committed(cluster: MetadataCluster) -> None:

@@ -29,7 +29,18 @@ from test_consumer_groups import _coordinator_port
 
 pytestmark = pytest.mark.integration
 
-cluster = module_cluster("txn-offsets", {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "3"})
+# The raw TxnOffsetCommits here are a hand-made producer's (no transaction coordinator behind
+# them), so the group coordinator must not verify them first (KIP-890 verification off, Kafka's
+# transaction.partition.verification.enable=false); test_dataplane_txn_coordinator.py checks
+# the verification with it on.
+cluster = module_cluster(
+    "txn-offsets",
+    {
+        "group.initial.rebalance.delay.ms": "0",
+        "offsets.topic.num.partitions": "3",
+        "transaction.partition.verification.enable": "false",
+    },
+)
 
 TXN_OFFSET_COMMIT, OFFSET_FETCH, WRITE_TXN_MARKERS, API_VERSIONS, JOIN_GROUP, INIT_PRODUCER_ID = 28, 9, 27, 18, 11, 22
 NONE, UNKNOWN_TOPIC, META_TOO_LARGE, NOT_COORDINATOR, ILLEGAL_GENERATION, UNKNOWN_MEMBER = 0, 3, 12, 16, 22, 25

@@ -261,3 +261,53 @@ def test_a_completion_that_comes_while_the_partition_loads_is_applied_after_the_
         await new.close()
 
     asyncio.run(run())
+
+
+class VerifyingHost(Host):
+    """A host whose appends record the KIP-890 guard they were handed."""
+
+    def __init__(self, log: MemLog) -> None:
+        super().__init__(log)
+        self.guards: list[object] = []
+
+    async def append(self, partition: int, batch: bytes, timeout_ms: int, *, verification: object = "off") -> ErrorCode:
+        self.guards.append(verification)
+        return await super().append(partition, batch, timeout_ms)
+
+
+def test_kip890_a_txn_commit_is_verified_first_and_appended_with_its_guard() -> None:
+    """With verification on, the coordinator asks (`txn_verify`) before the shard sees the
+    commit: a refusal is the answer and nothing is written; a verified commit is appended with
+    the guard it got; after the producer's marker, no guard is kept (None: the log then takes
+    the batch only into a transaction open there)."""
+    from broker.log.producer_state import VerificationGuard
+
+    async def run() -> None:
+        host = VerifyingHost(MemLog())
+        c = GroupCoordinator(4, host, CoordinatorConfig(), clock=lambda: NOW)
+        c.on_metadata()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        asked: list[tuple[int, str, int, int]] = []
+        guard = VerificationGuard()
+        answer = E.TRANSACTION_ABORTABLE
+
+        async def verify(partition: int, tid: str, pid: int, epoch: int) -> tuple[VerificationGuard | None, E]:
+            asked.append((partition, tid, pid, epoch))
+            return guard, answer
+
+        c.txn_verify = verify
+        assert await c.txn_commit(txn_req(7)) == [E.TRANSACTION_ABORTABLE]
+        assert host.written == [] and asked == [(0, "tx", PID, 5)]
+        answer = E.PRODUCER_FENCED
+        assert await c.txn_commit(txn_req(7)) == [E.INVALID_PRODUCER_EPOCH]
+        answer = E.NETWORK_EXCEPTION
+        assert await c.txn_commit(txn_req(7)) == [E.COORDINATOR_LOAD_IN_PROGRESS]
+        answer = E.NONE
+        assert await c.txn_commit(txn_req(8)) == [E.NONE]
+        assert host.guards == [guard] and len(host.written) == 1
+        c.on_txn_marker(0, PID, committed=True)
+        assert PID not in c.partitions[0].txn_guards  # the marker dropped it
+        await c.close()
+
+    asyncio.run(run())

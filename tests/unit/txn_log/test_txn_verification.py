@@ -157,3 +157,76 @@ def test_two_producers_in_one_request_are_refused_whole(tmp_path: Path) -> None:
     assert {i: e for i, (e, _) in out.refused.items()} == {0: ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                                                           1: ErrorCode.INVALID_PRODUCER_ID_MAPPING}  # fmt: skip
     assert coordinator.asked == []
+
+
+def test_one_header_reader_and_the_control_batch_difference() -> None:
+    """The produce path's transactional check and KIP-890's reader read the same header
+    fields (`read_producer_fields`); a control batch counts as transactional for the former
+    (a client's marker without a transactional id is refused) and is never verified."""
+    from broker.kafka.produce import _is_transactional
+    from broker.log.producer_state import read_producer_fields
+    from quorum.storage.batch_layout import ATTR_CONTROL, ATTRIBUTES_AT
+
+    control = bytearray(tbatch(7, 3, 5))
+    control[ATTRIBUTES_AT + 1] |= ATTR_CONTROL
+    fields = read_producer_fields(control)
+    assert fields is not None and fields.is_control and fields.is_transactional
+    assert (fields.producer_id, fields.producer_epoch, fields.base_sequence) == (7, 3, 5)
+    assert _is_transactional(memoryview(control)) and transactional_producer(control) is None
+    assert _is_transactional(memoryview(tbatch(7, 3, 5))) and not _is_transactional(memoryview(plain()))
+    assert not _is_transactional(None) and read_producer_fields(b"\x00" * 60) is None
+
+
+def test_a_coordinators_transactional_write_needs_its_guard_too(tmp_path: Path) -> None:
+    """The group coordinator's TxnOffsetCommit batch (a coordinator's write: base sequence 0,
+    no sequence rule) is checked against its KIP-890 guard as a client's batch is."""
+    plog = open_log(tmp_path)
+    assert refused(lambda: plog.append_as_leader(tbatch(7, 0, 0), 0, NOW, coordinator=True, verification=None)) == (
+        ErrorCode.INVALID_TXN_STATE
+    )
+    assert plog.log_end_offset == 0
+    guard = plog.producers.start_verification(7, epoch=0, sequence=-1, now_ms=NOW)
+    assert (
+        refused(
+            lambda: plog.append_as_leader(tbatch(7, 0, 0), 0, NOW, coordinator=True, verification=VerificationGuard())
+        )
+        == ErrorCode.INVALID_TXN_STATE
+    )
+    plog.append_as_leader(tbatch(7, 0, 0), 0, NOW, coordinator=True, verification=guard)
+    plog.append_as_leader(tbatch(7, 0, 0), 0, NOW, coordinator=True, verification=None)  # open here now
+    plog.append_marker(7, 0, ABORT, 0, NOW)
+    assert refused(lambda: plog.append_as_leader(tbatch(7, 0, 0), 0, NOW, coordinator=True, verification=guard)) == (
+        ErrorCode.INVALID_TXN_STATE
+    )
+    plog.append_as_leader(tbatch(8, 0, 0), 0, NOW, coordinator=True)  # verification off: as before
+    assert plog.log_end_offset == 4
+
+
+def test_verify_coordinator_write_asks_once_and_hands_back_the_guard(tmp_path: Path) -> None:
+    from broker.replica.txn_verification import coordinator_write_error, verify_coordinator_write
+
+    plog = open_log(tmp_path)
+    asked: list[tuple[str, int, int, list[TP]]] = []
+    answer = ErrorCode.TRANSACTION_ABORTABLE
+
+    async def verify(tid: str, pid: int, epoch: int, parts: Iterable[TP]) -> dict[TP, ErrorCode]:
+        asked.append((tid, pid, epoch, list(parts)))
+        return dict.fromkeys(asked[-1][3], answer)
+
+    def led(topic: str, partition: int) -> PartitionLog | None:
+        return plog if (topic, partition) == ("__consumer_offsets", 3) else None
+
+    def run(partition: int) -> tuple[VerificationGuard | None, ErrorCode]:
+        return asyncio.run(verify_coordinator_write("tx", 7, 0, ("__consumer_offsets", partition), led, verify, NOW))
+
+    guard, code = run(3)
+    assert isinstance(guard, VerificationGuard) and code == ErrorCode.TRANSACTION_ABORTABLE
+    assert asked == [("tx", 7, 0, [("__consumer_offsets", 3)])]
+    answer = ErrorCode.NONE
+    assert run(3) == (guard, ErrorCode.NONE)
+    assert run(4) == (None, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    plog.append_as_leader(tbatch(7, 0, 0), 0, NOW, coordinator=True, verification=guard)
+    assert run(3) == (None, ErrorCode.NONE) and len(asked) == 2  # open here: nothing asked
+    assert coordinator_write_error(ErrorCode.PRODUCER_FENCED) == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert coordinator_write_error(ErrorCode.NETWORK_EXCEPTION) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert coordinator_write_error(ErrorCode.TRANSACTION_ABORTABLE) == ErrorCode.TRANSACTION_ABORTABLE
