@@ -123,15 +123,11 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == SEQUENCE_MAX)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchProducerFields:
-    """A batch header's attributes and producer fields: the one reader of them, used by the
-    produce path, KIP-890's verification and the producer state."""
+class _BatchAttributes:
+    """The attribute bits of a batch header that the producer state reads."""
 
+    __slots__ = ()
     attributes: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
 
     @property
     def is_transactional(self) -> bool:
@@ -140,6 +136,18 @@ class BatchProducerFields:
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & ATTR_CONTROL)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchProducerFields(_BatchAttributes):
+    """A batch header's attributes and producer fields: the one reader of them, used by the
+    produce path, KIP-890's verification and the producer state."""
+
+    attributes: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
 
 
 def read_producer_fields(data: bytes | bytearray | memoryview, position: int = 0) -> BatchProducerFields | None:
@@ -153,7 +161,7 @@ def read_producer_fields(data: bytes | bytearray | memoryview, position: int = 0
 
 
 @dataclass(frozen=True, slots=True)
-class ProducerBatch:
+class ProducerBatch(_BatchAttributes):
     """What the producer state needs of one batch header (offsets as written or to be);
     for a control batch, its end-transaction marker (None: an emptied control batch)."""
 
@@ -174,13 +182,6 @@ class ProducerBatch:
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta
 
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self.attributes & ATTR_TRANSACTIONAL)
-
-    @property
-    def is_control(self) -> bool:
-        return bool(self.attributes & ATTR_CONTROL)
 
     @classmethod
     def from_header(
