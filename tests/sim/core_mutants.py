@@ -12,8 +12,8 @@ from __future__ import annotations
 import inspect
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 from quorum.raft.core import RaftCore
@@ -157,3 +157,20 @@ def apply_forever(name: str) -> Mutant:
     mutant = BY_NAME[name]
     setattr(mutant.cls, mutant.method, mutant.build())
     return mutant
+
+
+def first_caught(
+    mutant_applied: AbstractContextManager[object],
+    walk: Callable[[int], object],
+    seeds: Iterable[int],
+    violation: type[Exception],
+) -> tuple[int, str] | None:
+    """(seed, message) of the first seeded walk that raises `violation` while the mutant is
+    applied (the simulations' shared "caught within N seeds" loop); None when none does."""
+    with mutant_applied:
+        for seed in seeds:
+            try:
+                walk(seed)
+            except violation as exc:
+                return seed, str(exc)
+    return None

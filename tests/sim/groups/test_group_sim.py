@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from tests.scale import examples, long_profile
-from tests.sim.core_mutants import Mutant
+from tests.sim.core_mutants import Mutant, first_caught
 from tests.sim.groups import mutants
 from tests.sim.groups.harness import Member, SimConfig, Violation, World
 from tests.sim.groups.walk import walk
@@ -196,13 +196,7 @@ TestGroupSafety = GroupSafety.TestCase
 
 def first_violation(mutant: Mutant, seeds: range) -> tuple[int, str] | None:
     """(seed, message) of the first seeded walk the mutant fails, or None."""
-    with mutants.applied(mutant):
-        for seed in seeds:
-            try:
-                walk(seed)
-            except Violation as exc:
-                return seed, str(exc)
-    return None
+    return first_caught(mutants.applied(mutant), walk, seeds, Violation)
 
 
 # mutant -> the seeds it gets in the default suite. Measured: the first failing seed of each

@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.scale import examples
+from tests.sim.core_mutants import first_caught
 from tests.sim.txn import mutants
 from tests.sim.txn.harness import Violation
 from tests.sim.txn.mutants import Mutant
@@ -90,13 +91,7 @@ SUMMARY = (
 
 def first_violation(mutant: Mutant, seeds: range) -> tuple[int, str] | None:
     """(seed, message) of the first seeded walk the mutant fails, or None."""
-    with mutants.applied(mutant):
-        for seed in seeds:
-            try:
-                walk(seed)
-            except Violation as exc:
-                return seed, str(exc)
-    return None
+    return first_caught(mutants.applied(mutant), walk, seeds, Violation)
 
 
 # Measured: every mutant's first failing seed is 0-4 (CI_MUTANT_BUDGET leaves room).
