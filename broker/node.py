@@ -35,11 +35,11 @@ from pathlib import Path
 from broker.dataplane import DataPlane
 from broker.fd_limit import raise_soft_limit
 from broker.lifecycle import BrokerLifecycle
-from quorum.controller.active import QuorumController
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.gc_policy import tune_collector
 from quorum.metadata.image import MetadataImage
 from quorum.metadata.snapshot import MetadataStateMachine
+from quorum.node.active_controller import QuorumController
 from quorum.node.config import ConfigError, load_config
 from quorum.node.controller import build_controller, setup_logging
 from quorum.node.controller_client import ControllerClient

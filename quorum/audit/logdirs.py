@@ -50,16 +50,10 @@ from quorum.metadata.records import (
     record_to_json,
     record_type_name,
 )
+from quorum.raft.control_records import decode_leader_change, decode_snapshot_footer, decode_snapshot_header
 from quorum.raft.types import Batch, ControlType
 from quorum.storage.batch_layout import BASE_TIMESTAMP_AT
-from quorum.storage.record_batch import (
-    CorruptRecordError,
-    decode_leader_change,
-    decode_snapshot_footer,
-    decode_snapshot_header,
-    peek_batch_header,
-    scan_batches,
-)
+from quorum.storage.record_batch import CorruptRecordError, peek_batch_header, scan_batches
 from quorum.storage.snapshots import decode_snapshot_with_header
 
 __all__ = [

@@ -37,6 +37,7 @@ from typing import Any
 
 from quorum.metadata.errors import RecordDecodeError
 from quorum.metadata.records import decode_record_with_version, record_to_json, record_type_name
+from quorum.raft.control_records import decode_leader_change, decode_snapshot_footer, decode_snapshot_header
 from quorum.raft.types import Batch, ControlType
 from quorum.storage.batch_layout import (
     ATTR_COMPRESSION_MASK,
@@ -46,13 +47,7 @@ from quorum.storage.batch_layout import (
     LOG_OVERHEAD,
     codec_name,
 )
-from quorum.storage.record_batch import (
-    CorruptRecordError,
-    decode_leader_change,
-    decode_snapshot_footer,
-    decode_snapshot_header,
-    scan_batches,
-)
+from quorum.storage.record_batch import CorruptRecordError, scan_batches
 
 __all__ = ["dump_bytes", "dump_file", "dump_quorum_state", "dump_segment", "dump_snapshot", "main"]
 

@@ -15,12 +15,12 @@ import signal
 import sys
 from pathlib import Path
 
-from quorum.controller.active import QuorumController
-from quorum.controller.apis import ControllerApis
 from quorum.controller.replication_control import ReplicationSettings
 from quorum.metadata.gc_policy import tune_collector
 from quorum.metadata.snapshot import MetadataStateMachine
+from quorum.node.active_controller import QuorumController
 from quorum.node.config import ConfigError, NodeConfig, load_config
+from quorum.node.controller_apis import ControllerApis
 from quorum.node.controller_client import ControllerClient
 from quorum.node.events import EventLog
 from quorum.node.meta_properties import StorageError, check_storage, directory_uuid

@@ -15,7 +15,6 @@ import logging
 import time
 
 from api.context import NotAvailableError
-from quorum.controller.active import NotControllerError, QuorumController
 from quorum.controller.create_outcome import resolve_resent_create
 from quorum.controller.requests import (
     AdminRequest,
@@ -28,6 +27,7 @@ from quorum.controller.requests import (
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import MetadataImage
 from quorum.metadata.snapshot import MetadataStateMachine
+from quorum.node.active_controller import NotControllerError, QuorumController
 from quorum.node.config import NodeConfig
 from quorum.node.controller_client import ControllerClient, ControllerUnavailableError
 from quorum.node.forward_batcher import AlterConfigsBatcher

@@ -22,8 +22,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from quorum.raft.config import RaftConfig
+from quorum.raft.control_records import encode_leader_change
 from quorum.raft.describe import QuorumDescription, ReplicaDescription
 from quorum.raft.errors import ErrorCode, FatalQuorumError, IllegalTransitionError, NotLeaderError
+from quorum.raft.kraft_control import decode_kraft_version, decode_voters, kraft_version_batch, voters_batch
 from quorum.raft.log import RaftLog, Validity
 from quorum.raft.messages import (
     BeginQuorumEpochRequest,
@@ -84,8 +86,6 @@ from quorum.raft.voter_set import (
     ReplicaKey,
     VoterSet,
 )
-from quorum.storage.kraft_control import decode_kraft_version, decode_voters, kraft_version_batch, voters_batch
-from quorum.storage.record_batch import encode_leader_change
 
 # Base of the binary exponential election backoff, ms (Kafka's RETRY_BACKOFF_BASE_MS).
 _BACKOFF_BASE_MS = 100

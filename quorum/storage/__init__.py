@@ -1,4 +1,7 @@
-"""Durable storage of the metadata quorum: record batches, the segment log, quorum-state, snapshots."""
+"""Durable storage of the metadata quorum: record batches, the segment log, quorum-state, snapshots.
+
+The control records' values (LeaderChange, snapshot header and footer, KIP-853 voters) are
+the Raft core's: `quorum.raft.control_records` and `quorum.raft.kraft_control`."""
 
 from quorum.storage.file_log import FileLog, LogRecovery, segment_file_name
 from quorum.storage.quorum_state import QUORUM_STATE_FILE, QuorumStateError, QuorumStateStore
@@ -6,19 +9,10 @@ from quorum.storage.record_batch import (
     BATCH_HEADER_SIZE,
     MAX_BATCH_SIZE,
     CorruptRecordError,
-    LeaderChange,
     ScanResult,
-    SnapshotFooter,
-    SnapshotHeader,
     decode_batches,
-    decode_leader_change,
-    decode_snapshot_footer,
-    decode_snapshot_header,
     encode_batch,
     encode_batches,
-    encode_leader_change,
-    encode_snapshot_footer,
-    encode_snapshot_header,
     peek_batch_header,
     scan_batches,
 )
@@ -36,26 +30,17 @@ __all__ = [
     "QUORUM_STATE_FILE",
     "CorruptRecordError",
     "FileLog",
-    "LeaderChange",
     "LogRecovery",
     "QuorumStateError",
     "QuorumStateStore",
     "ScanResult",
-    "SnapshotFooter",
-    "SnapshotHeader",
     "SnapshotStore",
     "decode_batches",
-    "decode_leader_change",
     "decode_snapshot",
-    "decode_snapshot_footer",
-    "decode_snapshot_header",
     "decode_snapshot_with_header",
     "encode_batch",
     "encode_batches",
-    "encode_leader_change",
     "encode_snapshot",
-    "encode_snapshot_footer",
-    "encode_snapshot_header",
     "peek_batch_header",
     "scan_batches",
     "segment_file_name",

@@ -25,22 +25,20 @@ LeaderChangeMessage). Record values are the `Batch.records` bytes.
 
 Decoding is defensive: on any input it returns or raises `CorruptRecordError`.
 
-Also here: codecs for the three control messages the metadata log uses
-(LeaderChangeMessage, SnapshotHeaderRecord, SnapshotFooterRecord), all version 0 and
-"flexible" (compact arrays, tagged-field sections). They are hand-written rather
-than built on kio's entity reader because that reader aborts the whole process
-(Rust allocation failure) when a compact-array length is huge; we must survive
-any input.
+The control messages' values (LeaderChangeMessage, SnapshotHeaderRecord, ...), the unsigned
+varints and `CorruptRecordError` live in `quorum.raft.control_records` (the Raft core writes
+them); this module imports them from there.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from quorum.raft.control_records import CorruptRecordError, read_uvarint, uvarint_bytes
 from quorum.raft.types import Batch, ControlType
 from quorum.storage.batch_layout import (
     ATTR_COMPRESSION_MASK,
@@ -63,36 +61,15 @@ __all__ = [
     "FrameScan",
     "MAX_BATCH_SIZE",
     "CorruptRecordError",
-    "LeaderChange",
     "ScanResult",
-    "SnapshotFooter",
-    "SnapshotHeader",
     "decode_batches",
-    "decode_leader_change",
-    "decode_snapshot_footer",
-    "decode_snapshot_header",
     "encode_batch",
     "encode_batches",
-    "encode_leader_change",
-    "encode_snapshot_footer",
-    "encode_snapshot_header",
     "peek_batch_header",
     "scan_batches",
     "scan_frames",
     "zigzag_varint",
 ]
-
-
-class CorruptRecordError(ValueError):
-    """A complete record batch (or control message) is invalid.
-
-    `position` is the byte offset, in the buffer given to the decoder, of the
-    start of the offending batch (None for control-message decoders).
-    """
-
-    def __init__(self, message: str, position: int | None = None) -> None:
-        super().__init__(message if position is None else f"{message} (batch at byte {position})")
-        self.position = position
 
 
 # --------------------------------------------------------------------------- layout
@@ -117,11 +94,6 @@ _HDR_FULL = HEADER
 _PEEK = struct.Struct(">qiibIhi")
 _CONTROL_KEY = struct.Struct(">hh")
 _CRC = struct.Struct(">I")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_HI = struct.Struct(">hi")
-_HQ = struct.Struct(">hq")
 
 assert _HDR_A.size + _HDR_B.size == BATCH_HEADER_SIZE == _HDR_FULL.size
 
@@ -131,25 +103,15 @@ _CONTROL_TYPES: dict[int, ControlType] = {int(t): t for t in ControlType}
 # --------------------------------------------------------------------------- varints
 
 
-def _uvarint_bytes(value: int) -> bytes:
-    """Unsigned LEB128 encoding of a non-negative int (at most 64 bits)."""
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _zigzag_bytes(value: int) -> bytes:
     """Kafka signed varint/varlong: zigzag then LEB128 (value must fit in int64)."""
-    return _uvarint_bytes(((value << 1) ^ (value >> 63)) & 0xFFFF_FFFF_FFFF_FFFF)
+    return uvarint_bytes(((value << 1) ^ (value >> 63)) & 0xFFFF_FFFF_FFFF_FFFF)
 
 
 # _ZZ[n] is the zigzag varint of the non-negative int n, for n < _ZZ_LIMIT. Covers
 # every offset delta and record length of ordinary batches without computing anything.
 _ZZ_LIMIT = 1 << 14
-_ZZ: list[bytes] = [_uvarint_bytes(n << 1) for n in range(_ZZ_LIMIT)]
+_ZZ: list[bytes] = [uvarint_bytes(n << 1) for n in range(_ZZ_LIMIT)]
 
 
 def _zz(value: int) -> bytes:
@@ -159,24 +121,6 @@ def _zz(value: int) -> bytes:
 def zigzag_varint(value: int) -> bytes:
     """Kafka's signed varint (varlong) encoding of `value`: what a record's fields use."""
     return _zz(value)
-
-
-def _read_uvarint(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
-    """Read an unsigned LEB128 of at most `max_bytes` bytes; return (value, new pos).
-
-    Raises CorruptRecordError if the varint is longer; IndexError if the buffer ends
-    (callers turn that into CorruptRecordError).
-    """
-    result = 0
-    shift = 0
-    for _ in range(max_bytes):
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-    raise CorruptRecordError(f"varint longer than {max_bytes} bytes")
 
 
 # --------------------------------------------------------------------------- encode
@@ -283,18 +227,18 @@ def _corrupt_at(message: str, pos: int) -> CorruptRecordError:
 
 def _skip_headers(data: bytes, p: int, rec_end: int) -> int:
     """Skip a record's headers section at `p` (count, then key/value pairs); return new pos."""
-    raw, p = _read_uvarint(data, p, 5)
+    raw, p = read_uvarint(data, p, 5)
     count = (raw >> 1) ^ -(raw & 1)
     # Each header takes at least 2 bytes (two length varints).
     if count < 0 or count > (rec_end - p) // 2:
         raise CorruptRecordError("bad record header count")
     for _ in range(count):
-        raw, p = _read_uvarint(data, p, 5)
+        raw, p = read_uvarint(data, p, 5)
         klen = (raw >> 1) ^ -(raw & 1)
         if klen < 0 or p + klen > rec_end:
             raise CorruptRecordError("bad record header key length")
         p += klen
-        raw, p = _read_uvarint(data, p, 5)
+        raw, p = read_uvarint(data, p, 5)
         vlen = (raw >> 1) ^ -(raw & 1)
         if vlen < -1 or p + vlen > rec_end:
             raise CorruptRecordError("bad record header value length")
@@ -319,7 +263,7 @@ def _decode_records(data: bytes, p: int, end: int, count: int, control: bool) ->
             raw = b
             p += 1
         else:
-            raw, p = _read_uvarint(data, p, 5)
+            raw, p = read_uvarint(data, p, 5)
         rlen = (raw >> 1) ^ -(raw & 1)
         rec_end = p + rlen
         if rlen < _MIN_RECORD_BODY or rec_end > end:
@@ -329,14 +273,14 @@ def _decode_records(data: bytes, p: int, end: int, count: int, control: bool) ->
         if data[p + 1] < 0x80:
             p += 2
         else:
-            _, p = _read_uvarint(data, p + 1, 10)
+            _, p = read_uvarint(data, p + 1, 10)
         # offsetDelta must be the record's index (batches are contiguous).
         b = data[p]
         if b < 0x80:
             raw = b
             p += 1
         else:
-            raw, p = _read_uvarint(data, p, 5)
+            raw, p = read_uvarint(data, p, 5)
         if raw != i << 1:
             raise CorruptRecordError("record offset delta out of sequence")
         # key
@@ -350,7 +294,7 @@ def _decode_records(data: bytes, p: int, end: int, count: int, control: bool) ->
                 raw = b
                 p += 1
             else:
-                raw, p = _read_uvarint(data, p, 5)
+                raw, p = read_uvarint(data, p, 5)
             klen = (raw >> 1) ^ -(raw & 1)
             if klen < 0 or p + klen > rec_end:
                 raise CorruptRecordError("bad record key length")
@@ -372,7 +316,7 @@ def _decode_records(data: bytes, p: int, end: int, count: int, control: bool) ->
             raw = b
             p += 1
         else:
-            raw, p = _read_uvarint(data, p, 5)
+            raw, p = read_uvarint(data, p, 5)
         vlen = (raw >> 1) ^ -(raw & 1)
         vend = p + vlen
         if vlen < 0 or vend > rec_end:
@@ -544,147 +488,3 @@ def decode_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = Tr
     if result.error is not None:
         raise result.error
     return result.batches, result.consumed
-
-
-# --------------------------------------------------------------------------- control messages
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderChange:
-    """Kafka's LeaderChangeMessage: the first record a new leader writes in its epoch."""
-
-    leader_id: int
-    voters: tuple[int, ...]
-    granting_voters: tuple[int, ...]
-    version: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotHeader:
-    """Kafka's SnapshotHeaderRecord; `last_contained_timestamp_ms` is the append time (ms)
-    of the last log record contained in the snapshot."""
-
-    last_contained_timestamp_ms: int
-    version: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotFooter:
-    """Kafka's SnapshotFooterRecord (no fields besides its version)."""
-
-    version: int = 0
-
-
-_NO_TAGS = b"\x00"  # empty tagged-field section
-
-
-def _uvarint_for_array(n: int) -> bytes:
-    # Compact arrays store length + 1 (0 means null).
-    return _uvarint_bytes(n + 1)
-
-
-def encode_leader_change(leader_id: int, voters: Sequence[int], granting_voters: Sequence[int]) -> bytes:
-    """LeaderChangeMessage v0: Version int16, LeaderId int32, Voters and GrantingVoters as
-    compact arrays of {VoterId int32, tagged fields}, then tagged fields."""
-    parts = [_HI.pack(0, leader_id)]
-    for group in (voters, granting_voters):
-        parts.append(_uvarint_for_array(len(group)))
-        for voter in group:
-            parts.append(_I32.pack(voter))
-            parts.append(_NO_TAGS)
-    parts.append(_NO_TAGS)
-    return b"".join(parts)
-
-
-def _skip_tagged_fields(data: bytes, p: int) -> int:
-    count, p = _read_uvarint(data, p, 5)
-    # Each tagged field takes at least 2 bytes (tag, size).
-    if count > (len(data) - p) // 2:
-        raise CorruptRecordError("bad tagged field count")
-    for _ in range(count):
-        _tag, p = _read_uvarint(data, p, 5)
-        length, p = _read_uvarint(data, p, 5)
-        if p + length > len(data):
-            raise CorruptRecordError("tagged field runs past the message")
-        p += length
-    return p
-
-
-def _read_voters(data: bytes, p: int, version: int) -> tuple[tuple[int, ...], int]:
-    raw, p = _read_uvarint(data, p, 5)
-    if raw == 0:
-        raise CorruptRecordError("null voter array")
-    n = raw - 1
-    # v0 element: VoterId (4) + tags (>= 1); v1 adds VoterDirectoryId (16).
-    element_min = 5 if version == 0 else 21
-    if n > (len(data) - p) // element_min:
-        raise CorruptRecordError("voter array longer than the message")
-    voters: list[int] = []
-    for _ in range(n):
-        (voter,) = _I32.unpack_from(data, p)
-        p += 4 if version == 0 else 20
-        p = _skip_tagged_fields(data, p)
-        voters.append(voter)
-    return tuple(voters), p
-
-
-def _check_control_input(data: bytes | bytearray | memoryview) -> bytes:
-    return data if type(data) is bytes else bytes(data)
-
-
-def decode_leader_change(data: bytes | bytearray | memoryview) -> LeaderChange:
-    """Decode a LeaderChangeMessage (v0, or v1 whose voter directory ids are dropped).
-
-    Raises CorruptRecordError on any malformed input.
-    """
-    buf = _check_control_input(data)
-    try:
-        version, leader_id = _HI.unpack_from(buf, 0)
-        if version not in (0, 1):
-            raise CorruptRecordError(f"unsupported LeaderChangeMessage version {version}")
-        voters, p = _read_voters(buf, 6, version)
-        granting, p = _read_voters(buf, p, version)
-        p = _skip_tagged_fields(buf, p)
-    except (IndexError, struct.error) as exc:
-        raise CorruptRecordError(f"truncated LeaderChangeMessage: {exc}") from None
-    if p != len(buf):
-        raise CorruptRecordError("trailing bytes after LeaderChangeMessage")
-    return LeaderChange(leader_id, voters, granting, version)
-
-
-def encode_snapshot_header(last_contained_timestamp_ms: int) -> bytes:
-    """SnapshotHeaderRecord v0: Version int16, LastContainedLogTimestamp int64, tagged fields."""
-    return _HQ.pack(0, last_contained_timestamp_ms) + _NO_TAGS
-
-
-def decode_snapshot_header(data: bytes | bytearray | memoryview) -> SnapshotHeader:
-    buf = _check_control_input(data)
-    try:
-        version, timestamp = _HQ.unpack_from(buf, 0)
-        p = _skip_tagged_fields(buf, _HQ.size)
-    except (IndexError, struct.error) as exc:
-        raise CorruptRecordError(f"truncated SnapshotHeaderRecord: {exc}") from None
-    if version != 0:
-        raise CorruptRecordError(f"unsupported SnapshotHeaderRecord version {version}")
-    if p != len(buf):
-        raise CorruptRecordError("trailing bytes after SnapshotHeaderRecord")
-    return SnapshotHeader(timestamp, version)
-
-
-def encode_snapshot_footer() -> bytes:
-    """SnapshotFooterRecord v0: Version int16, tagged fields."""
-    return _I16.pack(0) + _NO_TAGS
-
-
-def decode_snapshot_footer(data: bytes | bytearray | memoryview) -> SnapshotFooter:
-    buf = _check_control_input(data)
-    try:
-        (version,) = _I16.unpack_from(buf, 0)
-        p = _skip_tagged_fields(buf, _I16.size)
-    except (IndexError, struct.error) as exc:
-        raise CorruptRecordError(f"truncated SnapshotFooterRecord: {exc}") from None
-    if version != 0:
-        raise CorruptRecordError(f"unsupported SnapshotFooterRecord version {version}")
-    if p != len(buf):
-        raise CorruptRecordError("trailing bytes after SnapshotFooterRecord")
-    return SnapshotFooter(version)

@@ -21,18 +21,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from quorum.raft.types import Batch, ControlType, OffsetAndEpoch
-from quorum.storage.durable import atomic_write, fsync_dir, write_all
-from quorum.storage.record_batch import (
-    CorruptRecordError,
+from quorum.raft.control_records import (
     SnapshotHeader,
-    decode_batches,
     decode_snapshot_footer,
     decode_snapshot_header,
-    encode_batch,
     encode_snapshot_footer,
     encode_snapshot_header,
 )
+from quorum.raft.types import Batch, ControlType, OffsetAndEpoch
+from quorum.storage.durable import atomic_write, fsync_dir, write_all
+from quorum.storage.record_batch import CorruptRecordError, decode_batches, encode_batch
 
 __all__ = [
     "SnapshotStore",

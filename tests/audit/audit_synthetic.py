@@ -32,9 +32,10 @@ from quorum.metadata.records import (
     encode_record,
 )
 from quorum.metadata.snapshot import image_records
+from quorum.raft.control_records import encode_leader_change
 from quorum.raft.types import Batch, ControlType, OffsetAndEpoch
 from quorum.storage.file_log import FileLog
-from quorum.storage.record_batch import encode_batch, encode_leader_change, scan_batches
+from quorum.storage.record_batch import encode_batch, scan_batches
 from quorum.storage.snapshots import SnapshotStore, encode_snapshot
 
 METADATA_DIR = "__cluster_metadata-0"

@@ -57,9 +57,9 @@ from quorum.metadata.records import (  # noqa: E402
     TopicRecord,
     encode_record,
 )
+from quorum.raft.control_records import encode_leader_change  # noqa: E402
 from quorum.raft.types import Batch, ControlType  # noqa: E402
 from quorum.storage.file_log import FileLog  # noqa: E402
-from quorum.storage.record_batch import encode_leader_change  # noqa: E402
 
 TARGET_AUDIT_S = 60.0
 BROKERS = (1001, 1002, 1003, 1004, 1005, 1006)

@@ -82,7 +82,6 @@ import uvloop  # noqa: E402
 from bench_common import machine_info  # noqa: E402
 
 from quorum.controller import replication_control as rc  # noqa: E402
-from quorum.controller.active import QuorumController  # noqa: E402
 from quorum.controller.requests import (  # noqa: E402
     AlterConfigOp,
     AlterConfigOpType,
@@ -113,6 +112,7 @@ from quorum.metadata.records import (  # noqa: E402
     encode_record,
 )
 from quorum.metadata.snapshot import MetadataStateMachine, image_from_records, image_records  # noqa: E402
+from quorum.node.active_controller import QuorumController  # noqa: E402
 from quorum.node.cluster import (  # noqa: E402
     NodePlan,
     free_cluster_base,
@@ -131,7 +131,7 @@ from quorum.wire import admin_codec  # noqa: E402
 from quorum.wire.transport import PeerClient  # noqa: E402
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qk"
-METADATA_VERSION_LEVEL = 1  # quorum.controller.active.METADATA_VERSION
+METADATA_VERSION_LEVEL = 1  # quorum.node.active_controller.METADATA_VERSION
 
 # ----------------------------------------------------------------------------- targets
 
@@ -1132,7 +1132,7 @@ async def _fencing(work: Path, partitions: int, profile: Path | None, what_if: s
     del records
     gc.collect()
     watch = _FenceLogWatch()
-    active_log = logging.getLogger("quorum.controller.active")
+    active_log = logging.getLogger("quorum.node.active_controller")
     active_log.addHandler(watch)
     active_log.setLevel(logging.INFO)
     session_ms = 9000  # Kafka's broker.session.timeout.ms

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from quorum.raft.config import RaftConfig
 from quorum.raft.core import RaftCore
 from quorum.raft.errors import ErrorCode, FatalQuorumError, NotLeaderError
+from quorum.raft.kraft_control import decode_voters
 from quorum.raft.log import RaftLog
 from quorum.raft.messages import (
     BeginQuorumEpochRequest,
@@ -68,7 +69,6 @@ from quorum.raft.roles import LeaderState, Role
 from quorum.raft.types import Batch, ControlType, ElectionState, Offset, OffsetAndEpoch
 from quorum.raft.voter_change import VoterChange, VoterChangeResult
 from quorum.raft.voter_set import ZERO_UUID, ReplicaKey, VoterNode, VoterSet
-from quorum.storage.kraft_control import decode_voters
 
 # Coverage of every cluster built in this process (see `Cluster.coverage`).
 COVERAGE: Counter[str] = Counter()

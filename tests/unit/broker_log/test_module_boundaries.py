@@ -10,6 +10,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def imported_modules(path: Path) -> set[str]:
+    """Every absolute module name `path` imports, at any depth (function-local imports too);
+    `from a import b` counts as both `a` and `a.b` (b may be a submodule)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -17,6 +19,7 @@ def imported_modules(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
 
 

@@ -11,7 +11,6 @@ import asyncio
 import uuid
 from pathlib import Path
 
-from quorum.controller.active import QuorumController
 from quorum.controller.errors import ErrorCode
 from quorum.controller.replication_control import ReplicationSettings
 from quorum.controller.requests import (
@@ -36,6 +35,7 @@ from quorum.controller.requests import (
 )
 from quorum.metadata.image import ConfigResource
 from quorum.metadata.snapshot import MetadataStateMachine
+from quorum.node.active_controller import QuorumController
 from quorum.node.config import config_from_properties
 from quorum.node.free_ports import free_port
 from quorum.node.raft_node import RaftNode

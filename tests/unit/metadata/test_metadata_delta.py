@@ -28,8 +28,8 @@ from quorum.metadata.records import (
     encode_record,
     is_unclean_election,
 )
+from quorum.raft.control_records import encode_leader_change
 from quorum.raft.types import Batch, ControlType
-from quorum.storage.record_batch import encode_leader_change
 
 A = tid(1)
 B = tid(2)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from quorum.metadata.dump import dump_segment, dump_snapshot, main
 from quorum.metadata.records import FeatureLevelRecord, PartitionRecord, TopicRecord, encode_record
+from quorum.raft.control_records import encode_leader_change
 from quorum.raft.types import Batch, ControlType, OffsetAndEpoch
 from quorum.storage.file_log import FileLog
-from quorum.storage.record_batch import encode_leader_change
 from quorum.storage.snapshots import SnapshotStore, encode_snapshot
 
 U = uuid.UUID("01020304-0506-0708-090a-0b0c0d0e0f10")

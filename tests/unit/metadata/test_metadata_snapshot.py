@@ -30,8 +30,8 @@ from quorum.metadata.records import (
     encode_record,
 )
 from quorum.node.state_machine import StateMachine
+from quorum.raft.control_records import encode_leader_change
 from quorum.raft.types import Batch, ControlType, OffsetAndEpoch
-from quorum.storage.record_batch import encode_leader_change
 from quorum.storage.snapshots import decode_snapshot, encode_snapshot
 from tests.scale import examples
 

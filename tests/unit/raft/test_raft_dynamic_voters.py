@@ -11,13 +11,13 @@ from raft_helpers import CONFIG, Net, batch, new_core, of_type  # type: ignore[i
 
 from quorum.raft.core import RaftCore
 from quorum.raft.errors import ErrorCode
+from quorum.raft.kraft_control import voters_batch
 from quorum.raft.log import RaftLog
 from quorum.raft.messages import Envelope, FetchRequest, FetchResponse, VoteRequest, VoteResponse
 from quorum.raft.roles import LeaderState, Role
 from quorum.raft.types import ElectionState, OffsetAndEpoch
 from quorum.raft.voter_change import AddVoter, RemoveVoter, UpdateVoter, VoterChangeResult
 from quorum.raft.voter_set import Endpoint, ReplicaKey, VoterNode, VoterSet
-from quorum.storage.kraft_control import voters_batch
 
 DIRS = {i: uuid.UUID(int=0x1000 + i) for i in range(1, 10)}
 

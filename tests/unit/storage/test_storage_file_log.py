@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from quorum.raft.control_records import encode_leader_change
 from quorum.raft.types import Batch, ControlType
 from quorum.storage.file_log import FileLog, segment_file_name
-from quorum.storage.record_batch import decode_batches, encode_batch, encode_leader_change
+from quorum.storage.record_batch import decode_batches, encode_batch
 from tests.scale import examples
 
 

@@ -21,21 +21,23 @@ from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord as Ki
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, i64
 
+from quorum.raft.control_records import (
+    LeaderChange,
+    decode_leader_change,
+    decode_snapshot_footer,
+    decode_snapshot_header,
+    encode_leader_change,
+    encode_snapshot_footer,
+    encode_snapshot_header,
+)
 from quorum.raft.types import Batch, ControlType
 from quorum.storage import record_batch as rb
 from quorum.storage.record_batch import (
     BATCH_HEADER_SIZE,
     CorruptRecordError,
-    LeaderChange,
     decode_batches,
-    decode_leader_change,
-    decode_snapshot_footer,
-    decode_snapshot_header,
     encode_batch,
     encode_batches,
-    encode_leader_change,
-    encode_snapshot_footer,
-    encode_snapshot_header,
     peek_batch_header,
     scan_batches,
 )

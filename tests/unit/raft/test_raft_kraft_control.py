@@ -8,15 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quorum.raft.types import ControlType
-from quorum.raft.voter_set import Endpoint, ReplicaKey, VoterNode, VoterSet
-from quorum.storage.kraft_control import (
+from quorum.raft.kraft_control import (
     decode_kraft_version,
     decode_voters,
     encode_kraft_version,
     encode_voters,
     voters_batch,
 )
+from quorum.raft.types import ControlType
+from quorum.raft.voter_set import Endpoint, ReplicaKey, VoterNode, VoterSet
 from quorum.storage.record_batch import CorruptRecordError, decode_batches, encode_batch
 
 DIR = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")

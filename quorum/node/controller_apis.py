@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from quorum.controller.active import NotControllerError, QuorumController
 from quorum.controller.config_entry import ConfigEntry
 from quorum.controller.errors import ErrorCode
 from quorum.controller.requests import ConfigResourceType
 from quorum.controller.topic_configs import describe_all
 from quorum.metadata.image import ConfigResource
 from quorum.metadata.snapshot import MetadataStateMachine
+from quorum.node.active_controller import NotControllerError, QuorumController
 from quorum.node.raft_node import RaftNode
 from quorum.wire import admin_codec, codec
 from quorum.wire.transport import CloseConnection

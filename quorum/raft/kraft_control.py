@@ -14,14 +14,9 @@ from __future__ import annotations
 import struct
 import uuid
 
+from quorum.raft.control_records import CorruptRecordError, read_uvarint, skip_tagged_fields, uvarint_bytes
 from quorum.raft.types import Batch, ControlType, Epoch, Offset
 from quorum.raft.voter_set import Endpoint, ReplicaKey, VoterNode, VoterSet
-from quorum.storage.record_batch import (
-    CorruptRecordError,
-    _read_uvarint,
-    _skip_tagged_fields,
-    _uvarint_bytes,
-)
 
 _HH = struct.Struct(">hh")
 _I16 = struct.Struct(">h")
@@ -39,7 +34,7 @@ def decode_kraft_version(data: bytes | bytearray | memoryview) -> int:
     buf = bytes(data)
     try:
         version, kraft_version = _HH.unpack_from(buf, 0)
-        p = _skip_tagged_fields(buf, _HH.size)
+        p = skip_tagged_fields(buf, _HH.size)
     except (IndexError, struct.error) as exc:
         raise CorruptRecordError(f"truncated KRaftVersionRecord: {exc}") from None
     if version != 0:
@@ -53,15 +48,15 @@ def decode_kraft_version(data: bytes | bytearray | memoryview) -> int:
 
 def _compact_string(text: str) -> bytes:
     raw = text.encode()
-    return _uvarint_bytes(len(raw) + 1) + raw
+    return uvarint_bytes(len(raw) + 1) + raw
 
 
 def encode_voters(voters: VoterSet) -> bytes:
-    parts = [_I16.pack(0), _uvarint_bytes(len(voters.nodes) + 1)]
+    parts = [_I16.pack(0), uvarint_bytes(len(voters.nodes) + 1)]
     for node in voters.nodes:
         parts.append(_I32.pack(node.node_id))
         parts.append(node.key.directory_id.bytes)
-        parts.append(_uvarint_bytes(len(node.endpoints) + 1))
+        parts.append(uvarint_bytes(len(node.endpoints) + 1))
         for ep in node.endpoints:
             parts += [_compact_string(ep.name), _compact_string(ep.host), _U16.pack(ep.port), _NO_TAGS]
         parts += [_HH.pack(node.min_kraft_version, node.max_kraft_version), _NO_TAGS, _NO_TAGS]
@@ -70,7 +65,7 @@ def encode_voters(voters: VoterSet) -> bytes:
 
 
 def _read_count(buf: bytes, p: int, element_min: int, what: str) -> tuple[int, int]:
-    raw, p = _read_uvarint(buf, p, 5)
+    raw, p = read_uvarint(buf, p, 5)
     if raw == 0:
         raise CorruptRecordError(f"null {what} array")
     n = raw - 1
@@ -80,7 +75,7 @@ def _read_count(buf: bytes, p: int, element_min: int, what: str) -> tuple[int, i
 
 
 def _read_string(buf: bytes, p: int) -> tuple[str, int]:
-    raw, p = _read_uvarint(buf, p, 5)
+    raw, p = read_uvarint(buf, p, 5)
     if raw == 0:
         raise CorruptRecordError("null string")
     end = p + raw - 1
@@ -112,15 +107,15 @@ def decode_voters(data: bytes | bytearray | memoryview) -> VoterSet:
                 name, p = _read_string(buf, p)
                 host, p = _read_string(buf, p)
                 (port,) = _U16.unpack_from(buf, p)
-                p = _skip_tagged_fields(buf, p + 2)
+                p = skip_tagged_fields(buf, p + 2)
                 endpoints.append(Endpoint(name, host, port))
             lo, hi = _HH.unpack_from(buf, p)
-            p = _skip_tagged_fields(buf, p + 4)
-            p = _skip_tagged_fields(buf, p)
+            p = skip_tagged_fields(buf, p + 4)
+            p = skip_tagged_fields(buf, p)
             if node_id < 0 or lo < 0 or hi < lo:
                 raise CorruptRecordError(f"bad voter {node_id} (kraft.version range {lo}..{hi})")
             nodes.append(VoterNode(ReplicaKey(node_id, directory), tuple(endpoints), lo, hi))
-        p = _skip_tagged_fields(buf, p)
+        p = skip_tagged_fields(buf, p)
     except (IndexError, struct.error, ValueError) as exc:
         if isinstance(exc, CorruptRecordError):
             raise
