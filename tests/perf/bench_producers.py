@@ -18,13 +18,20 @@ transaction's COMMIT marker is below the LSO), p50/p99.
     PYTHONPATH=. .venv/bin/python tests/perf/bench_producers.py                 # ~4 min
     PYTHONPATH=. .venv/bin/python tests/perf/bench_producers.py --rounds 1 --seconds 5
 
-Why 12 partitions: librdkafka's idempotent producer keeps one Produce request in flight per
-partition (it caps a partition's in-flight *messages*, `rktp_msgs_inflight`, at 5, so any
-batch of 5 or more messages blocks the next), while without idempotence it pipelines many
-per connection. So on few partitions the idempotent rate is one batch per acks=all round trip
-per partition, and the figure measures the broker's produce latency, not what idempotence
-costs it. With 4 partitions per broker the client has enough requests in flight on either
-side (--partitions 3 shows the latency-bound case).
+The same modes also run against librdkafka's built-in mock cluster (3 brokers, in this
+process; `test.mock.num.brokers`), alternating with pykraft in every round (--no-mock skips
+it; --mock-rtt MS adds `test.mock.broker.rtt` to every mock request). The mock does no disk
+or replication work and answers acks=all at once, so a cost idempotence has on both is the
+client's, and one it has on pykraft alone is the broker's.
+
+Beside each figure, from librdkafka's statistics (`statistics.interval.ms`, summed over the
+mode's windows): the mean batch (KiB), the mean request round trip (`brokers[].rtt`, ms:
+send to answer, which for acks=all includes the followers' copy) and, by Little's law,
+the batches in flight per partition = batches/s x round trip / partitions. librdkafka's
+idempotent producer caps a partition's in-flight *messages* at 5 (`rktp_msgs_inflight` vs
+RD_KAFKA_IDEMP_MAX_INFLIGHT in rdkafka_broker.c), so with batches of 5 or more messages a
+partition has one Produce request in flight: that column stays <= 1 for the idempotent and
+transactional modes, and each partition's rate is one batch per round trip.
 
 Targets (issue 21): idempotence costs under 5 % of throughput; transactions of 10,000
 records cost under 10 %. Not collected by pytest (tests/perf/conftest.py).
@@ -33,26 +40,89 @@ records cost under 10 %. Not collected by pytest (tests/perf/conftest.py).
 from __future__ import annotations
 
 import argparse
+import ctypes
+import glob
+import json
 import os
 import shutil
 import statistics
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_dataplane import MB, MSG_BYTES, PRODUCER_CONF, percentile, rd_logger, rest_create_topic, wait_for_leaders
+import confluent_kafka
+from bench_dataplane import (
+    MB,
+    MSG_BYTES,
+    PRODUCER_CONF,
+    mock_cluster,
+    percentile,
+    rd_logger,
+    rest_create_topic,
+    wait_for_leaders,
+)
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 MODES = ("plain", "idempotent", "txn-100", "txn-10000")
 TARGETS = {"idempotent": 0.95, "txn-10000": 0.90}
 PARTITIONS = 12  # --partitions
 
 
-def producer_for(mode: str, bootstrap: str, work: Path, n: int) -> tuple[Any, int | None]:
-    """The producer of a mode and its transaction size (None: no transactions)."""
+STATS_INTERVAL_MS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One mode's figures in one round; the last three from librdkafka's statistics."""
+
+    mb_s: float  # values acknowledged (or committed) per second, MB = 10**6 bytes
+    batch_kib: float  # mean ProduceRequest batch (messages' bytes per partition batch), KiB
+    rtt_ms: float  # mean request round trip over the brokers, ms
+    in_flight: float  # mean batches in flight per partition (Little's law)
+
+
+class StatsTotals:
+    """Sums librdkafka's per-window statistics (each emission covers one interval)."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.batches = 0
+        self.batch_bytes = 0.0
+        self.rtt_sum_us = 0.0
+        self.rtt_cnt = 0
+
+    def __call__(self, raw: str) -> None:
+        stats = json.loads(raw)
+        for broker in stats.get("brokers", {}).values():
+            rtt = broker.get("rtt", {})
+            if broker.get("nodeid", -1) >= 0 and rtt.get("cnt", 0) > 0:
+                self.rtt_sum_us += rtt["avg"] * rtt["cnt"]
+                self.rtt_cnt += rtt["cnt"]
+        topic = stats.get("topics", {}).get(self.topic)
+        if topic is not None:
+            cnt = topic.get("batchcnt", {}).get("cnt", 0)
+            self.batches += cnt
+            self.batch_bytes += topic.get("batchsize", {}).get("avg", 0) * cnt
+
+    def sample(self, mb_s: float, seconds: float, partitions: int) -> Sample:
+        rtt_s = self.rtt_sum_us / self.rtt_cnt / 1e6 if self.rtt_cnt else float("nan")
+        batch = self.batch_bytes / self.batches if self.batches else float("nan")
+        in_flight = self.batches / seconds * rtt_s / partitions if self.batches else float("nan")
+        return Sample(mb_s, batch / 1024, rtt_s * 1000, in_flight)
+
+
+def producer_for(
+    mode: str, bootstrap: str, work: Path, n: int, stats: StatsTotals | None = None
+) -> tuple[Any, int | None]:
+    """The producer of a mode and its transaction size (None: no transactions); `stats`
+    receives its statistics."""
     conf = {**PRODUCER_CONF, "bootstrap.servers": bootstrap, "acks": "all", "logger": rd_logger(work)}
+    if stats is not None:
+        conf |= {"statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": stats}
     if mode == "plain":
         return Producer(conf), None
     if mode == "idempotent":
@@ -63,9 +133,10 @@ def producer_for(mode: str, bootstrap: str, work: Path, n: int) -> tuple[Any, in
     return p, size
 
 
-def throughput(mode: str, bootstrap: str, topic: str, seconds: float, work: Path, n: int) -> float:
+def throughput(mode: str, bootstrap: str, topic: str, seconds: float, work: Path, n: int) -> Sample:
     """MB/s of values acknowledged (and, with transactions, committed) in `seconds`."""
-    producer, txn_size = producer_for(mode, bootstrap, work, n)
+    stats = StatsTotals(topic)
+    producer, txn_size = producer_for(mode, bootstrap, work, n, stats)
     payload = os.urandom(MSG_BYTES)
     acked = [0]
 
@@ -97,7 +168,46 @@ def throughput(mode: str, bootstrap: str, topic: str, seconds: float, work: Path
             producer.poll(0)
     assert producer.flush(120) == 0, f"{mode}: messages not delivered"
     elapsed = time.monotonic() - t0
-    return acked[0] * MSG_BYTES / MB / elapsed
+    producer.poll(STATS_INTERVAL_MS / 1000 + 0.2)  # the last statistics window
+    return stats.sample(acked[0] * MSG_BYTES / MB / elapsed, time.monotonic() - t0, PARTITIONS)
+
+
+def mock_with_topic(work: Path, topic: str, partitions: int, rtt_ms: int) -> tuple[Producer, str]:
+    """librdkafka's mock cluster (3 brokers) holding `topic` with `partitions` partitions, RF 3,
+    and its bootstrap address. The mock has no CreateTopics and auto-creates 4 partitions, so
+    the topic is made through librdkafka's C mock api (rd_kafka_mock_topic_create), reached with
+    ctypes: the client's rd_kafka_t pointer is the first field after the Python object header
+    of confluent-kafka's Handle; checked with rd_kafka_name before use."""
+    import bench_dataplane
+
+    plain = bench_dataplane.Producer
+    if rtt_ms:
+        bench_dataplane.Producer = lambda conf: plain({**conf, "test.mock.broker.rtt": rtt_ms})  # type: ignore[misc]
+    try:
+        host, bootstrap = mock_cluster(work)
+    finally:
+        bench_dataplane.Producer = plain  # type: ignore[misc]
+    libs = os.path.join(os.path.dirname(confluent_kafka.__file__), os.pardir, "confluent_kafka.libs")
+    found = glob.glob(os.path.join(libs, "librdkafka*"))
+    if not found:
+        raise RuntimeError(f"librdkafka not found in {libs}")
+    lib = ctypes.CDLL(found[0])
+    lib.rd_kafka_name.restype = ctypes.c_char_p
+    lib.rd_kafka_name.argtypes = [ctypes.c_void_p]
+    lib.rd_kafka_handle_mock_cluster.restype = ctypes.c_void_p
+    lib.rd_kafka_handle_mock_cluster.argtypes = [ctypes.c_void_p]
+    lib.rd_kafka_mock_topic_create.restype = ctypes.c_int
+    lib.rd_kafka_mock_topic_create.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+    rk = ctypes.c_void_p.from_address(id(host) + 2 * ctypes.sizeof(ctypes.c_void_p)).value
+    name = lib.rd_kafka_name(rk) if rk else None
+    if not name or b"#producer-" not in name:
+        raise RuntimeError("could not find the mock host's rd_kafka_t")
+    err = lib.rd_kafka_mock_topic_create(lib.rd_kafka_handle_mock_cluster(rk), topic.encode(), partitions, 3)
+    md = AdminClient({"bootstrap.servers": bootstrap, "logger": rd_logger(work)}).list_topics(topic, timeout=10)
+    got = len(md.topics[topic].partitions) if topic in md.topics else 0
+    if err or got != partitions:
+        raise RuntimeError(f"mock topic {topic}: error {err}, {got} partitions")
+    return host, bootstrap
 
 
 def end_to_end(mode: str, bootstrap: str, topic: str, rate: int, seconds: float, work: Path) -> tuple[float, float]:
@@ -149,6 +259,23 @@ def end_to_end(mode: str, bootstrap: str, topic: str, rate: int, seconds: float,
     return percentile(lat, 0.5) * 1000, percentile(lat, 0.99) * 1000
 
 
+def print_table(system: str, modes: tuple[str, ...], figures: dict[str, list[Sample]], verdicts: bool) -> None:
+    """Each mode's medians over the rounds; `of plain` compares with plain on the same system."""
+    base = statistics.median(f.mb_s for f in figures["plain"])
+    print(f"\n{system}")
+    print(f"{'mode':<12} {'MB/s':>7} {'of plain':>9} {'batch KiB':>10} {'rtt ms':>7} {'in flight':>10} {'target':>8}")
+    for mode in modes:
+        med = statistics.median(f.mb_s for f in figures[mode])
+        batch = statistics.median(f.batch_kib for f in figures[mode])
+        rtt = statistics.median(f.rtt_ms for f in figures[mode])
+        flight = statistics.median(f.in_flight for f in figures[mode])
+        target = TARGETS.get(mode) if verdicts else None
+        wanted = "" if target is None else f">= {target:.2f}"
+        verdict = "" if target is None else ("met" if med / base >= target else "MISSED")
+        cells = f"{med:>7.1f} {med / base:>9.2f} {batch:>10.0f} {rtt:>7.1f} {flight:>10.2f}"
+        print(f"{mode:<12} {cells} {wanted:>8} {verdict}")
+
+
 def main() -> int:
     global PARTITIONS
     from metadata_cluster import start_cluster
@@ -161,6 +288,9 @@ def main() -> int:
     ap.add_argument("--disk-budget-gb", type=float, default=4.0)
     ap.add_argument("--partitions", type=int, default=PARTITIONS)
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="plain is always measured")
+    ap.add_argument("--no-mock", action="store_true", help="skip librdkafka's mock cluster")
+    ap.add_argument("--mock-rtt", type=int, default=0, help="test.mock.broker.rtt (ms) for the mock's brokers")
+    ap.add_argument("--no-e2e", action="store_true", help="skip the end-to-end latency")
     args = ap.parse_args()
     PARTITIONS = args.partitions
     modes = tuple(m for m in MODES if m == "plain" or m in args.modes)
@@ -176,25 +306,31 @@ def main() -> int:
         topic = "bench-producers"
         rest_create_topic(cluster, topic, PARTITIONS, 3, args.disk_budget_gb * 1e9)
         wait_for_leaders(bootstrap, topic, PARTITIONS, work)
-        throughput("idempotent", bootstrap, topic, 3, work, -1)  # warm-up: segments, connections
-        figures: dict[str, list[float]] = {m: [] for m in modes}
+        systems = {"pykraft": bootstrap}
+        if not args.no_mock:
+            _mock_host, systems["mock"] = mock_with_topic(work, topic, PARTITIONS, args.mock_rtt)
+        for address in systems.values():
+            throughput("idempotent", address, topic, 3, work, -1)  # warm-up: segments, connections
+        figures = {system: {m: list[Sample]() for m in modes} for system in systems}
         for r in range(args.rounds):
             order = modes if r % 2 == 0 else tuple(reversed(modes))
-            for mode in order:
-                figures[mode].append(throughput(mode, bootstrap, topic, args.seconds, work, r))
-            print(f"round {r + 1}: " + ", ".join(f"{m} {figures[m][-1]:.1f}" for m in modes) + " MB/s", flush=True)
-        base = statistics.median(figures["plain"])
-        print(f"\n{'mode':<12} {'MB/s (median)':>14} {'of plain':>9} {'target':>8}")
-        for mode in modes:
-            med = statistics.median(figures[mode])
-            target = TARGETS.get(mode)
-            verdict = "" if target is None else ("met" if med / base >= target else "MISSED")
-            wanted = "" if target is None else f">= {target:.2f}"
-            print(f"{mode:<12} {med:>14.1f} {med / base:>9.2f} {wanted:>8} {verdict}")
-        print(f"\nend-to-end latency at {args.e2e_rate} messages/s:")
-        for mode in ("plain", "txn-100") if "txn-100" in modes else ("plain",):
-            p50, p99 = end_to_end(mode, bootstrap, topic, args.e2e_rate, args.e2e_seconds, work)
-            print(f"  {mode:<10} p50 {p50:.1f} ms, p99 {p99:.1f} ms", flush=True)
+            for system, address in systems.items():
+                for mode in order:
+                    figures[system][mode].append(throughput(mode, address, topic, args.seconds, work, r))
+                one = figures[system]
+                print(f"round {r + 1} {system}: " + ", ".join(f"{m} {one[m][-1].mb_s:.1f}" for m in modes)
+                      + f" MB/s; load average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+        print(f"\n{PARTITIONS} partitions, RF 3, acks=all, {MSG_BYTES} B values; medians of {args.rounds} rounds of "
+              f"{args.seconds:g} s; in flight = batches in flight per partition (Little's law)")  # fmt: skip
+        print_table("pykraft, 3 brokers (min.insync.replicas 2)", modes, figures["pykraft"], verdicts=True)
+        if "mock" in figures:
+            rtt = f", test.mock.broker.rtt {args.mock_rtt} ms" if args.mock_rtt else ""
+            print_table(f"librdkafka mock cluster, 3 brokers, in this process{rtt}", modes, figures["mock"], False)
+        if not args.no_e2e:
+            print(f"\nend-to-end latency at {args.e2e_rate} messages/s (pykraft):")
+            for mode in ("plain", "txn-100") if "txn-100" in modes else ("plain",):
+                p50, p99 = end_to_end(mode, bootstrap, topic, args.e2e_rate, args.e2e_seconds, work)
+                print(f"  {mode:<10} p50 {p50:.1f} ms, p99 {p99:.1f} ms", flush=True)
         print(f"load average at end: {os.getloadavg()}")
     finally:
         cluster.close()
