@@ -15,8 +15,8 @@ record read) at a fixed rate (--e2e-rate messages/s): `plain` read by a read_unc
 consumer, `txn-100` by a read_committed one (whose records appear only once their
 transaction's COMMIT marker is below the LSO), p50/p99.
 
-    PYTHONPATH=. .venv/bin/python tests/perf/bench_producers.py                 # ~4 min
-    PYTHONPATH=. .venv/bin/python tests/perf/bench_producers.py --rounds 1 --seconds 5
+    PYTHONPATH=. .venv/bin/python tests/perf/bench_producers.py                 # ~5 min
+    PYTHONPATH=. .venv/bin/python tests/perf/bench_producers.py --rounds 1 --seconds 5 --no-e2e
 
 The same modes also run against librdkafka's built-in mock cluster (3 brokers, in this
 process; `test.mock.num.brokers`), alternating with pykraft in every round (--no-mock skips
