@@ -1,12 +1,19 @@
-"""One coordinator partition's appends: one in flight at a time, the rest coalesced.
+"""One coordinator partition's appends: one batch per event-loop turn, up to `max_in_flight`.
 
 Operations submit their records (already encoded key/value pairs) under the caller's entry
-number. While an append is in flight, later submissions wait and then go together in the
-next batch, in submission order, up to `max_bytes` of keys and values (an operation larger
-than that goes alone), as Kafka's coordinator runtime batches its writes. When an append
-finishes, `on_done(entries, code)` gets the entries it carried (in submission order) and
-its result; then the next batch starts, unless the queue was closed (the partition was
-unloaded): `take_unwritten` hands back what never went.
+number. What is submitted during one turn of the event loop goes out together as one batch
+at the end of that turn, in submission order, up to `max_bytes` of keys and values (an
+operation larger than that goes alone), as Kafka's coordinator runtime batches its writes.
+At most `max_in_flight` appends wait for their acks at a time: while that many are in
+flight, later submissions wait and go together in the next batch once one finishes. With
+`max_in_flight` 1 (the default: the transaction coordinator) each batch waits for the one
+before it; the group coordinator pipelines several, so that a commit does not wait for a
+whole acks=all round trip of the batch before its own (its answers still wait for every
+earlier append: `broker.group.write_order.WriteOrder`). Batches start in submission order
+(each append's leader write happens before the next one's), so the log holds them in that
+order. When an append finishes, `on_done(entries, code)` gets the entries it carried (in
+submission order) and its result; no batch starts once the queue was closed (the partition
+was unloaded): `take_unwritten` hands back what never went.
 
 A transactional write (submitted with its producer's id and epoch: the group coordinator's
 TxnOffsetCommit) goes alone, through `append_transactional`, as Kafka's coordinator runtime
@@ -57,6 +64,7 @@ class AppendQueue:
         on_done: Callable[[list[int], ErrorCode], None],
         *,
         max_bytes: int = COALESCE_MAX_BYTES,
+        max_in_flight: int = 1,
         append_transactional: Callable[[EncodedRecords, Producer], Awaitable[ErrorCode]] | None = None,
     ) -> None:
         self.name = name  # for logs: "topic-partition"
@@ -64,15 +72,16 @@ class AppendQueue:
         self._append_transactional = append_transactional
         self._on_done = on_done
         self.max_bytes = max_bytes
-        self.writing = False
+        self.max_in_flight = max(1, max_in_flight)
+        self.in_flight = 0  # appends started and not finished
         self.closed = False
+        self._flush_due = False  # a flush is scheduled at the end of this loop turn
         self._queued: deque[tuple[int, EncodedRecords, Producer | None]] = deque()
 
     def submit(self, entry: int, records: EncodedRecords, producer: Producer | None = None) -> None:
         """Queue `records` under `entry`; with a `producer`, as its transactional write."""
         self._queued.append((entry, records, producer))
-        if not self.writing and not self.closed:
-            self._write_next()
+        self._schedule_flush()
 
     def close(self) -> None:
         """No batch starts any more (the one in flight still reports to `on_done`)."""
@@ -83,6 +92,23 @@ class AppendQueue:
         entries = [entry for entry, _, _ in self._queued]
         self._queued.clear()
         return entries
+
+    @property
+    def writing(self) -> bool:
+        """Whether an append is in flight."""
+        return self.in_flight > 0
+
+    def _schedule_flush(self) -> None:
+        if self._flush_due or self.closed or self.in_flight >= self.max_in_flight or not self._queued:
+            return
+        self._flush_due = True
+        asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """The end of a loop turn: start batches of what is queued while appends may start."""
+        self._flush_due = False
+        while self._queued and not self.closed and self.in_flight < self.max_in_flight:
+            self._write_next()
 
     def _write_next(self) -> None:
         entries: list[int] = []
@@ -100,7 +126,7 @@ class AppendQueue:
             size += more
         if not entries:
             return
-        self.writing = True
+        self.in_flight += 1
         if producer is not None:
             assert self._append_transactional is not None, f"{self.name}: no transactional writes here"
             write = asyncio.ensure_future(self._append_transactional(records, producer))
@@ -111,9 +137,8 @@ class AppendQueue:
             code = ErrorCode.NOT_COORDINATOR if w.cancelled() or w.exception() is not None else w.result()
             if not w.cancelled() and w.exception() is not None:
                 log.error("appending to %s failed: %s", self.name, w.exception())
-            self.writing = False
+            self.in_flight -= 1
             self._on_done(entries, code)
-            if not self.closed:
-                self._write_next()
+            self._schedule_flush()
 
         write.add_done_callback(finished)

@@ -360,17 +360,58 @@ def _string(w: Writer, s: str | None, flexible: bool) -> None:
     if s is None:
         w.length(-1, flexible, False)
         return
+    raw = _utf8(s)
+    w.length(len(raw), flexible, False)
+    w.buf += raw
+
+
+def _utf8(s: str) -> bytes:
+    """A string field's bytes, within Kafka's limit (RecordSchemaError otherwise)."""
     try:
         raw = s.encode()
     except UnicodeEncodeError as exc:  # lone surrogates
         raise RecordSchemaError(f"string is not encodable as UTF-8: {exc}") from exc
     if len(raw) > _MAX_STRING_BYTES:
         raise RecordSchemaError(f"a string of {len(raw)} UTF-8 bytes is longer than {_MAX_STRING_BYTES}")
-    w.length(len(raw), flexible, False)
-    w.buf += raw
+    return raw
+
+
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+_I64: Final = struct.Struct(">q")
+_I64_PAIR: Final = struct.Struct(">qq")
+_OFFSET_VALUE_HEAD: Final = struct.Struct(">hq")  # version, offset
+_OFFSET_VALUE_HEAD_V3: Final = struct.Struct(">hqi")  # version, offset, leader epoch
+
+
+def _encode_offset_key(key: OffsetKey) -> bytes:
+    """OffsetCommitKey v1: version, group, topic (int16-length strings), partition (int32),
+    packed in one join (every OffsetCommit encodes one per partition)."""
+    group, topic = _utf8(key.group), _utf8(key.topic)
+    try:
+        partition = _I32.pack(key.partition)
+    except struct.error as exc:
+        raise RecordSchemaError(f"cannot encode {key!r}: {exc}") from exc
+    return b"".join((_I16.pack(OFFSET_KEY_VERSION), _I16.pack(len(group)), group, _I16.pack(len(topic)), topic,
+                     partition))  # fmt: skip
+
+
+def _encode_offset_value_fixed(v: OffsetValue, version: int) -> bytes:
+    """OffsetCommitValue v0-3 (not flexible; 1 and 3 are the ones written): version, offset,
+    leader epoch (v3), metadata (int16-length string), commit timestamp, expire timestamp
+    (v1), packed in one join."""
+    metadata = _utf8(v.metadata)
+    try:
+        head = (_OFFSET_VALUE_HEAD_V3.pack(version, v.offset, v.leader_epoch) if version >= 3
+                else _OFFSET_VALUE_HEAD.pack(version, v.offset))  # fmt: skip
+        tail = _I64_PAIR.pack(v.commit_timestamp, v.expire_timestamp) if version == 1 else _I64.pack(v.commit_timestamp)
+    except struct.error as exc:
+        raise RecordSchemaError(f"cannot encode {v!r}: {exc}") from exc
+    return b"".join((head, _I16.pack(len(metadata)), metadata, tail))
 
 
 def _encode_offset_value(w: Writer, v: OffsetValue, version: int) -> None:
+    """OffsetCommitValue v4+ (flexible); v0-3: `_encode_offset_value_fixed`."""
     flexible = version >= FLEXIBLE_FROM
     w.i64(v.offset)
     if version >= 3:
@@ -468,14 +509,13 @@ def _check_value_version(version: int, classic: bool, record: str) -> None:
 def encode_key(key: RecordKey) -> bytes:
     """The record key as Kafka 3.9 writes it (OffsetCommitKey v1, GroupMetadataKey v2, the
     consumer-group keys in their only versions, 3..8)."""
+    if isinstance(key, OffsetKey):  # the hot one: every OffsetCommit
+        return _encode_offset_key(key)
     w = Writer(reserve_length=False)
     try:
         w.i16(key_version(key))
         _string(w, key.group, False)
-        if isinstance(key, OffsetKey):
-            _string(w, key.topic, False)
-            w.i32(key.partition)
-        elif isinstance(key, MEMBER_KEY_TYPES):
+        if isinstance(key, MEMBER_KEY_TYPES):
             _string(w, key.member_id, False)
     except struct.error as exc:
         raise RecordSchemaError(f"cannot encode {key!r}: {exc}") from exc
@@ -497,6 +537,8 @@ def encode_value(value: RecordValue, version: int | None = None) -> bytes:
     if version is None:
         version = written_value_version(value)
     _check_value_version(version, isinstance(value, OffsetValue | GroupValue), type(value).__name__)
+    if isinstance(value, OffsetValue) and version < FLEXIBLE_FROM:  # the hot one: every OffsetCommit
+        return _encode_offset_value_fixed(value, version)
     w = Writer(reserve_length=False)
     w.i16(version)
     try:

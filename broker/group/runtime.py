@@ -6,8 +6,9 @@ leads, loaded from the partition's log, written with acks=all, driven by timers.
   loaded again from its log: until then its groups are answered
   COORDINATOR_LOAD_IN_PROGRESS. A partition it no longer leads is dropped at once: its
   waiting requests are answered NOT_COORDINATOR, and so is every later request.
-- Writes: an operation's records become one batch appended as leader with acks=-1 (Kafka's
-  `offsets.commit.required.acks`), waiting up to `offsets.commit.timeout.ms`. The answers of
+- Writes: the records of the operations of one loop turn become one batch appended as leader
+  with acks=-1 (Kafka's `offsets.commit.required.acks`), waiting up to
+  `offsets.commit.timeout.ms`; several batches may wait at once. The answers of
   an operation are sent only after its own append and every earlier one of the partition
   completed, so an answer never shows state that a failover could lose; a failed append
   runs the operation's undo (the rules: `broker.group.write_order.WriteOrder`).
@@ -76,6 +77,13 @@ log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 
+# Batches of one `__consumer_offsets` partition waiting for their acks at a time (Kafka's
+# coordinator runtime does not wait for a batch's acks before writing the next). The answers
+# still go in operation order, each once every earlier append committed (`WriteOrder`: the
+# group simulation drives it with every append in flight at once); the bound keeps each
+# batch carrying several operations when they come faster than the followers fetch.
+APPENDS_IN_FLIGHT: Final = 4
+
 
 # (partition, transactional id, producer id, producer epoch) -> (guard, transaction coordinator's code)
 TxnWriteVerify = Callable[[int, str, int, int], Awaitable[tuple[VerificationGuard | None, ErrorCode]]]
@@ -129,8 +137,9 @@ class _Loaded:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     closed: bool = False
-    # Appends: one in flight per partition; the records of the operations that came meanwhile
-    # wait there (by WriteOrder entry) and go together in the next batch (set by the runtime).
+    # Appends: one batch per loop turn, up to APPENDS_IN_FLIGHT waiting for their acks; the
+    # records of the operations that come while that many wait go together in the next batch
+    # (by WriteOrder entry; set by the runtime).
     appends: AppendQueue | None = None
     # Transaction completions (producer id, committed) that came while loading: applied after
     # the replay (a marker appended after the replay's end is not read by it).
@@ -195,6 +204,7 @@ class GroupCoordinator:
             f"{OFFSETS_TOPIC}-{n}",
             append,
             lambda entries, code: self._appended(loaded, entries, code),
+            max_in_flight=APPENDS_IN_FLIGHT,
             append_transactional=append_transactional,
         )
         self.partitions[n] = loaded
@@ -286,9 +296,9 @@ class GroupCoordinator:
 
     def _dispatch(self, loaded: _Loaded, out: Outcome) -> asyncio.Future[ErrorCode]:
         """Append `out.records` (if any) and answer `out.replies` once they and everything
-        before them committed (`WriteOrder`'s rules); the append's outcome. One append is in
-        flight per partition at a time: operations that come meanwhile are written together
-        in the next one (as Kafka's coordinator runtime batches its writes), in order."""
+        before them committed (`WriteOrder`'s rules); the append's outcome. The operations of
+        one loop turn are written together in one batch (as Kafka's coordinator runtime batches
+        its writes), in order; up to APPENDS_IN_FLIGHT batches wait for their acks at a time."""
         loop = asyncio.get_running_loop()
         loaded.wake.set()  # deadlines may have moved earlier
         entry = loaded.order.submit(out)

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python tests/perf/bench_groups.py
         [--only rebalance,kip848,confluent,confluent848,commits,failover,compaction] [--sizes 3,30,300]
-        [--kip848-sizes 3,30] [--departures 5] [--kills 5] [--duration 10] [--profile DIR] [--json-out F] [--keep]
+        [--kip848-sizes 3,30,300] [--departures 5] [--kills 5] [--duration 10] [--profile DIR] [--json-out F] [--keep]
 
 One real 3+3 cluster (`start_dataplane_cluster`: RF 3, min.insync.replicas 2,
 broker.session.timeout.ms 3000, fsync on) with `group.initial.rebalance.delay.ms` 3000
@@ -1012,8 +1012,7 @@ def main() -> int:  # noqa: C901 (one scenario after the other)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="rebalance,kip848,confluent,confluent848,commits,failover,compaction")
     ap.add_argument("--sizes", default="3,30,300")
-    # 300 KIP-848 members did not converge within 420 s in two runs (2026-11-26, see the README)
-    ap.add_argument("--kip848-sizes", default="3,30")
+    ap.add_argument("--kip848-sizes", default="3,30,300")
     ap.add_argument("--departures", type=int, default=5)
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--duration", type=float, default=10.0)

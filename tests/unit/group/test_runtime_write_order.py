@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from broker.group.messages import CommitPartition, CommitRequest
-from broker.group.runtime import GroupCoordinator
+from broker.group.runtime import APPENDS_IN_FLIGHT, GroupCoordinator
 from broker.group.shard import CoordinatorConfig
 from quorum.kafka_errors import ErrorCode
 
@@ -71,44 +71,66 @@ def test_an_offset_fetch_behind_a_refused_commit_fails_instead_of_showing_it() -
     asyncio.run(run())
 
 
-def test_a_commit_is_answered_after_every_earlier_append() -> None:
+def test_a_commit_is_written_while_the_append_before_it_waits_and_answered_after_it() -> None:
     async def run() -> None:
         host, coordinator = await _started()
         first = asyncio.create_task(coordinator.commit(request(5)))
         await spin()
         second = asyncio.create_task(coordinator.commit(request(7)))
         await spin()
-        assert len(host.appends) == 1  # one append in flight per partition: the second waits for it
+        assert len(host.appends) == 2  # pipelined: the second batch does not wait for the first's acks
+        host.appends[1].set_result(ErrorCode.NONE)
+        await spin()
+        assert not first.done() and not second.done()  # its answer waits for the earlier append
         host.appends[0].set_result(ErrorCode.NONE)
         assert await first == [ErrorCode.NONE]
-        await spin()
-        assert len(host.appends) == 2 and not second.done()
-        host.appends[1].set_result(ErrorCode.NONE)
         assert await second == [ErrorCode.NONE]
         await coordinator.close()
 
     asyncio.run(run())
 
 
-def test_operations_that_come_during_an_append_are_written_together_in_the_next() -> None:
+def test_operations_of_one_loop_turn_go_in_one_batch() -> None:
     from broker.log.records import batch_records
 
     async def run() -> None:
         host, coordinator = await _started()
-        first = asyncio.create_task(coordinator.commit(request(1)))
+        commits = [asyncio.create_task(coordinator.commit(request(n))) for n in (1, 2, 3)]
         await spin()
-        waiting = [asyncio.create_task(coordinator.commit(request(n))) for n in (2, 3, 4)]
-        await spin()
-        assert len(host.appends) == 1
+        assert len(host.appends) == 1 and len(list(batch_records(host.batches[0]))) == 3
         host.appends[0].set_result(ErrorCode.NONE)
-        assert await first == [ErrorCode.NONE]
+        assert [await c for c in commits] == [[ErrorCode.NONE]] * 3
+        await coordinator.close()
+
+    asyncio.run(run())
+
+
+def test_operations_that_come_while_the_appends_in_flight_are_full_are_written_together_next() -> None:
+    from broker.log.records import batch_records
+
+    async def run() -> None:
+        host, coordinator = await _started()
+        first = [asyncio.create_task(coordinator.commit(request(1)))]
         await spin()
-        assert len(host.appends) == 2  # the three commits in one batch
-        assert len(list(batch_records(host.batches[1]))) == 3
-        host.appends[1].set_result(ErrorCode.NOT_ENOUGH_REPLICAS)  # refused: all three answer it
+        for n in range(2, APPENDS_IN_FLIGHT + 1):
+            first.append(asyncio.create_task(coordinator.commit(request(n))))
+            await spin()
+        assert len(host.appends) == APPENDS_IN_FLIGHT
+        waiting = []
+        for n in (100, 101, 102):
+            waiting.append(asyncio.create_task(coordinator.commit(request(n))))
+            await spin()
+        assert len(host.appends) == APPENDS_IN_FLIGHT  # they wait for a free slot
+        for fut in host.appends:
+            fut.set_result(ErrorCode.NONE)
+        assert [await f for f in first] == [[ErrorCode.NONE]] * APPENDS_IN_FLIGHT
+        await spin()
+        assert len(host.appends) == APPENDS_IN_FLIGHT + 1  # the three commits in one batch
+        assert len(list(batch_records(host.batches[-1]))) == 3
+        host.appends[-1].set_result(ErrorCode.NOT_ENOUGH_REPLICAS)  # refused: all three answer it
         assert [await w for w in waiting] == [[ErrorCode.COORDINATOR_NOT_AVAILABLE]] * 3
         code, offsets = await coordinator.fetch_offsets("g", [("t", 0)])
-        assert code == ErrorCode.NONE and offsets[0].offset == 1  # their undos put the first back
+        assert code == ErrorCode.NONE and offsets[0].offset == APPENDS_IN_FLIGHT  # their undos put it back
         await coordinator.close()
 
     asyncio.run(run())
