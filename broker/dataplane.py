@@ -297,7 +297,7 @@ class DataPlane:
         await self.fetchers.stop()
         self.replicas.close()
         try:
-            self.logs.close(self.replicas.high_watermarks())
+            await self.logs.close_off_loop(self.replicas.high_watermarks())
         except OSError as exc:
             log.error("broker %d: final flush/checkpoint failed: %s", self.config.node_id, exc)
 
