@@ -26,10 +26,10 @@ Intervals (Kafka's): high watermarks every `replica.high.watermark.checkpoint.in
 recovery points every `log.flush.offset.checkpoint.interval.ms`, log start offsets every
 `log.flush.start.offset.checkpoint.interval.ms` (scheduled by the data plane).
 A clean stop (`close()`, or `close_off_loop()` from the loop: its blocking steps in threads)
-costs what is dirty, as Kafka's LogManager.shutdown: it waits for the queued jobs, fsyncs
-only the logs with something not yet on disk and closes every log, each dir's logs on
-`num.recovery.threads.per.data.dir` threads (`broker.log.closing`), then writes the three
-checkpoints and last the clean-shutdown marker, so that the next start recovers nothing.
+costs what is dirty, as Kafka's LogManager.shutdown: it fsyncs only the logs with something
+not yet on disk and closes every log, each dir's logs on `num.recovery.threads.per.data.dir`
+threads (`broker.log.closing`), while the disk threads finish what is queued; then it writes
+the three checkpoints and last the clean-shutdown marker, so the next start recovers nothing.
 """
 
 from __future__ import annotations
