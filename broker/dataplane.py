@@ -16,7 +16,8 @@
   never stalls heartbeats.
 
 `stop()` closes the listener, stops fetching, flushes and checkpoints every log (a clean
-shutdown: the next start needs no recovery).
+shutdown: the next start needs no recovery; `LogManager.close_off_loop`: only dirty logs are
+fsynced, in threads, so the loop keeps heartbeating meanwhile).
 
 A storage error takes its log dir offline (`broker.log.dir_failure`): the replicas in it
 stop at once (no fetching; acks=all writes waiting on them fail with KAFKA_STORAGE_ERROR,
@@ -131,6 +132,8 @@ class DataPlane:
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self._published = False
+        # Set by stop() before the logs close (in threads): metadata no longer reaches them.
+        self._closing_logs = False
 
     # ------------------------------------------------------------------ wiring
 
@@ -189,6 +192,8 @@ class DataPlane:
     def on_metadata(self, delta: MetadataDelta | None, image: MetadataImage) -> None:
         if delta is not None and delta.changed_configs:
             self._min_isr.clear()
+        if self._closing_logs:
+            return
         if not self._published:
             self._maybe_publish(image)
             return
@@ -295,9 +300,10 @@ class DataPlane:
         await self.isr.stop()
         await self.producer_ids.stop()
         await self.fetchers.stop()
+        self._closing_logs = True
         self.replicas.close()
         try:
-            self.logs.close(self.replicas.high_watermarks())
+            await self.logs.close_off_loop(self.replicas.high_watermarks())
         except OSError as exc:
             log.error("broker %d: final flush/checkpoint failed: %s", self.config.node_id, exc)
 

@@ -41,6 +41,9 @@ class DiskQueue:
         self._on_error = on_error
         self._jobs: queue.SimpleQueue[tuple[str, Job] | None] = queue.SimpleQueue()
         self._closed = False
+        # A job failed with a storage error (its dir is offline, or about to be: on_error
+        # reports it on the loop, which may not have run it yet).
+        self.failed = False
         self._thread = threading.Thread(target=self._serve, name=f"disk {name}", daemon=True)
         self._thread.start()
 
@@ -61,6 +64,7 @@ class DiskQueue:
             try:
                 job()
             except OSError as exc:
+                self.failed = True
                 if self._on_error is None:
                     log.exception("log dir %s: background %s failed", self.name, what)
                 else:
@@ -92,6 +96,7 @@ class InlineQueue(DiskQueue):
     def __init__(self) -> None:
         self.name = "inline"
         self._closed = True
+        self.failed = False  # a failure is raised to the caller instead
 
     def close(self) -> None:
         pass

@@ -46,6 +46,9 @@ class _Index:
         self.path = path
         self.base_offset = base_offset
         self._mm: MappedFile | None = None
+        # Entries were written through the mapping since the last `flush` (msync): a flush
+        # of an index with none is a no-op (an msync costs an fsync of the file even then).
+        self._unflushed = False
         size = self.ENTRY.size
         if fresh:
             self.entries = 0
@@ -107,6 +110,7 @@ class _Index:
         assert self._mm is not None and self._mm.buf is not None
         self.ENTRY.pack_into(self._mm.buf, self.entries * self.ENTRY.size, key, value)
         self.entries += 1
+        self._unflushed = True
 
     def floor(self, key: int) -> tuple[int, int] | None:
         """The last entry whose key <= `key` (binary search over the mapped file)."""
@@ -137,8 +141,10 @@ class _Index:
         self._map(self._capacity * self.ENTRY.size)
 
     def flush(self) -> None:
-        if self._mm is not None:
+        """msync the entries written since the last flush (none: nothing to do)."""
+        if self._mm is not None and self._unflushed:
             self._mm.flush()
+        self._unflushed = False
 
     def release(self) -> None:
         """Unmap (the file stays as it is)."""

@@ -25,7 +25,11 @@ three per-dir checkpoint files and every unlink. What each checkpoint may claim:
 Intervals (Kafka's): high watermarks every `replica.high.watermark.checkpoint.interval.ms`,
 recovery points every `log.flush.offset.checkpoint.interval.ms`, log start offsets every
 `log.flush.start.offset.checkpoint.interval.ms` (scheduled by the data plane).
-`close()` waits for every queued job, then flushes and writes everything in its thread.
+A clean stop (`close()`, or `close_off_loop()` from the loop: its blocking steps in threads)
+costs what is dirty, as Kafka's LogManager.shutdown: it fsyncs only the logs with something
+not yet on disk and closes every log, each dir's logs on `num.recovery.threads.per.data.dir`
+threads (`broker.log.closing`), while the disk threads finish what is queued; then it writes
+the three checkpoints and last the clean-shutdown marker, so the next start recovers nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
@@ -52,6 +57,7 @@ from broker.log.checkpoints import (
     write_offsets,
 )
 from broker.log.cleaner_threads import LogCleanerThreads
+from broker.log.closing import DEFAULT_RECOVERY_THREADS_PER_DATA_DIR, DirClosed, LogToClose, close_dir_logs
 from broker.log.config import LogConfig
 from broker.log.dir_failure import KafkaStorageError, LogDirFailures
 from broker.log.disk_queue import INLINE, DiskQueue
@@ -116,6 +122,9 @@ class LogManager:
         self.producer_id_expiration_ms = int(
             self.broker_defaults.get("producer.id.expiration.ms", DEFAULT_PRODUCER_ID_EXPIRATION_MS)
         )
+        # num.recovery.threads.per.data.dir: threads closing the logs of each dir at a clean stop.
+        self.recovery_threads_per_dir = max(1, int(self.broker_defaults.get(
+            "num.recovery.threads.per.data.dir", DEFAULT_RECOVERY_THREADS_PER_DATA_DIR)))  # fmt: skip
         self.logs: dict[TopicPartition, PartitionLog] = {}
         # Invariant: _by_topic[t] is exactly {p for (t', p) in logs if t' == t}; no empty sets.
         self._by_topic: dict[str, set[int]] = {}
@@ -417,28 +426,91 @@ class LogManager:
         else:
             self._loop.call_soon_threadsafe(self.failures.fail, root, exc, what)
 
+    # ------------------------------------------------------------------ clean stop
+    # Steps on the caller's thread (the loop's, in a broker) alternate with blocking steps,
+    # which `close_off_loop` runs in threads; `close` runs them all in the caller's thread.
+
     def close(self, high_watermarks: Mapping[TopicPartition, int] | None = None) -> None:
-        """A clean close: wait for the queued disk work, flush every log, write the
-        checkpoints and the clean-shutdown marker (in the caller's thread, in this order).
-        An offline dir gets none of them (its logs are only closed): the next start recovers it."""
+        """A clean close, blocking (tools, tests): see `close_off_loop`."""
+        plan = self._plan_close()
+        closed = self._close_logs(plan)
+        marked = self._checkpoint_closed(closed, high_watermarks)
+        self._after_marking(self._mark_clean(marked))
+
+    async def close_off_loop(self, high_watermarks: Mapping[TopicPartition, int] | None = None) -> None:
+        """A clean close: wait for the queued disk work, fsync the dirty logs and close every
+        log (`num.recovery.threads.per.data.dir` threads per dir), write the checkpoints and
+        then the clean-shutdown marker, in this order. The waits, fsyncs and writes run in
+        threads: the loop keeps serving (heartbeats, REST) meanwhile. An offline dir, or one
+        that fails now, gets no checkpoint and no marker (its logs are only closed): the next
+        start recovers it."""
+        plan = self._plan_close()
+        closed = await asyncio.to_thread(self._close_logs, plan)
+        marked = self._checkpoint_closed(closed, high_watermarks)
+        self._after_marking(await asyncio.to_thread(self._mark_clean, marked))
+
+    def _plan_close(self) -> dict[Path, list[LogToClose]]:
+        """On the loop: stop the cleaner and decide which logs need a flush (those of an
+        offline dir are only closed; the leader-epoch checkpoints not yet queued are written
+        by the closing threads: `PartitionLog.dirty` counts them). Deciding before the queues
+        drained only errs towards flushing: a background flush that finishes meanwhile makes
+        a log clean, nothing makes one dirty (nothing appends any more)."""
         self.cleaner.stop()
-        self.drain()
-        for plog in self.logs.values():
-            with contextlib.suppress(KafkaStorageError):
-                plog.flush()
-        self.checkpoint(high_watermarks if high_watermarks is not None else self._hw)
+        self._epochs_dirty.clear()
+        plan: dict[Path, list[LogToClose]] = {root: [] for root in self.log_dirs}
         for tp, plog in self.logs.items():
-            if self.failures.is_offline(self._dir_of[tp]):
-                with contextlib.suppress(OSError):
-                    plog.close()
-            else:
-                plog.close(snapshot=True)
+            root = self._dir_of[tp]
+            offline = self.failures.is_offline(root)
+            plan[root].append(LogToClose(plog, flush=not offline and plog.dirty, offline=offline))
+        return plan
+
+    def _close_logs(self, plan: Mapping[Path, Sequence[LogToClose]]) -> list[DirClosed]:
+        """Blocking: close each dir's logs (dirs at once) while the disk threads run what is
+        queued, then wait for those. The two may overlap: closing a log writes its queued
+        per-partition files itself (the queued jobs then skip them), and what else is queued
+        (background flushes, unlinks, checkpoints) is independent of a close or, for the
+        checkpoints, written again after it (`_checkpoint_closed`)."""
+        started = time.monotonic()
+        with ThreadPoolExecutor(max(1, len(plan)), thread_name_prefix="log-dir closing") as pool:
+            closed = list(pool.map(lambda root: close_dir_logs(root, plan[root], self.recovery_threads_per_dir), plan))
+        for queue in self._disk.values():
+            queue.drain()
+        for done in closed:
+            log.info(
+                "log dir %s: closed %d partition logs, %d of them flushed, in %.0f ms (%d threads)",
+                done.root, done.closed, done.flushed, (time.monotonic() - started) * 1000,
+                self.recovery_threads_per_dir,
+            )  # fmt: skip
+        return closed
+
+    def _checkpoint_closed(
+        self, closed: Sequence[DirClosed], high_watermarks: Mapping[TopicPartition, int] | None
+    ) -> list[Path]:
+        """On the loop: a dir whose closing failed goes offline; the others' checkpoints are
+        queued (the recovery points now name every offset); returns the dirs to mark clean."""
+        for done in closed:
+            if done.error is not None:
+                self.failures.fail(done.root, done.error, done.failed_on)
+        self.checkpoint(high_watermarks if high_watermarks is not None else self._hw)
         self.purge_deleted(force=True)
+        self.logs.clear()
+        return self.online_dirs()
+
+    def _mark_clean(self, roots: Sequence[Path]) -> list[tuple[Path, OSError]]:
+        """Blocking: run what is queued (the checkpoints), stop the disk threads, then write
+        the clean-shutdown marker of `roots`; the marker writes that failed."""
         for queue in self._disk.values():
             queue.close()
-        for root in self.online_dirs():
+        failed = []
+        for root in roots:
+            if self.failures.is_offline(root) or self._disk[root].failed:  # a queued checkpoint failed just now
+                continue
             try:
                 atomic_write(root / CLEAN_SHUTDOWN_FILE, b"")
             except OSError as exc:
-                self.failures.fail(root, exc, "writing the clean-shutdown marker")
-        self.logs.clear()
+                failed.append((root, exc))
+        return failed
+
+    def _after_marking(self, failed: Sequence[tuple[Path, OSError]]) -> None:
+        for root, exc in failed:
+            self.failures.fail(root, exc, "writing the clean-shutdown marker")

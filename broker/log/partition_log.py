@@ -171,7 +171,11 @@ class PartitionLog:
         self._epochs_dirty = False
         # Snapshots of the epoch cache are numbered; _epochs_written is the newest on disk.
         self._epochs_version = self._epochs_written = 0
-        self._epochs_lock = threading.Lock()
+        # Guards the writes of the leader-epoch checkpoint and partition.metadata, which the
+        # disk thread and a closing thread may both attempt (`write_due_files`).
+        self._files_lock = threading.Lock()
+        # A partition.metadata write is queued for this topic id (None: none due).
+        self._metadata_due: UUID | None = None
         # Set by the LogManager: told when the epoch cache needs writing (see _persist_epochs).
         self.on_epochs_dirty: Callable[[PartitionLog], None] | None = None
         self.recovery: RecoveryReport | None = None
@@ -370,14 +374,33 @@ class PartitionLog:
     def write_partition_metadata(self) -> None:
         """Queued: a crash before it lands leaves no partition.metadata, which the next
         get_or_create of this replica writes again; skipped once the log was deleted."""
-        directory, topic_id = self.directory, self.topic_id
-        assert topic_id is not None
+        assert self.topic_id is not None
+        with self._files_lock:
+            self._metadata_due = self.topic_id
+        self.disk.submit(f"writing partition.metadata of {self.directory.name}", self._write_due_metadata)
 
-        def write() -> None:
-            if not self._closed:
+    def _write_due_metadata(self) -> None:
+        """Write partition.metadata if a write is due (any thread; once: a second caller, or
+        one after the log closed, finds nothing due)."""
+        with self._files_lock:
+            topic_id, self._metadata_due = self._metadata_due, None
+            if topic_id is not None and not self._closed:
+                directory = self.directory
                 write_unless_deleted(directory, lambda: write_partition_metadata(directory, topic_id))
 
-        self.disk.submit(f"writing partition.metadata of {directory.name}", write)
+    def write_due_files(self) -> None:
+        """Write now, in the caller's thread, the partition.metadata and leader-epoch
+        checkpoint whose writes are queued or deferred (a clean close: the queued jobs then
+        find nothing to do, so a backlog of them on the dir's one disk thread does not hold
+        the stop up). An OSError is raised as it is (see `sync_to_disk`)."""
+        self._write_due_metadata()
+        with self._files_lock:
+            due = self._epochs_version > self._epochs_written
+        if due:
+            self._epochs_dirty = True  # written again as of now: the queued, older snapshot is then skipped
+        write_epochs = self._epochs_writer()
+        if write_epochs is not None:
+            write_epochs()
 
     @staticmethod
     def _delete_files(directory: Path, base: int) -> None:
@@ -469,7 +492,7 @@ class PartitionLog:
         def write() -> None:
             # A newer snapshot may have been written already (a synchronous flush does not
             # wait for the queue): the file never goes back to an older one.
-            with self._epochs_lock:
+            with self._files_lock:
                 if self._closed or version <= self._epochs_written:  # closed: deleted, renamed or gone
                     return
                 write_unless_deleted(directory, lambda: write_epochs(path, snapshot))
@@ -1046,17 +1069,36 @@ class PartitionLog:
     def recovery_point(self, value: int) -> None:
         self._recovery_point = value
 
+    @property
+    def dirty(self) -> bool:
+        """Something of this log is not known to be on disk: offsets past the recovery point,
+        a rolled segment whose flush has not finished, or a leader-epoch checkpoint not yet
+        written. A log that is not dirty needs no flush at a clean close. (On the loop: it
+        applies the finished background flushes.)"""
+        return self.recovery_point < self.log_end_offset or bool(self._dirty) or self._epochs_dirty
+
     @storage_op("flush")
     def flush(self) -> None:
-        """fsync everything now, in the caller's thread (close, `flush.messages`)."""
+        """fsync everything now, in the caller's thread (`flush.messages`)."""
+        self.sync_to_disk()
+
+    def sync_to_disk(self) -> None:
+        """`flush` without the log-dir guard: an OSError is raised as it is, for a caller that
+        reports it where the dir failure's listeners may run (`LogManager.close`, whose
+        closing threads flush many logs at once). The directory is fsynced only when a
+        segment file may be new since the last flush (its base at or past the recovery
+        point: Kafka's rule), so a log that only grew its active segment costs one fsync per
+        file written."""
         write_epochs = self._epochs_writer()
         if write_epochs is not None:
             write_epochs()
-        for seg in self._dirty:
+        flushed = [*self._dirty, self.active]
+        new_files = any(seg.base_offset >= self._recovery_point for seg in flushed)
+        for seg in flushed:
             seg.flush()
         self._dirty.clear()
-        self.active.flush()
-        fsync_dir(self.directory)
+        if new_files:
+            fsync_dir(self.directory)
         self._flush_failed = False
         self.recovery_point = self.log_end_offset
         self.unflushed_messages = 0
