@@ -3,6 +3,7 @@
 ::
 
     pykraft storage format --config F --cluster-id ID [--ignore-formatted]
+                           [--standalone | --initial-controllers ID@HOST:PORT:DIR,... | --no-initial-controllers]
     pykraft storage random-uuid
     pykraft controller --config F
     pykraft broker --config F
@@ -11,6 +12,8 @@
     pykraft cluster status --dir D [--json]
     pykraft cluster start|stop|restart --dir D --node N
     pykraft quorum describe (--status | --replication) --bootstrap-controller HOST:PORT [--json]
+    pykraft quorum add-controller --config F [--bootstrap-controller HOST:PORT,...]
+    pykraft quorum remove-controller --controller-id N --controller-directory-id D [--bootstrap-controller ...]
 
 Errors print ``error: ...`` on stderr and exit with status 1; usage errors exit with 2.
 Commands that run nodes import their modules only when invoked, so the light commands
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import time
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -77,12 +81,30 @@ def _call(module_name: str, function_name: str, *call_args: Any) -> int:
 
 
 def _storage_format(args: argparse.Namespace) -> int:
+    from quorum.node.bootstrap_voters import initial_voters, write_bootstrap_checkpoint
+
     config = load_config(args.config)
-    result = format_storage(config, args.cluster_id, ignore_formatted=args.ignore_formatted)
+    bootstrap = initial_voters(
+        config,
+        standalone=args.standalone,
+        initial_controllers=args.initial_controllers,
+        no_initial_controllers=args.no_initial_controllers,
+    )
+    result = format_storage(
+        config,
+        args.cluster_id,
+        ignore_formatted=args.ignore_formatted,
+        metadata_directory_id=None if bootstrap is None else bootstrap.directory_id,
+    )
     for directory in result.skipped:
         print(f"Skipping already formatted log directory {directory}.")
     for directory, meta in result.formatted:
         print(f"Formatting {directory} with cluster.id {meta.cluster_id} for node.id {meta.node_id}.")
+        if bootstrap is not None and directory == config.metadata_log_dir:
+            write_bootstrap_checkpoint(directory, bootstrap.voters, timestamp_ms=int(time.time() * 1000))
+            nodes = bootstrap.voters.nodes
+            voters = ",".join(f"{n.node_id}@{n.endpoints[0].host}:{n.endpoints[0].port}" for n in nodes)
+            print(f"Bootstrap checkpoint with kraft.version 1 and voters {voters} in {directory}.")
     if not result.formatted:
         print("All of the log directories are already formatted.")
     return EXIT_OK
@@ -131,6 +153,14 @@ def _quorum_describe(args: argparse.Namespace) -> int:
     return _call("quorum.node.quorum_cli", "describe", args)
 
 
+def _quorum_add_controller(args: argparse.Namespace) -> int:
+    return _call("quorum.node.quorum_cli", "add_controller", args)
+
+
+def _quorum_remove_controller(args: argparse.Namespace) -> int:
+    return _call("quorum.node.quorum_cli", "remove_controller", args)
+
+
 # ----------------------------------------------------------------------------- parser
 
 
@@ -138,6 +168,12 @@ def _host_port(text: str) -> str:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"expected host:port, got {text!r}")
+    return text
+
+
+def _host_port_list(text: str) -> str:
+    for item in text.split(","):
+        _host_port(item.strip())
     return text
 
 
@@ -177,6 +213,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--ignore-formatted",
         action="store_true",
         help="skip directories that are already formatted instead of failing",
+    )
+    initial = fmt.add_mutually_exclusive_group()
+    initial.add_argument(
+        "-s", "--standalone", action="store_true", help="KIP-853: this controller is the quorum's only voter"
+    )
+    initial.add_argument(
+        "-I",
+        "--initial-controllers",
+        metavar="ID@HOST:PORT:DIRECTORY-ID,...",
+        help="KIP-853: the quorum's first voters; this node's directory id becomes its metadata directory.id",
+    )
+    initial.add_argument(
+        "-N",
+        "--no-initial-controllers",
+        action="store_true",
+        help="KIP-853: a controller that joins an existing dynamic quorum (pykraft quorum add-controller)",
     )
     fmt.set_defaults(handler=_storage_format)
     ruuid = storage_cmds.add_parser("random-uuid", help="print a new random cluster id")
@@ -283,6 +335,23 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--json", action="store_true", help="print JSON")
     describe.add_argument("--human-readable", action="store_true", help="times as 'N ms ago'")
     describe.set_defaults(handler=_quorum_describe)
+    add = quorum_cmds.add_parser("add-controller", help="KIP-853: add the controller of --config as a voter")
+    add.add_argument("-c", "--config", required=True, help="the new controller's .properties file (formatted, running)")
+    remove = quorum_cmds.add_parser("remove-controller", help="KIP-853: remove a voter")
+    remove.add_argument("--controller-id", type=_non_negative, required=True, help="the voter's node id")
+    remove.add_argument(
+        "--controller-directory-id", required=True, help="the voter's directory id (describe --replication)"
+    )
+    remove.add_argument("-c", "--config", help="a node's .properties file (its controller.quorum.bootstrap.servers)")
+    for cmd in (add, remove):
+        cmd.add_argument(
+            "--bootstrap-controller",
+            type=_host_port_list,
+            help="host:port[,...] of controller listeners (default: the config's controller.quorum.bootstrap.servers)",
+        )
+        cmd.add_argument("--timeout-ms", type=_non_negative, default=60_000, help="give up after this (default 60000)")
+    add.set_defaults(handler=_quorum_add_controller)
+    remove.set_defaults(handler=_quorum_remove_controller)
     return parser
 
 

@@ -255,6 +255,18 @@ def parse_voters(text: str, key: str = "controller.quorum.voters") -> dict[int, 
     return voters
 
 
+def parse_bootstrap_servers(text: str, key: str = "controller.quorum.bootstrap.servers") -> tuple[HostPort, ...]:
+    """Parse ``host:port,host:port,...`` (KIP-853's controller.quorum.bootstrap.servers)."""
+    entries = [e.strip() for e in text.split(",")]
+    if not all(entries):
+        raise ConfigError(f"{key}: empty entry in {text.strip()!r}; expected host:port,...")
+    servers = tuple(_parse_host_port(e, key, allow_empty_host=False) for e in entries)
+    for hp in servers:
+        if hp.port == 0:
+            raise ConfigError(f"{key}: {hp.host}:0 has port 0; bootstrap servers need a fixed port")
+    return servers
+
+
 def parse_listeners(text: str, key: str = "listeners") -> tuple[Listener, ...]:
     """Parse ``NAME://host:port,...``; listener names are upper-cased as Kafka does."""
     listeners: list[Listener] = []
@@ -328,6 +340,9 @@ class NodeConfig:
     node_id: int
     controller_quorum_voters: Mapping[int, HostPort]
     listeners: tuple[Listener, ...] = (Listener("PLAINTEXT", "", 9092),)
+    # KIP-853: controllers to ask for the leader when the voters are not configured statically
+    # (controller.quorum.voters empty): the voter set is then in the metadata log.
+    controller_quorum_bootstrap_servers: tuple[HostPort, ...] = ()
     advertised_listeners: tuple[Listener, ...] = ()  # defaults to listeners
     controller_listener_names: tuple[str, ...] = ("CONTROLLER",)
     listener_security_protocol_map: Mapping[str, str] = field(
@@ -553,6 +568,7 @@ _OTHER_KEYS = frozenset(
         "process.roles",
         "node.id",
         "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
         "listeners",
         "advertised.listeners",
         "controller.listener.names",
@@ -692,9 +708,17 @@ def config_from_properties(props: Mapping[str, str]) -> NodeConfig:
 
     # controller.quorum.voters
     voters_text = get("controller.quorum.voters")
-    if voters_text is None or voters_text == "":
-        raise ConfigError("controller.quorum.voters is required (id@host:port,...)")
-    voters = parse_voters(voters_text)
+    bootstrap_text = get("controller.quorum.bootstrap.servers")
+    bootstrap_servers = parse_bootstrap_servers(bootstrap_text) if bootstrap_text else ()
+    if voters_text:
+        voters = parse_voters(voters_text)
+    elif bootstrap_servers:
+        voters = {}  # KIP-853: the voter set is in the metadata log (storage format --standalone ...)
+    else:
+        raise ConfigError(
+            "controller.quorum.voters is required (id@host:port,...), or controller.quorum.bootstrap.servers "
+            "(host:port,...) for a dynamic quorum (KIP-853)"
+        )
 
     # listeners
     listeners_text = get("listeners")
@@ -739,7 +763,7 @@ def config_from_properties(props: Mapping[str, str]) -> NodeConfig:
 
     controller_names_in_listeners = [lst for lst in listeners if lst.name in controller_listener_names]
     if ROLE_CONTROLLER in roles:
-        if node_id not in voters:
+        if voters and node_id not in voters:
             raise ConfigError(
                 f"controller.quorum.voters: node.id {node_id} has the controller role "
                 f"but is not one of the voters {sorted(voters)}"
@@ -821,6 +845,7 @@ def config_from_properties(props: Mapping[str, str]) -> NodeConfig:
         process_roles=roles,
         node_id=node_id,
         controller_quorum_voters=voters,
+        controller_quorum_bootstrap_servers=bootstrap_servers,
         listeners=listeners,
         advertised_listeners=advertised,
         controller_listener_names=controller_listener_names,

@@ -25,7 +25,6 @@ KAFKA_ONLY_KEYS = frozenset(
         "compression.type",
         "connections.max.idle.ms",
         "controlled.shutdown.enable",
-        "controller.quorum.bootstrap.servers",
         "delete.topic.enable",
         "group.initial.rebalance.delay.ms",
         "log.cleanup.policy",

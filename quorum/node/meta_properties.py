@@ -180,11 +180,18 @@ class FormatResult:
     skipped: tuple[str, ...]  # already formatted, left alone (--ignore-formatted)
 
 
-def format_storage(config: NodeConfig, cluster_id: str, *, ignore_formatted: bool = False) -> FormatResult:
+def format_storage(
+    config: NodeConfig,
+    cluster_id: str,
+    *,
+    ignore_formatted: bool = False,
+    metadata_directory_id: str | None = None,
+) -> FormatResult:
     """Format every log dir and the metadata log dir of ``config`` for ``cluster_id``.
 
     Nothing is written unless every directory can be formatted: an already formatted one is
-    an error, or with ``ignore_formatted`` is skipped.
+    an error, or with ``ignore_formatted`` is skipped. ``metadata_directory_id``: the
+    metadata log dir's directory.id (KIP-853: the one its voter entry names), else random.
     """
     decode_uuid(cluster_id)
     if config.cluster_id is not None and config.cluster_id != cluster_id:
@@ -207,7 +214,10 @@ def format_storage(config: NodeConfig, cluster_id: str, *, ignore_formatted: boo
             to_format.append(directory)
     formatted: list[tuple[str, MetaProperties]] = []
     for directory in to_format:
-        meta = MetaProperties(cluster_id=cluster_id, node_id=config.node_id, directory_id=random_uuid())
+        directory_id = random_uuid()
+        if directory == config.metadata_log_dir and metadata_directory_id is not None:
+            directory_id = metadata_directory_id
+        meta = MetaProperties(cluster_id=cluster_id, node_id=config.node_id, directory_id=directory_id)
         try:
             write_meta_properties(directory, meta)
         except OSError as exc:

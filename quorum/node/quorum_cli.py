@@ -1,7 +1,9 @@
-"""`pykraft quorum describe --status|--replication`, as `kafka-metadata-quorum.sh describe`.
+"""`pykraft quorum describe --status|--replication`, `add-controller` and `remove-controller`,
+as `kafka-metadata-quorum.sh` offers them.
 
 It sends DescribeQuorum to each `--bootstrap-controller` address in turn until
-the leader answers (non-leaders answer NOT_LEADER_OR_FOLLOWER).
+the leader answers (non-leaders answer NOT_LEADER_OR_FOLLOWER). AddRaftVoter and
+RemoveRaftVoter go to any controller (a follower relays them to its leader).
 """
 
 from __future__ import annotations
@@ -10,10 +12,14 @@ import argparse
 import asyncio
 import json
 import time
+import uuid
 
-from quorum.node.meta_properties import uuid_string
+from quorum.node.config import ConfigError, NodeConfig, load_config
+from quorum.node.meta_properties import StorageError, decode_uuid, directory_uuid, read_meta_properties, uuid_string
 from quorum.raft.describe import QuorumDescription, ReplicaDescription
-from quorum.wire import admin_codec, codec
+from quorum.raft.errors import ErrorCode
+from quorum.raft.voter_set import KRAFT_VERSION_DYNAMIC, ReplicaKey, VoterNode
+from quorum.wire import admin_codec, codec, voter_codec
 from quorum.wire.transport import PeerUnavailable, request
 
 DESCRIBE_QUORUM_VERSION = codec.REQUEST_VERSIONS[codec.api_key_of(codec.DescribeQuorumCall())]
@@ -150,7 +156,8 @@ def format_table(rows: list[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-EXPECTED_ERRORS = (ValueError,)  # a bad --bootstrap-controller
+# A bad --bootstrap-controller or config, an unformatted directory, a refused voter change.
+EXPECTED_ERRORS: tuple[type[Exception], ...] = (ValueError, ConfigError, StorageError)
 
 
 def describe(args: argparse.Namespace) -> int:
@@ -173,3 +180,104 @@ def describe(args: argparse.Namespace) -> int:
         rows = replication_rows(described, human=args.human_readable)
         print(json.dumps(rows) if args.json else format_table(rows))
     return 0
+
+
+# ------------------------------------------------- add-controller / remove-controller (KIP-853)
+
+VOTER_CHANGE_RETRIABLE = frozenset({ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_LEADER_OR_FOLLOWER})
+
+
+class QuorumCommandError(Exception):
+    """The voter change was refused or could not be delivered; the message says why."""
+
+
+def _voter_change_addresses(args: argparse.Namespace, config: NodeConfig | None) -> list[tuple[str, int]]:
+    if args.bootstrap_controller:
+        return parse_bootstrap(args.bootstrap_controller)
+    if config is not None and config.controller_quorum_bootstrap_servers:
+        return [(hp.host, hp.port) for hp in config.controller_quorum_bootstrap_servers]
+    if config is not None and config.controller_quorum_voters:
+        return [(hp.host, hp.port) for hp in config.controller_quorum_voters.values()]
+    raise QuorumCommandError("no controller to ask: give --bootstrap-controller HOST:PORT[,...]")
+
+
+async def _send_voter_call_once(host: str, port: int, call: voter_codec.VoterCall, timeout_s: float) -> ErrorCode | str:
+    frame, api_key, version = voter_codec.encode_voter_request(call, correlation_id=1, client_id="pykraft-quorum-cli")
+    try:
+        async with asyncio.timeout(timeout_s):
+            raw = await request(host, port, frame)
+        answer = voter_codec.decode_voter_response(api_key, version, raw)
+    except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
+        return f"{host}:{port}: {exc or type(exc).__name__}"
+    if answer.error != ErrorCode.NONE and answer.message:
+        return f"{answer.error.name}: {answer.message}" if answer.error not in VOTER_CHANGE_RETRIABLE else answer.error
+    return answer.error
+
+
+def send_voter_call(addresses: list[tuple[str, int]], call: voter_codec.VoterCall, timeout_s: float) -> None:
+    """Send the change to the controllers in turn (any of them relays it to the leader) until
+    one answers it for good; retriable answers (REQUEST_TIMED_OUT: e.g. the new controller is
+    not caught up yet, or another change is in flight; NOT_LEADER_OR_FOLLOWER: an election)
+    are retried until `timeout_s`. Raises QuorumCommandError."""
+
+    async def run() -> None:
+        deadline = time.monotonic() + timeout_s
+        last = "no controller answered"
+        while True:
+            for host, port in addresses:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise QuorumCommandError(f"the voter change did not complete in {timeout_s:g} s: {last}")
+                outcome = await _send_voter_call_once(host, port, call, min(remaining, 15.0))
+                if outcome == ErrorCode.NONE:
+                    return
+                if isinstance(outcome, ErrorCode) and outcome not in VOTER_CHANGE_RETRIABLE:
+                    raise QuorumCommandError(outcome.name)
+                if isinstance(outcome, str) and not outcome.startswith(f"{host}:{port}:"):
+                    raise QuorumCommandError(outcome)  # a refusal with Kafka's message
+                last = outcome.name if isinstance(outcome, ErrorCode) else outcome
+                if isinstance(outcome, ErrorCode):
+                    break  # the quorum answered: ask again after a pause, from the first address
+            await asyncio.sleep(0.2)
+
+    asyncio.run(run())
+
+
+def add_controller(args: argparse.Namespace) -> int:
+    """`kafka-metadata-quorum.sh add-controller`: add the controller whose config is --config,
+    as a voter: its node.id, its metadata log dir's directory.id and its controller listener."""
+    from quorum.node.bootstrap_voters import controller_endpoint
+
+    config = load_config(args.config)
+    if not config.is_controller:
+        raise QuorumCommandError(f"{args.config}: node {config.node_id} is not a controller (process.roles)")
+    meta = read_meta_properties(config.metadata_log_dir)
+    if meta is None:
+        raise QuorumCommandError(
+            f"{config.metadata_log_dir} is not formatted: run `pykraft storage format --config {args.config} "
+            "--cluster-id ID --no-initial-controllers` and start the controller first"
+        )
+    if meta.directory_id is None:
+        raise QuorumCommandError(f"{config.metadata_log_dir}/meta.properties has no directory.id")
+    endpoint = controller_endpoint(config)
+    node = VoterNode(ReplicaKey(config.node_id, directory_uuid(meta)), (endpoint,), 0, KRAFT_VERSION_DYNAMIC)
+    call = voter_codec.AddRaftVoter(meta.cluster_id, node, timeout_ms=int(args.timeout_ms))
+    send_voter_call(_voter_change_addresses(args, config), call, args.timeout_ms / 1000)
+    print(
+        f"Added controller {config.node_id} with directory id {meta.directory_id} and endpoints: "
+        f"{endpoint.name}://{endpoint.host}:{endpoint.port}"
+    )
+    return 0
+
+
+def remove_controller(args: argparse.Namespace) -> int:
+    """`kafka-metadata-quorum.sh remove-controller --controller-id N --controller-directory-id D`."""
+    directory = uuid.UUID(bytes=decode_uuid(args.controller_directory_id, what="--controller-directory-id"))
+    config = load_config(args.config) if args.config else None
+    call = voter_codec.RemoveRaftVoter(None, ReplicaKey(args.controller_id, directory))
+    send_voter_call(_voter_change_addresses(args, config), call, args.timeout_ms / 1000)
+    print(f"Removed KRaft controller {args.controller_id} with directory id {args.controller_directory_id}")
+    return 0
+
+
+EXPECTED_ERRORS = (*EXPECTED_ERRORS, QuorumCommandError)

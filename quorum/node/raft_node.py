@@ -22,7 +22,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from quorum.node.config import HostPort, NodeConfig
@@ -49,11 +49,12 @@ from quorum.raft.messages import (
 from quorum.raft.ready import Ready
 from quorum.raft.roles import LeaderState, Role
 from quorum.raft.types import Batch, Epoch, NodeId, Offset, OffsetAndEpoch
-from quorum.raft.voter_set import ZERO_UUID
+from quorum.raft.voter_change import AddVoter, RemoveVoter, UpdateVoter, VoterChange, VoterChangeResult
+from quorum.raft.voter_set import ZERO_UUID, VoterSet
 from quorum.storage.file_log import FileLog
 from quorum.storage.quorum_state import QuorumStateStore
-from quorum.storage.snapshots import SnapshotStore, decode_snapshot, encode_snapshot
-from quorum.wire import codec
+from quorum.storage.snapshots import SnapshotStore, SnapshotVoters, decode_snapshot_full, encode_snapshot
+from quorum.wire import codec, voter_codec
 from quorum.wire.transport import CloseConnection, ConnectionLimits, PeerClient, PeerUnavailable, close_server, serve
 from quorum.wire.transport import request as one_shot_request
 
@@ -126,8 +127,18 @@ class RaftNode:
         self.node_id: NodeId = config.node_id
         self.cluster_id = cluster_id
         self.state_machine = state_machine
+        # Where each voter listens: controller.quorum.voters (kraft.version 0), else (KIP-853) the
+        # endpoints of the voter set in the log and the leader endpoints answers carry. Updated in
+        # place (`_refresh_addresses`): the controller client reads it.
         self.voters: dict[NodeId, HostPort] = dict(config.controller_quorum_voters)
         self._endpoints = {nid: (hp.host, hp.port) for nid, hp in self.voters.items()}
+        # controller.quorum.bootstrap.servers under Kafka's ids for them: -2, -3, ...
+        self._bootstrap: dict[NodeId, HostPort] = {
+            -2 - i: hp for i, hp in enumerate(config.controller_quorum_bootstrap_servers)
+        }
+        self._voter_set_seen: VoterSet | None = None
+        self._voter_calls: deque[tuple[VoterChange, asyncio.Future[VoterChangeResult]]] = deque()
+        self._voter_waiters: dict[int, asyncio.Future[VoterChangeResult]] = {}
         self._serve_raft = config.is_controller if serve_raft is None else serve_raft
         self._on_commit = on_commit
         self._on_role_change = on_role_change
@@ -194,8 +205,9 @@ class RaftNode:
             # Crashed while installing a received snapshot: the log restarts after it.
             self._log.reset(snapshot_id.offset)
             start = snapshot_id.offset
+        snapshot_voters: SnapshotVoters | None = None
         if snapshot_id is not None:
-            records = decode_snapshot(self._snapshots.read_all(snapshot_id))
+            _, records, snapshot_voters = decode_snapshot_full(self._snapshots.read_all(snapshot_id))
             self.state_machine.load_snapshot(snapshot_id.offset, records)
             start = max(start, snapshot_id.offset)
         elif start > 0:
@@ -203,9 +215,21 @@ class RaftNode:
         raft_log = RaftLog(self._log.batches, start_offset=start, snapshot_id=snapshot_id)
         now = self.now_ms()
         self._last_snapshot_ms = now
+        voters: list[NodeId] | VoterSet = sorted(self.config.controller_quorum_voters)
+        kraft_version: int | None = None
+        if not voters:
+            # KIP-853: the voter set of the bootstrap checkpoint or of the latest snapshot (the log's
+            # VotersRecords apply on top); none yet for a node that joins (--no-initial-controllers,
+            # brokers): it asks the bootstrap servers for the leader.
+            voters = VoterSet(())
+            if snapshot_voters is not None:
+                kraft_version = snapshot_voters.kraft_version
+                voters = snapshot_voters.voters or voters
         self.core = RaftCore(
             node_id=self.node_id,
-            voters=sorted(self.voters),
+            voters=voters,
+            kraft_version=kraft_version,
+            bootstrap=tuple(self._bootstrap) if not self.config.controller_quorum_voters else (),
             config=self.raft_config,
             rng=random.Random(),  # noqa: S311 - election jitter, not security
             now_ms=now,
@@ -214,6 +238,7 @@ class RaftNode:
             snapshots=_SnapshotSource(self._snapshots),
             directory_id=self.directory_id,
         )
+        self._refresh_addresses(self.core)
         log.info(
             "node %d: log [%d, %d), snapshot %s, epoch %d, %s",
             self.node_id,
@@ -380,7 +405,25 @@ class RaftNode:
             self.failed.set()
 
     def _pending_calls(self) -> bool:
-        return self._resign_requested or bool(self._snapshots_created)
+        return self._resign_requested or bool(self._snapshots_created) or bool(self._voter_calls)
+
+    def _refresh_addresses(self, core: RaftCore) -> None:
+        """Learn the voters' addresses from the voter set (KIP-853 VotersRecord endpoints): the
+        endpoint named by our first controller listener name, else the voter's first one."""
+        self._voter_set_seen = core.voter_set
+        wanted = self.config.controller_listener_names[0] if self.config.controller_listener_names else ""
+        for node in core.voter_set.nodes:
+            if not node.endpoints:
+                continue
+            ep = next((e for e in node.endpoints if e.name == wanted), node.endpoints[0])
+            self._learn_address(node.node_id, ep.host, ep.port)
+
+    def _learn_address(self, node_id: NodeId, host: str, port: int) -> None:
+        if node_id < 0 or node_id in self.config.controller_quorum_voters:
+            return  # the static configuration wins
+        if self.voters.get(node_id) != HostPort(host, port):
+            self.voters[node_id] = HostPort(host, port)
+            self._endpoints[node_id] = (host, port)
 
     async def _step(self) -> None:
         core = self.core
@@ -401,6 +444,10 @@ class RaftNode:
             core.request_failed(destination, request_id, now)
         if self._proposals:
             self._propose(core, now)
+        while self._voter_calls:
+            change, fut = self._voter_calls.popleft()
+            if not fut.done():
+                self._voter_waiters[core.change_voters(change, now)] = fut
         core.tick(now)
         while core.has_ready():
             ready = core.ready()
@@ -411,10 +458,16 @@ class RaftNode:
                 self._apply(ready.committed)
             if ready.delete_before is not None:
                 self._delete_before(ready.delete_before)
+            for result in ready.voter_changes:
+                waiter = self._voter_waiters.pop(result.token, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(result)
             core.advance(ready)
             if ready.high_watermark is not None or self._waiters:
                 self._resolve_waiters(core)
         self._note_role(core)
+        if core.voter_set is not self._voter_set_seen:
+            self._refresh_addresses(core)
         state = core.state
         if isinstance(state, LeaderState) and state.hw_known and self._first_commit_epoch != core.epoch:
             # The leader's first record of its epoch is committed: it can serve writes.
@@ -489,7 +542,10 @@ class RaftNode:
             sid = ready.install_snapshot
             self._snapshots.finish_receive(sid)
             self._log.reset(sid.offset)
-            self.state_machine.load_snapshot(sid.offset, decode_snapshot(self._snapshots.read_all(sid)))
+            _, records, snapshot_voters = decode_snapshot_full(self._snapshots.read_all(sid))
+            self.state_machine.load_snapshot(sid.offset, records)
+            if snapshot_voters is not None and self.core is not None:
+                self.core.load_snapshot_voters(sid, snapshot_voters.kraft_version, snapshot_voters.voters)
             self._bytes_since_snapshot = 0
             log.info("node %d: installed snapshot %s", self.node_id, sid)
         if ready.truncate_to is not None:
@@ -547,9 +603,11 @@ class RaftNode:
         # the fsynced write happen on a worker thread so the Raft loop keeps serving.
         records = self.state_machine.snapshot_records()
         store = self._snapshots
+        kraft_version, voter_set = core.voters_at(offset)
+        voters = SnapshotVoters(kraft_version, voter_set)
 
         def write() -> int:
-            data = encode_snapshot(sid, records, last_contained_timestamp_ms=timestamp)
+            data = encode_snapshot(sid, records, last_contained_timestamp_ms=timestamp, voters=voters)
             store.create(sid, data)
             return len(data)
 
@@ -593,8 +651,14 @@ class RaftNode:
     def _peer(self, node_id: NodeId, channel: str) -> PeerClient | None:
         key = (node_id, channel)
         peer = self._peers.get(key)
+        address = self.voters.get(node_id) or self._bootstrap.get(node_id)
+        if peer is not None and address is not None and (peer.host, peer.port) != address:
+            # The replica of this id moved (replaced with a new listener): reconnect.
+            task = asyncio.create_task(peer.close())
+            self._send_tasks.add(task)
+            task.add_done_callback(self._send_tasks.discard)
+            peer = None
         if peer is None:
-            address = self.voters.get(node_id)
             if address is None:
                 return None
             timeout = self.raft_config.request_timeout_ms / 1000
@@ -629,6 +693,11 @@ class RaftNode:
             )
             raw = await peer.send(frame, corr, api_key, api_version)
             _, response = codec.decode_response(api_key, api_version, raw, request=message)
+            leader = getattr(response, "leader_id", -1)
+            if isinstance(leader, int) and leader >= 0 and leader not in self.voters:
+                # KIP-853: a replica that knows no voters learns where the leader listens.
+                for nid, (host, port) in codec.response_node_endpoints(api_key, api_version, raw).items():
+                    self._learn_address(nid, host, port)
         except (PeerUnavailable, TimeoutError, OSError) as exc:
             # The connection was refused, reset or timed out: the core learns it at once (a
             # follower whose leader's process is gone stands without waiting for the fetch timeout).
@@ -671,6 +740,8 @@ class RaftNode:
         return answer if isinstance(answer, QuorumDescription) else None
 
     async def _handle_frame(self, frame: bytes) -> bytes | None:
+        if len(frame) >= 2 and int.from_bytes(frame[:2], "big", signed=True) in codec.VOTER_API_VERSIONS:
+            return await self._handle_voter_call(frame)
         if self.extra_api_handler is not None and len(frame) >= 2:
             api_key = int.from_bytes(frame[:2], "big", signed=True)
             if api_key not in codec.API_VERSIONS:
@@ -720,3 +791,81 @@ class RaftNode:
             self._inbound.pop(request_id, None)
             return codec.encode_response(request, ErrorCode.REQUEST_TIMED_OUT, cluster_id=self.cluster_id)
         return codec.encode_response(request, response, cluster_id=self.cluster_id, endpoints=self._endpoints)
+
+    # ------------------------------------------------------ voter changes (KIP-853)
+
+    def change_voters(self, change: VoterChange) -> asyncio.Future[VoterChangeResult]:
+        """Submit AddRaftVoter/RemoveRaftVoter/UpdateRaftVoter to the core (`RaftCore.change_voters`);
+        the future gives its final result: NONE once the new VotersRecord is committed."""
+        fut: asyncio.Future[VoterChangeResult] = asyncio.get_running_loop().create_future()
+        self._voter_calls.append((change, fut))
+        self._wake.set()
+        return fut
+
+    async def _handle_voter_call(self, frame: bytes) -> bytes:
+        try:
+            head, call = voter_codec.decode_voter_request(frame)
+        except codec.WireError as exc:
+            if exc.header is None:
+                raise CloseConnection from exc
+            return voter_codec.encode_voter_response(exc.header, voter_codec.VoterCallAnswer(exc.code, exc.message))
+        core = self.core
+        if call.cluster_id is not None and call.cluster_id != self.cluster_id:
+            answer = voter_codec.VoterCallAnswer(ErrorCode.INCONSISTENT_CLUSTER_ID, f"cluster {self.cluster_id}")
+        elif core is None or self._closing:
+            answer = voter_codec.VoterCallAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER, "the node is stopping")
+        elif not core.is_leader:
+            # Any controller can be the tool's bootstrap: a follower relays to its leader once.
+            relayed = None if head.client_id == RELAY_CLIENT_ID else await self._relay_voter_call(call, head)
+            answer = relayed or voter_codec.VoterCallAnswer(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, f"node {self.node_id} is not the leader"
+            )
+        else:
+            answer = await self._change_voters_as_leader(call)
+        if head.api_key == voter_codec.UPDATE_RAFT_VOTER and core is not None:
+            address = self.voters.get(core.leader_id)
+            answer = replace(
+                answer,
+                leader_id=core.leader_id,
+                leader_epoch=core.epoch,
+                leader_host=address.host if address else "",
+                leader_port=address.port if address else -1,
+            )
+        return voter_codec.encode_voter_response(head, answer)
+
+    async def _change_voters_as_leader(self, call: voter_codec.VoterCall) -> voter_codec.VoterCallAnswer:
+        change: VoterChange
+        match call:
+            case voter_codec.AddRaftVoter(_, voter, _):
+                change = AddVoter(voter)
+            case voter_codec.RemoveRaftVoter(_, key):
+                change = RemoveVoter(key)
+            case voter_codec.UpdateRaftVoter(_, _, voter):
+                change = UpdateVoter(voter)
+        # The core answers REQUEST_TIMED_OUT itself after controller.quorum.request.timeout.ms.
+        fut = self.change_voters(change)
+        try:
+            async with asyncio.timeout(self.raft_config.request_timeout_ms / 1000 + 2):
+                result = await fut
+        except TimeoutError:
+            return voter_codec.VoterCallAnswer(ErrorCode.REQUEST_TIMED_OUT, "no answer from the quorum in time")
+        if result.error == ErrorCode.NONE:
+            log.info("node %d: voter change committed: %s", self.node_id, change)
+        return voter_codec.VoterCallAnswer(result.error, result.message or None)
+
+    async def _relay_voter_call(
+        self, call: voter_codec.VoterCall, head: codec.RequestHeaderInfo
+    ) -> voter_codec.VoterCallAnswer | None:
+        core = self.core
+        address = self.voters.get(core.leader_id) if core is not None and core.leader_id >= 0 else None
+        if address is None:
+            return None
+        frame, api_key, version = voter_codec.encode_voter_request(
+            call, correlation_id=1, client_id=RELAY_CLIENT_ID, api_version=head.api_version
+        )
+        try:
+            async with asyncio.timeout(self.raft_config.request_timeout_ms / 1000 + 4):
+                raw = await one_shot_request(address.host, address.port, frame)
+            return voter_codec.decode_voter_response(api_key, version, raw)
+        except (PeerUnavailable, codec.WireError, TimeoutError, OSError):
+            return None

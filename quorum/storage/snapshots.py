@@ -28,13 +28,17 @@ from quorum.raft.control_records import (
     encode_snapshot_footer,
     encode_snapshot_header,
 )
+from quorum.raft.kraft_control import decode_kraft_version, decode_voters, kraft_version_batch, voters_batch
 from quorum.raft.types import Batch, ControlType, OffsetAndEpoch
+from quorum.raft.voter_set import KRAFT_VERSION_DYNAMIC, VoterSet
 from quorum.storage.durable import atomic_write, fsync_dir, write_all
 from quorum.storage.record_batch import CorruptRecordError, decode_batches, encode_batch
 
 __all__ = [
     "SnapshotStore",
+    "SnapshotVoters",
     "decode_snapshot",
+    "decode_snapshot_full",
     "decode_snapshot_with_header",
     "encode_snapshot",
     "snapshot_file_name",
@@ -220,17 +224,27 @@ class SnapshotStore:
 # --------------------------------------------------------------------------- contents
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotVoters:
+    """KIP-853's records in a snapshot: the kraft.version and the voter set in force at its end."""
+
+    kraft_version: int
+    voters: VoterSet | None  # None with kraft.version 0 (static voters: no VotersRecord)
+
+
 def encode_snapshot(
     sid: OffsetAndEpoch,
     records: Sequence[bytes],
     *,
     last_contained_timestamp_ms: int,
     batch_records: int = 1000,
+    voters: SnapshotVoters | None = None,
 ) -> bytes:
-    """Snapshot file contents: header batch, data batches of <= `batch_records` values, footer.
+    """Snapshot file contents: header batch, [KRaftVersionRecord, VotersRecord batches,] data
+    batches of <= `batch_records` values, footer (Kafka's order).
 
     Batches are numbered from offset 0 and carry epoch `sid.epoch` and timestamp
-    `last_contained_timestamp_ms`.
+    `last_contained_timestamp_ms`. `voters` is written only with kraft.version 1 and up.
     """
     if batch_records < 1:
         raise ValueError("batch_records must be >= 1")
@@ -242,6 +256,10 @@ def encode_snapshot(
         )
     ]
     offset = 1
+    if voters is not None and voters.kraft_version >= KRAFT_VERSION_DYNAMIC and voters.voters is not None:
+        parts.append(encode_batch(kraft_version_batch(offset, epoch, voters.kraft_version, ts)))
+        parts.append(encode_batch(voters_batch(offset + 1, epoch, voters.voters, ts)))
+        offset += 2
     for start in range(0, len(records), batch_records):
         chunk = tuple(records[start : start + batch_records])
         parts.append(encode_batch(Batch(offset, epoch, chunk, ts)))
@@ -256,6 +274,14 @@ def decode_snapshot_with_header(data: bytes | bytearray | memoryview) -> tuple[S
     Raises CorruptRecordError on a CRC failure, a truncated file, a missing or
     misplaced header/footer, or offsets not contiguous from 0.
     """
+    header, values, _ = decode_snapshot_full(data)
+    return header, values
+
+
+def decode_snapshot_full(
+    data: bytes | bytearray | memoryview,
+) -> tuple[SnapshotHeader, list[bytes], SnapshotVoters | None]:
+    """(header, data record values, KIP-853 records or None when it holds none)."""
     buf = data if type(data) is bytes else bytes(data)
     batches, consumed = decode_batches(buf)
     if consumed != len(buf):
@@ -275,13 +301,21 @@ def decode_snapshot_with_header(data: bytes | bytearray | memoryview) -> tuple[S
         if batch.base_offset != expected:
             raise CorruptRecordError(f"snapshot batch at offset {batch.base_offset}, expected {expected}")
         expected = batch.end_offset
+    kraft_version: int | None = None
+    voter_set: VoterSet | None = None
     for batch in batches[1:-1]:
         if batch.control_type is None:
             values.extend(batch.records)
         elif batch.control_type in (ControlType.SNAPSHOT_HEADER, ControlType.SNAPSHOT_FOOTER):
             raise CorruptRecordError("snapshot header/footer in the middle of a snapshot")
+        elif batch.control_type is ControlType.KRAFT_VERSION and batch.records:
+            kraft_version = decode_kraft_version(batch.records[-1])
+        elif batch.control_type is ControlType.KRAFT_VOTERS and batch.records:
+            voter_set = decode_voters(batch.records[-1])
         # Other control batches carry no state-machine records.
-    return header, values
+    if kraft_version is None and voter_set is None:
+        return header, values, None
+    return header, values, SnapshotVoters(KRAFT_VERSION_DYNAMIC if kraft_version is None else kraft_version, voter_set)
 
 
 def decode_snapshot(data: bytes | bytearray | memoryview) -> list[bytes]:

@@ -66,6 +66,7 @@ __all__ = [
     "REQUEST_VERSIONS",
     "TOP_LEVEL_ERRORS",
     "UNKNOWN_ERROR_FALLBACK",
+    "VOTER_API_VERSIONS",
     "ApiKey",
     "ApiVersionsCall",
     "ApiVersionsResult",
@@ -118,11 +119,17 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
 REQUEST_VERSIONS: Final[dict[int, int]] = {key: high for key, (_, high) in API_VERSIONS.items()}
 
 
+# KIP-853's voter changes (AddRaftVoter 80, RemoveRaftVoter 81, UpdateRaftVoter 82), coded by
+# `quorum.wire.voter_codec`; Kafka 3.9 serves AddRaftVoter v0 (4.0: v1) and the others v0.
+VOTER_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {80: (0, 1), 81: (0, 0), 82: (0, 0)}
+
+
 def advertised_api_versions() -> dict[int, tuple[int, int]]:
-    """Every (min, max) version a node serves, for ApiVersions: this module's API_VERSIONS
-    plus the controller's admin apis (`quorum.wire.admin_versions.ADMIN_API_VERSIONS`,
-    whose requests the node routes to `quorum.wire.admin_codec` before `decode_request`)."""
-    return {**API_VERSIONS, **ADMIN_API_VERSIONS}
+    """Every (min, max) version a node serves, for ApiVersions: this module's API_VERSIONS,
+    the voter changes (`VOTER_API_VERSIONS`) and the controller's admin apis
+    (`quorum.wire.admin_versions.ADMIN_API_VERSIONS`); the node routes the last two to their
+    codecs before `decode_request`."""
+    return {**API_VERSIONS, **VOTER_API_VERSIONS, **ADMIN_API_VERSIONS}
 
 
 TOP_LEVEL_ERRORS: Final = frozenset(
@@ -1104,3 +1111,15 @@ def _decode_response(api_key: int, api_version: int, frame: bytes, request: Call
         case _:  # pragma: no cover - _response_body rejects other keys
             raise WireError(ErrorCode.INVALID_REQUEST, f"unknown api key {api_key}")
     return correlation_id, message
+
+
+def response_node_endpoints(api_key: int, api_version: int, frame: bytes | bytearray | memoryview) -> Endpoints:
+    """The NodeEndpoints a Raft response carries (Fetch v17, Vote/BeginQuorumEpoch/
+    EndQuorumEpoch v1, FetchSnapshot v1): node id -> (host, port). How a replica that knows
+    no voters (controller.quorum.bootstrap.servers) learns where the leader listens.
+    Empty when the version has none or the frame does not parse."""
+    try:
+        _, body = _response_body(api_key, api_version, bytes(frame))
+    except Exception:  # noqa: BLE001 - best effort: the caller decoded this frame already
+        return {}
+    return {int(n.node_id): (str(n.host), int(n.port)) for n in getattr(body, "node_endpoints", None) or ()}

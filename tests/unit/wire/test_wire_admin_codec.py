@@ -142,7 +142,8 @@ def test_served_range_is_every_version_kio_has(key):
 
 def test_api_versions_advertises_the_admin_apis():
     advertised = codec.ApiVersionsResult().api_keys
-    assert advertised == {**codec.API_VERSIONS, **ADMIN_API_VERSIONS} == codec.advertised_api_versions()
+    expected = {**codec.API_VERSIONS, **codec.VOTER_API_VERSIONS, **ADMIN_API_VERSIONS}
+    assert advertised == expected == codec.advertised_api_versions()
     # ApiVersions over the wire, and the KIP-511 answer to a version from the future.
     call = codec.encode_request(
         codec.ApiVersionsCall(), correlation_id=3, client_id="x", cluster_id=None, source_id=-1, destination_id=-1

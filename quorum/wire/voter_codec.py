@@ -1,0 +1,227 @@
+"""KIP-853's voter-change RPCs on the wire: AddRaftVoter (80), RemoveRaftVoter (81) and
+UpdateRaftVoter (82), between plain values and framed Kafka bytes (kio's schemas; reading
+through `quorum.wire._reader`, as the quorum codec does).
+
+Served versions (Kafka 3.9 serves AddRaftVoter v0 and the others v0; 4.0 adds AddRaftVoter v1's
+AckWhenCommitted): a request names the replica by (voter id, directory id) and, to add or
+update one, its listeners (name, host, port) and its supported kraft.version range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final, TypeAlias
+
+from quorum.raft.errors import ErrorCode
+from quorum.raft.voter_set import KRAFT_VERSION_DYNAMIC, ZERO_UUID, Endpoint, ReplicaKey, VoterNode
+from quorum.wire._reader import MalformedError, entity_reader, read_request_body
+from quorum.wire.codec import (
+    VOTER_API_VERSIONS,
+    RequestHeaderInfo,
+    WireError,
+    _frame,
+    _kio_error,
+    _make,
+    _nested,
+    _peek_header,
+    _read_uuid,
+    _schema,
+    _schema_or_raise,
+    _wire_uuid,
+    error_from_wire,
+)
+
+ADD_RAFT_VOTER: Final = 80
+REMOVE_RAFT_VOTER: Final = 81
+UPDATE_RAFT_VOTER: Final = 82
+
+_ZERO_MS: Final = timedelta(0)
+
+
+@dataclass(frozen=True, slots=True)
+class AddRaftVoter:
+    cluster_id: str | None
+    voter: VoterNode  # id, directory id, listeners (its kraft.version range is not sent: 0..1)
+    timeout_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveRaftVoter:
+    cluster_id: str | None
+    key: ReplicaKey
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateRaftVoter:
+    cluster_id: str | None
+    current_leader_epoch: int
+    voter: VoterNode
+
+
+VoterCall: TypeAlias = AddRaftVoter | RemoveRaftVoter | UpdateRaftVoter
+
+
+@dataclass(frozen=True, slots=True)
+class VoterCallAnswer:
+    error: ErrorCode
+    message: str | None = None
+    leader_id: int = -1  # UpdateRaftVoter's CurrentLeader
+    leader_epoch: int = -1
+    leader_host: str = ""
+    leader_port: int = -1
+
+
+def api_key_of(call: VoterCall) -> int:
+    match call:
+        case AddRaftVoter():
+            return ADD_RAFT_VOTER
+        case RemoveRaftVoter():
+            return REMOVE_RAFT_VOTER
+        case UpdateRaftVoter():
+            return UPDATE_RAFT_VOTER
+
+
+def _listeners(cls: type[Any], endpoints: tuple[Endpoint, ...]) -> tuple[Any, ...]:
+    listener = _nested(cls, "Listener")
+    return tuple(listener(name=e.name, host=e.host, port=e.port) for e in endpoints)
+
+
+def encode_voter_request(
+    call: VoterCall, *, correlation_id: int, client_id: str | None, api_version: int | None = None
+) -> tuple[bytes, int, int]:
+    """(frame, api key, version) of a voter-change request; version defaults to the highest served."""
+    key = api_key_of(call)
+    low, high = VOTER_API_VERSIONS[key]
+    version = high if api_version is None else api_version
+    if not low <= version <= high:
+        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"api {key} v{version} is not in {low}..{high}")
+    cls = _schema_or_raise(key, version, True)
+    body: Any
+    match call:
+        case AddRaftVoter(cluster_id, voter, timeout_ms):
+            body = _make(
+                cls,
+                cluster_id=cluster_id,
+                timeout=timedelta(milliseconds=timeout_ms),
+                voter_id=voter.node_id,
+                voter_directory_id=_wire_uuid(voter.key.directory_id),
+                listeners=_listeners(cls, voter.endpoints),
+                ack_when_committed=True,
+            )
+        case RemoveRaftVoter(cluster_id, rkey):
+            body = _make(
+                cls, cluster_id=cluster_id, voter_id=rkey.node_id, voter_directory_id=_wire_uuid(rkey.directory_id)
+            )
+        case UpdateRaftVoter(cluster_id, epoch, voter):
+            feature = _nested(cls, "KRaftVersionFeature")(
+                min_supported_version=voter.min_kraft_version, max_supported_version=voter.max_kraft_version
+            )
+            body = _make(
+                cls,
+                cluster_id=cluster_id,
+                current_leader_epoch=epoch,
+                voter_id=voter.node_id,
+                voter_directory_id=_wire_uuid(voter.key.directory_id),
+                listeners=_listeners(cls, voter.endpoints),
+                k_raft_version_feature=feature,
+            )
+    header = cls.__header_schema__(
+        request_api_key=key, request_api_version=version, correlation_id=correlation_id, client_id=client_id
+    )
+    return _frame(header, body), key, version
+
+
+def _endpoints(listeners: Any) -> tuple[Endpoint, ...]:
+    out = []
+    for lst in listeners or ():
+        if not lst.name or not lst.host:
+            raise WireError(ErrorCode.INVALID_REQUEST, "a listener needs a name and a host")
+        out.append(Endpoint(lst.name, lst.host, int(lst.port)))
+    return tuple(out)
+
+
+def decode_voter_request(frame: bytes) -> tuple[RequestHeaderInfo, VoterCall]:
+    """Decode a voter-change request (frame without its length prefix). Raises WireError
+    (with the header once it parsed: the caller answers it)."""
+    head = _peek_header(bytes(frame))
+    limits = VOTER_API_VERSIONS.get(head.api_key)
+    if limits is None:
+        raise WireError(ErrorCode.INVALID_REQUEST, f"api {head.api_key} is not a voter change", header=head)
+    if not limits[0] <= head.api_version <= limits[1]:
+        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"api {head.api_key} v{head.api_version}", header=head)
+    cls = _schema(head.api_key, head.api_version, True)
+    if cls is None:  # pragma: no cover - VOTER_API_VERSIONS lists only versions kio has
+        raise WireError(ErrorCode.UNSUPPORTED_VERSION, "no schema", header=head)
+    try:
+        _, pos = entity_reader(cls.__header_schema__)(bytes(frame), 0)
+        body = read_request_body(cls, bytes(frame), pos)
+    except MalformedError as exc:
+        raise WireError(ErrorCode.INVALID_REQUEST, f"malformed {cls.__name__}: {exc}", header=head) from exc
+    try:
+        if body.voter_id < 0:
+            raise WireError(ErrorCode.INVALID_REQUEST, f"voter id {body.voter_id} is negative", header=head)
+        key = ReplicaKey(int(body.voter_id), _read_uuid(body, "voter_directory_id"))
+        call: VoterCall
+        if head.api_key == ADD_RAFT_VOTER:
+            node = VoterNode(key, _endpoints(body.listeners), 0, KRAFT_VERSION_DYNAMIC)
+            call = AddRaftVoter(body.cluster_id, node, int(body.timeout // timedelta(milliseconds=1)))
+        elif head.api_key == REMOVE_RAFT_VOTER:
+            call = RemoveRaftVoter(body.cluster_id, key)
+        else:
+            feature = body.k_raft_version_feature
+            lo, hi = int(feature.min_supported_version), int(feature.max_supported_version)
+            if lo < 0 or hi < lo:
+                raise WireError(ErrorCode.INVALID_REQUEST, f"kraft.version range {lo}..{hi}", header=head)
+            node = VoterNode(key, _endpoints(body.listeners), lo, hi)
+            call = UpdateRaftVoter(body.cluster_id, int(body.current_leader_epoch), node)
+    except WireError as exc:
+        raise WireError(exc.code, exc.message, header=head) from None
+    if key.directory_id == ZERO_UUID and head.api_key != UPDATE_RAFT_VOTER:
+        # A voter of a dynamic quorum is a replica: (id, directory id) with a directory id.
+        raise WireError(ErrorCode.INVALID_REQUEST, "the voter's directory id is missing", header=head)
+    if isinstance(call, AddRaftVoter) and not call.voter.endpoints:
+        raise WireError(ErrorCode.INVALID_REQUEST, "a new voter needs at least one listener", header=head)
+    return head, call
+
+
+def encode_voter_response(head: RequestHeaderInfo, answer: VoterCallAnswer) -> bytes:
+    """The response frame answering `head`'s request at its version."""
+    cls = _schema_or_raise(head.api_key, head.api_version, False)
+    extra: dict[str, Any] = {}
+    if head.api_key == UPDATE_RAFT_VOTER:
+        extra["current_leader"] = _nested(cls, "CurrentLeader")(
+            leader_id=answer.leader_id,
+            leader_epoch=answer.leader_epoch,
+            host=answer.leader_host,
+            port=answer.leader_port,
+        )
+    body = _make(
+        cls,
+        throttle_time=_ZERO_MS,
+        error_code=_kio_error(answer.error),
+        error_message=answer.message or None,
+        **extra,
+    )
+    return _frame(cls.__header_schema__(correlation_id=head.correlation_id), body)
+
+
+def decode_voter_response(api_key: int, api_version: int, frame: bytes) -> VoterCallAnswer:
+    """Decode a voter-change response (frame without its length prefix). Raises WireError."""
+    cls = _schema(api_key, api_version, False)
+    if cls is None:
+        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"api {api_key} v{api_version} has no schema")
+    try:
+        _, pos = entity_reader(cls.__header_schema__)(bytes(frame), 0)
+        body, _ = entity_reader(cls)(bytes(frame), pos)
+    except MalformedError as exc:
+        raise WireError(ErrorCode.INVALID_REQUEST, f"malformed {cls.__name__}: {exc}") from exc
+    leader = getattr(body, "current_leader", None)
+    return VoterCallAnswer(
+        error_from_wire(int(body.error_code)),
+        getattr(body, "error_message", None),
+        int(leader.leader_id) if leader is not None else -1,
+        int(leader.leader_epoch) if leader is not None else -1,
+        leader.host if leader is not None else "",
+        int(leader.port) if leader is not None else -1,
+    )
