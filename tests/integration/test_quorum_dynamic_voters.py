@@ -1,0 +1,387 @@
+"""KIP-853 on real processes: controllers added, removed and replaced while the cluster runs.
+
+Every node is a real `pykraft` process on loopback with `controller.quorum.bootstrap.servers`
+(no `controller.quorum.voters`): storage is formatted with the real CLI (`storage format
+--standalone`, `--initial-controllers`, `--no-initial-controllers`) and the voter set is
+changed with `pykraft quorum add-controller` / `remove-controller`. The quorum's view comes
+from DescribeQuorum (what `quorum describe` prints).
+
+- grow: one voter (formatted --standalone) -> 3 -> 5 controllers, then shrink back to 3 by
+  removing the leader (it resigns once the change commits; another is elected) and one
+  follower, while an admin client creates topics through a broker; every topic whose creation
+  was acknowledged is in the final metadata. Snapshots are taken often, so a joining
+  controller also learns the voter set from a snapshot.
+- replace: a follower's disk is wiped (a new directory id): the old replica is removed and the
+  new one added, without an election (the epoch never moves: a majority was never lost);
+  then the leader is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from quorum_cluster import describe_one, run_pykraft, wait_until
+
+from api import cli
+from quorum.node.cluster import NodePlan, free_cluster_base, launch, plan_cluster
+from quorum.node.config import format_properties
+from quorum.node.meta_properties import random_uuid, read_meta_properties, uuid_string
+from quorum.raft.describe import QuorumDescription
+
+FAST = {
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.fetch.timeout.ms": "600",
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "metadata.max.idle.interval.ms": "500",
+    "auto.leader.rebalance.enable": "false",
+}
+SNAPSHOT_OFTEN = {
+    "metadata.log.max.record.bytes.between.snapshots": "2000",
+    "metadata.log.segment.bytes": "4096",
+}
+
+
+def _cli(*args: str) -> str:
+    """`pykraft ARGS` run in this process (api.cli.main, the console script's code): its stdout."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(args))
+    assert code == 0, (args, out.getvalue(), err.getvalue())
+    return out.getvalue()
+
+
+class DynamicCluster:
+    """Controllers 1..N and brokers after them, all with controller.quorum.bootstrap.servers."""
+
+    def __init__(self, root: Path, controllers: int, brokers: int = 0, extra: dict[str, str] | None = None) -> None:
+        self.root = root
+        self.cluster_id = random_uuid()
+        base = free_cluster_base(controllers, brokers)
+        self.plans: dict[int, NodePlan] = {p.node_id: p for p in plan_cluster(root, controllers, base, brokers)}
+        bootstrap = ",".join(f"127.0.0.1:{self.port(i)}" for i in self.controller_ids)
+        for plan in self.plans.values():
+            del plan.properties["controller.quorum.voters"]
+            plan.properties["controller.quorum.bootstrap.servers"] = bootstrap
+            plan.properties.update(FAST)
+            plan.properties.update(extra or {})
+            plan.directory.mkdir(parents=True, exist_ok=True)
+            plan.config_path.write_text(format_properties(plan.properties, header=f"pykraft {plan.role}"))
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.all_procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def controller_ids(self) -> list[int]:
+        return sorted(i for i, p in self.plans.items() if p.role == "controller")
+
+    def port(self, node_id: int) -> int:
+        return int(self.plans[node_id].properties["listeners"].rsplit(":", 1)[1])
+
+    def config(self, node_id: int) -> str:
+        return str(self.plans[node_id].config_path)
+
+    def data_dir(self, node_id: int) -> Path:
+        return Path(self.plans[node_id].properties["metadata.log.dir"])
+
+    def directory_id(self, node_id: int) -> str:
+        meta = read_meta_properties(self.data_dir(node_id))
+        assert meta is not None and meta.directory_id is not None
+        return meta.directory_id
+
+    def format(self, node_id: int, *flags: str, subprocess: bool = False) -> str:
+        args = ("storage", "format", "--config", self.config(node_id), "--cluster-id", self.cluster_id, *flags)
+        if subprocess:  # the console script itself, once per module (a process start costs seconds here)
+            done = run_pykraft(*args)
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+        return _cli(*args)
+
+    def start(self, node_id: int) -> None:
+        plan = self.plans[node_id]
+        proc = launch(plan.role, plan.config_path, plan.events_file, plan.log_file)
+        self.procs[node_id] = proc
+        self.all_procs.append(proc)
+
+    def kill9(self, node_id: int) -> None:
+        proc = self.procs.pop(node_id)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def close(self) -> None:
+        for proc in self.all_procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+    def describe(self, timeout: float = 1.0) -> QuorumDescription | None:
+        """The leader's DescribeQuorum, asked of any running controller (followers relay it)."""
+        for node_id in sorted(self.procs):
+            if self.plans[node_id].role != "controller":
+                continue
+            answer = describe_one("127.0.0.1", self.port(node_id), timeout)
+            if isinstance(answer, QuorumDescription) and answer.leader_id >= 0:
+                return answer
+        return None
+
+    def voters(self) -> list[int]:
+        d = self.describe()
+        return [] if d is None else sorted(v.replica_id for v in d.voters)
+
+    def wait_voters(self, expected: list[int], timeout: float = 30.0) -> QuorumDescription:
+        def ok() -> QuorumDescription | None:
+            d = self.describe()
+            return d if d is not None and sorted(v.replica_id for v in d.voters) == expected else None
+
+        found: QuorumDescription = wait_until(f"voters {expected}", ok, timeout)
+        return found
+
+    def bootstrap(self, *node_ids: int) -> str:
+        return ",".join(f"127.0.0.1:{self.port(i)}" for i in node_ids)
+
+    def add(self, node_id: int, via: int) -> None:
+        out = _cli(
+            "quorum", "add-controller", "--config", self.config(node_id), "--bootstrap-controller", self.bootstrap(via)
+        )
+        assert f"Added controller {node_id} with directory id {self.directory_id(node_id)}" in out
+
+    def remove(self, node_id: int, directory_id: str, via: int) -> None:
+        out = _cli(
+            "quorum",
+            "remove-controller",
+            "--controller-id",
+            str(node_id),
+            "--controller-directory-id",
+            directory_id,
+            "--bootstrap-controller",
+            self.bootstrap(via),
+        )
+        assert f"Removed KRaft controller {node_id} with directory id {directory_id}" in out
+
+    def diagnostics(self) -> str:
+        out = []
+        for node_id, plan in sorted(self.plans.items()):
+            if plan.log_file.exists():
+                out.append(f"--- node {node_id} log tail\n{plan.log_file.read_text()[-3000:]}")
+        return "\n".join(out)
+
+
+@pytest.fixture
+def make_dynamic(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., DynamicCluster]]:
+    clusters: list[DynamicCluster] = []
+
+    def make(controllers: int, brokers: int = 0, extra: dict[str, str] | None = None) -> DynamicCluster:
+        c = DynamicCluster(tmp_path / f"cluster-{len(clusters) + 1}", controllers, brokers, extra)
+        clusters.append(c)
+        return c
+
+    try:
+        yield make
+    finally:
+        rep = getattr(request.node, "rep_call", None)
+        for c in clusters:
+            if rep is None or rep.failed:
+                print(c.diagnostics())
+            c.close()
+
+
+class TopicLoad:
+    """An admin client (confluent-kafka) creating topics one after another through a broker;
+    it records the names whose creation was acknowledged (and those that already existed
+    after a retry: a resend of an acknowledged-or-not creation)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+        self.acknowledged: list[str] = []
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        n = 0
+        while not self._stop.is_set():
+            name = f"t-{n:05d}"
+            n += 1
+            future = self.admin.create_topics(
+                [NewTopic(name, num_partitions=1, replication_factor=1)], request_timeout=15
+            )[name]
+            try:
+                future.result(timeout=20)
+                self.acknowledged.append(name)
+            except Exception:  # noqa: BLE001 - a refused or timed-out creation is not acknowledged
+                self.failed.append(name)
+                time.sleep(0.1)
+
+    def wait_for(self, count: int, timeout: float = 30.0) -> None:
+        target = len(self.acknowledged) + count
+        wait_until(f"{count} more topic creations", lambda: len(self.acknowledged) >= target, timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def topics(self) -> set[str]:
+        return set(self.admin.list_topics(timeout=10).topics)
+
+
+def _replica(d: QuorumDescription, node_id: int, *, voter: bool) -> str:
+    rows = d.voters if voter else d.observers
+    row = next((r for r in rows if r.replica_id == node_id), None)
+    assert row is not None, (node_id, voter, d)
+    return uuid_string(row.directory_id)
+
+
+def test_grow_one_voter_to_five_and_shrink_to_three_under_topic_creations(
+    make_dynamic: Callable[..., DynamicCluster],
+) -> None:
+    c = make_dynamic(5, 1, SNAPSHOT_OFTEN)
+    broker = 6
+    out = c.format(1, "--standalone", subprocess=True)
+    assert f"voters 1@127.0.0.1:{c.port(1)}" in out
+    for node_id in (2, 3, 4, 5):
+        c.format(node_id, "--no-initial-controllers")
+    c.format(broker)
+    c.start(1)
+    assert c.wait_voters([1]).leader_id == 1
+    for node_id in (broker, 2, 3):
+        c.start(node_id)
+    load = TopicLoad(f"127.0.0.1:{c.port(broker)}")
+    load.start()
+    try:
+        load.wait_for(5, timeout=60)
+        # Grow to 3: each new controller is an observer that caught up; any controller relays.
+        wait_until(
+            "2 and 3 observing", lambda: {2, 3} <= {o.replica_id for o in (c.describe() or _EMPTY).observers}, 30
+        )
+        c.add(2, via=1)
+        c.add(3, via=2)
+        d = c.wait_voters([1, 2, 3])
+        assert _replica(d, 3, voter=True) == c.directory_id(3)
+        load.wait_for(5)
+        # Grow to 5.
+        c.start(4)
+        c.start(5)
+        c.add(4, via=3)
+        c.add(5, via=1)
+        c.wait_voters([1, 2, 3, 4, 5])
+        load.wait_for(5)
+        # Shrink to 3: first the leader, which resigns once the change commits.
+        d = c.describe()
+        assert d is not None
+        old_leader, old_epoch = d.leader_id, d.leader_epoch
+        via = next(i for i in (1, 2, 3, 4, 5) if i != old_leader)
+        c.remove(old_leader, _replica(d, old_leader, voter=True), via=via)
+        d = c.wait_voters(sorted({1, 2, 3, 4, 5} - {old_leader}))
+        assert d.leader_id != old_leader and d.leader_epoch > old_epoch, d
+        wait_until(
+            f"{old_leader} observing",
+            lambda: old_leader in {o.replica_id for o in (c.describe() or _EMPTY).observers},
+            20,
+        )
+        load.wait_for(5)
+        gone = next(i for i in (1, 2, 3, 4, 5) if i not in (old_leader, d.leader_id))
+        c.remove(gone, c.directory_id(gone), via=d.leader_id)
+        final = sorted({1, 2, 3, 4, 5} - {old_leader, gone})
+        d = c.wait_voters(final)
+        load.wait_for(5)
+    finally:
+        load.stop()
+    # Nothing acknowledged is lost: every topic whose creation was acknowledged is in the
+    # broker's metadata (the committed log) at the end.
+    topics = wait_until(
+        "the acknowledged topics in the metadata", lambda: (t := load.topics()) >= set(load.acknowledged) and t, 30
+    )
+    assert set(load.acknowledged) <= topics
+    assert len(load.acknowledged) >= 30
+    assert c.voters() == final
+    # The removed controllers follow the quorum as observers.
+    assert {old_leader, gone} <= {o.replica_id for o in (c.describe() or _EMPTY).observers}
+
+
+_EMPTY = QuorumDescription(-1, -1, -1, (), ())
+
+
+def test_replace_a_wiped_controller_without_losing_a_majority_then_remove_the_leader(
+    make_dynamic: Callable[..., DynamicCluster],
+) -> None:
+    c = make_dynamic(3)
+    dirs = {i: random_uuid() for i in (1, 2, 3)}
+    initial = ",".join(f"{i}@127.0.0.1:{c.port(i)}:{dirs[i]}" for i in (1, 2, 3))
+    for i in (1, 2, 3):
+        c.format(i, "--initial-controllers", initial)
+        assert c.directory_id(i) == dirs[i]  # the entry's directory id is the node's
+    for i in (1, 2, 3):
+        c.start(i)
+    c.wait_voters([1, 2, 3])
+
+    def settled() -> QuorumDescription | None:
+        d = c.describe()
+        ok = d is not None and d.high_watermark > 0 and all(v.log_end_offset >= d.high_watermark for v in d.voters)
+        return d if ok else None
+
+    d = wait_until("every voter following the leader", settled, 30)
+    assert {_replica(d, i, voter=True) for i in (1, 2, 3)} == set(dirs.values())
+    leader, epoch = d.leader_id, d.leader_epoch
+    victim = next(i for i in (1, 2, 3) if i != leader)
+
+    # Sample the quorum all along: the leader and its epoch must never change (no election
+    # means a majority of the voters in force kept following the leader).
+    samples: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            answer = describe_one("127.0.0.1", c.port(leader), 1.0)
+            if isinstance(answer, QuorumDescription):
+                samples.append((answer.leader_id, answer.leader_epoch))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        c.kill9(victim)
+        shutil.rmtree(c.data_dir(victim))
+        c.format(victim, "--no-initial-controllers")
+        new_dir = c.directory_id(victim)
+        assert new_dir != dirs[victim]
+        c.start(victim)
+        # The wiped replica fetches as an observer; the old one is still a voter.
+        wait_until(
+            "the wiped controller observing",
+            lambda: victim in {o.replica_id for o in (c.describe() or _EMPTY).observers},
+            30,
+        )
+        c.remove(victim, dirs[victim], via=victim)  # relayed by the new replica itself
+        c.wait_voters(sorted({1, 2, 3} - {victim}))
+        c.add(victim, via=leader)
+        d = c.wait_voters([1, 2, 3])
+        assert _replica(d, victim, voter=True) == new_dir
+    finally:
+        stop.set()
+        sampler.join(5)
+    assert samples and set(samples) == {(leader, epoch)}, sorted(set(samples))
+
+    # Remove the current leader: it resigns after the commit and another voter is elected.
+    c.remove(leader, dirs[leader], via=victim)
+    d = c.wait_voters(sorted({1, 2, 3} - {leader}))
+    assert d.leader_id != leader and d.leader_epoch > epoch
+    wait_until(
+        "the old leader observing", lambda: leader in {o.replica_id for o in (c.describe() or _EMPTY).observers}, 20
+    )
