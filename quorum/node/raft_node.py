@@ -25,7 +25,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from quorum.node.bootstrap_voters import controller_endpoint
 from quorum.node.config import HostPort, NodeConfig
+from quorum.node.meta_properties import StorageError
 from quorum.node.state_machine import StateMachine
 from quorum.raft.config import RaftConfig
 from quorum.raft.core import RaftCore
@@ -50,7 +52,7 @@ from quorum.raft.ready import Ready
 from quorum.raft.roles import LeaderState, Role
 from quorum.raft.types import Batch, Epoch, NodeId, Offset, OffsetAndEpoch
 from quorum.raft.voter_change import AddVoter, RemoveVoter, UpdateVoter, VoterChange, VoterChangeResult
-from quorum.raft.voter_set import ZERO_UUID, VoterSet
+from quorum.raft.voter_set import KRAFT_VERSION_DYNAMIC, ZERO_UUID, VoterSet
 from quorum.storage.file_log import FileLog
 from quorum.storage.quorum_state import QuorumStateStore
 from quorum.storage.snapshots import SnapshotStore, SnapshotVoters, decode_snapshot_full, encode_snapshot
@@ -139,6 +141,10 @@ class RaftNode:
         self._voter_set_seen: VoterSet | None = None
         self._voter_calls: deque[tuple[VoterChange, asyncio.Future[VoterChangeResult]]] = deque()
         self._voter_waiters: dict[int, asyncio.Future[VoterChangeResult]] = {}
+        # KIP-853: the epoch in which this voter last asked its leader to update its endpoints
+        # (UpdateRaftVoter), and the task doing it.
+        self._update_sent_epoch = -1
+        self._update_task: asyncio.Task[None] | None = None
         self._serve_raft = config.is_controller if serve_raft is None else serve_raft
         self._on_commit = on_commit
         self._on_role_change = on_role_change
@@ -289,7 +295,7 @@ class RaftNode:
             for task in running:
                 task.cancel()
                 await asyncio.wait({task})
-        for task in list(self._send_tasks):
+        for task in [*self._send_tasks, *([self._update_task] if self._update_task is not None else [])]:
             task.cancel()
         for peer in self._peers.values():
             await peer.close()
@@ -468,6 +474,7 @@ class RaftNode:
         self._note_role(core)
         if core.voter_set is not self._voter_set_seen:
             self._refresh_addresses(core)
+        self._maybe_update_voter(core)
         state = core.state
         if isinstance(state, LeaderState) and state.hw_known and self._first_commit_epoch != core.epoch:
             # The leader's first record of its epoch is committed: it can serve writes.
@@ -793,6 +800,53 @@ class RaftNode:
         return codec.encode_response(request, response, cluster_id=self.cluster_id, endpoints=self._endpoints)
 
     # ------------------------------------------------------ voter changes (KIP-853)
+
+    def _maybe_update_voter(self, core: RaftCore) -> None:
+        """A follower that is a voter (kraft.version 1) whose entry in the voter set does not hold
+        its own controller endpoint asks the leader to update it (UpdateRaftVoter, as Kafka's
+        voters do), once per epoch unless the request failed."""
+        if core.role is not Role.FOLLOWER or core.kraft_version < KRAFT_VERSION_DYNAMIC or self._closing:
+            return
+        if self._update_sent_epoch == core.epoch or (self._update_task is not None and not self._update_task.done()):
+            return
+        entry = core.voter_set.node(self.node_id)
+        if entry is None or entry.key != core.replica_key or not self._serve_raft:
+            return
+        try:
+            endpoint = controller_endpoint(self.config)
+        except StorageError:
+            return  # no fixed host and port to advertise
+        if entry.endpoints == (endpoint,):
+            return
+        address = self.voters.get(core.leader_id)
+        if address is None:
+            return
+        self._update_sent_epoch = core.epoch
+        update = voter_codec.UpdateRaftVoter(
+            self.cluster_id,
+            core.epoch,
+            replace(entry, endpoints=(endpoint,), min_kraft_version=0, max_kraft_version=KRAFT_VERSION_DYNAMIC),
+        )
+        self._update_task = asyncio.create_task(self._send_voter_update(update, address, core.epoch))
+
+    async def _send_voter_update(self, update: voter_codec.UpdateRaftVoter, address: HostPort, epoch: Epoch) -> None:
+        frame, api_key, version = voter_codec.encode_voter_request(
+            update, correlation_id=1, client_id=f"raft-{self.node_id}"
+        )
+        try:
+            async with asyncio.timeout(self.raft_config.request_timeout_ms / 1000 + 4):
+                raw = await one_shot_request(address.host, address.port, frame)
+            answer = voter_codec.decode_voter_response(api_key, version, raw)
+        except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
+            answer = voter_codec.VoterCallAnswer(ErrorCode.NETWORK_EXCEPTION, str(exc))
+        if answer.error == ErrorCode.NONE:
+            log.info("node %d: updated its voter endpoints to %s", self.node_id, update.voter.endpoints)
+            return
+        log.info("node %d: UpdateRaftVoter in epoch %d: %s %s", self.node_id, epoch, answer.error.name, answer.message)
+        await asyncio.sleep(self.raft_config.request_timeout_ms / 1000)
+        if self._update_sent_epoch == epoch:
+            self._update_sent_epoch = -1  # try again (e.g. another change was in flight)
+        self._wake.set()
 
     def change_voters(self, change: VoterChange) -> asyncio.Future[VoterChangeResult]:
         """Submit AddRaftVoter/RemoveRaftVoter/UpdateRaftVoter to the core (`RaftCore.change_voters`);

@@ -11,9 +11,10 @@ from DescribeQuorum (what `quorum describe` prints).
   follower, while an admin client creates topics through a broker; every topic whose creation
   was acknowledged is in the final metadata. Snapshots are taken often, so a joining
   controller also learns the voter set from a snapshot.
-- replace: a follower's disk is wiped (a new directory id): the old replica is removed and the
-  new one added, without an election (the epoch never moves: a majority was never lost);
-  then the leader is removed.
+- replace: voters bootstrapped with --initial-controllers under another host name update their
+  endpoints themselves (UpdateRaftVoter); then a follower's disk is wiped (a new directory id):
+  the old replica is removed and the new one added, without an election (the epoch never
+  moves: a majority was never lost); then the leader is removed.
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from quorum_cluster import describe_one, run_pykraft, wait_until
+from quorum_cluster import describe_one, exchange, run_pykraft, wait_until
 
 from api import cli
 from quorum.node.cluster import NodePlan, free_cluster_base, launch, plan_cluster
 from quorum.node.config import format_properties
 from quorum.node.meta_properties import random_uuid, read_meta_properties, uuid_string
 from quorum.raft.describe import QuorumDescription
+from quorum.wire import codec
+from quorum.wire.transport import PeerUnavailable
 
 FAST = {
     "controller.quorum.election.timeout.ms": "300",
@@ -318,12 +321,32 @@ def test_grow_one_voter_to_five_and_shrink_to_three_under_topic_creations(
 _EMPTY = QuorumDescription(-1, -1, -1, (), ())
 
 
+def _described_hosts(port: int) -> dict[int, str]:
+    """The host of each node in DescribeQuorum v2's Nodes (the voter set's endpoints, as the leader has them)."""
+    frame = codec.encode_request(
+        codec.DescribeQuorumCall(),
+        correlation_id=1,
+        client_id="t",
+        cluster_id=None,
+        source_id=-1,
+        destination_id=-1,
+        api_version=2,
+    )
+    try:
+        _, body = codec._response_body(55, 2, exchange("127.0.0.1", port, frame))
+    except (OSError, TimeoutError, codec.WireError, PeerUnavailable):
+        return {}
+    return {int(n.node_id): n.listeners[0].host for n in body.nodes if n.listeners}
+
+
 def test_replace_a_wiped_controller_without_losing_a_majority_then_remove_the_leader(
     make_dynamic: Callable[..., DynamicCluster],
 ) -> None:
     c = make_dynamic(3)
     dirs = {i: random_uuid() for i in (1, 2, 3)}
-    initial = ",".join(f"{i}@127.0.0.1:{c.port(i)}:{dirs[i]}" for i in (1, 2, 3))
+    # The voters are bootstrapped with "localhost" (reachable, but not what they listen on):
+    # each follower asks the leader to update its endpoint (UpdateRaftVoter), as Kafka's do.
+    initial = ",".join(f"{i}@localhost:{c.port(i)}:{dirs[i]}" for i in (1, 2, 3))
     for i in (1, 2, 3):
         c.format(i, "--initial-controllers", initial)
         assert c.directory_id(i) == dirs[i]  # the entry's directory id is the node's
@@ -336,6 +359,13 @@ def test_replace_a_wiped_controller_without_losing_a_majority_then_remove_the_le
         ok = d is not None and d.high_watermark > 0 and all(v.log_end_offset >= d.high_watermark for v in d.voters)
         return d if ok else None
 
+    d = wait_until("every voter following the leader", settled, 30)
+    followers = {i for i in (1, 2, 3) if i != d.leader_id}
+    wait_until(
+        "the followers' UpdateRaftVoter committed",
+        lambda: all(_described_hosts(c.port(d.leader_id)).get(i) == "127.0.0.1" for i in followers),
+        20,
+    )
     d = wait_until("every voter following the leader", settled, 30)
     assert {_replica(d, i, voter=True) for i in (1, 2, 3)} == set(dirs.values())
     leader, epoch = d.leader_id, d.leader_epoch
