@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from quorum_cluster import describe_one, exchange, run_pykraft, wait_until
@@ -206,7 +207,7 @@ class TopicLoad:
     def __init__(self, bootstrap: str) -> None:
         from confluent_kafka.admin import AdminClient
 
-        self.admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+        self.admin: Any = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
         self.acknowledged: list[str] = []
         self.failed: list[str] = []
         self._stop = threading.Event()
@@ -242,6 +243,10 @@ class TopicLoad:
 
     def topics(self) -> set[str]:
         return set(self.admin.list_topics(timeout=10).topics)
+
+    def close(self) -> None:
+        """Drop the admin client now, not when the cluster is gone (it would log reconnects)."""
+        self.admin = None
 
 
 def _replica(d: QuorumDescription, node_id: int, *, voter: bool) -> str:
@@ -316,6 +321,7 @@ def test_grow_one_voter_to_five_and_shrink_to_three_under_topic_creations(
     assert c.voters() == final
     # The removed controllers follow the quorum as observers.
     assert {old_leader, gone} <= {o.replica_id for o in (c.describe() or _EMPTY).observers}
+    load.close()
 
 
 _EMPTY = QuorumDescription(-1, -1, -1, (), ())
