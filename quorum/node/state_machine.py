@@ -64,6 +64,12 @@ class DigestStateMachine:
         return [json.dumps(state, sort_keys=True).encode()]
 
     def load_snapshot(self, end_offset: Offset, records: Sequence[bytes]) -> None:
+        if not records:
+            # A snapshot without data records: KIP-853's bootstrap checkpoint (storage format
+            # --standalone / --initial-controllers) holds only the voter set.
+            self.records = self.digest = self.bytes = 0
+            self.applied_offset = end_offset
+            return
         if len(records) != 1:
             raise ValueError(f"digest snapshot has {len(records)} records, expected 1")
         state = json.loads(records[0])

@@ -323,6 +323,32 @@ def test_grow_one_voter_to_five_and_shrink_to_three_under_topic_creations(
     assert {old_leader, gone} <= {o.replica_id for o in (c.describe() or _EMPTY).observers}
     load.close()
 
+    # A voter restarted after kill -9 reads the voter set back (its latest snapshot: the log
+    # below it, where the VotersRecords were, is deleted) and votes: with the leader then
+    # killed, it and the third voter elect a new leader.
+    d = c.describe()
+    assert d is not None
+    follower = next(i for i in final if i != d.leader_id)
+    c.kill9(follower)
+    c.start(follower)
+
+    def caught_up() -> bool:
+        now = c.describe()
+        return now is not None and any(
+            v.replica_id == follower and v.log_end_offset >= now.high_watermark for v in now.voters
+        )
+
+    wait_until(f"{follower} caught up after its restart", caught_up, 30)
+    snapshots = sorted((c.data_dir(follower) / "__cluster_metadata-0").glob("*.checkpoint"))
+    assert snapshots and snapshots[-1].name != "00000000000000000000-0000000000.checkpoint"
+    c.kill9(d.leader_id)
+    after = wait_until(
+        "a new leader among the survivors",
+        lambda: (n := c.describe()) is not None and n.leader_id != d.leader_id and n,
+        30,
+    )
+    assert after.leader_id in final and after.leader_epoch > d.leader_epoch
+
 
 _EMPTY = QuorumDescription(-1, -1, -1, (), ())
 

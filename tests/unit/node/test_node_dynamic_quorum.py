@@ -160,3 +160,47 @@ def test_voter_change_gives_up_on_an_unreachable_quorum(capsys: pytest.CaptureFi
     args = ["quorum", "remove-controller", "--controller-id", "2", "--controller-directory-id", DIR_2]
     assert cli.main([*args, "--bootstrap-controller", f"127.0.0.1:{port}", "--timeout-ms", "300"]) == 1
     assert "did not complete in 0.3 s" in capsys.readouterr().err
+
+
+def test_a_restarted_node_reads_the_voter_set_from_its_latest_snapshot(tmp_path: Path) -> None:
+    """The log below a snapshot is deleted, VotersRecords included: at start the node takes
+    the voter set (and the voters' addresses) from the snapshot's KIP-853 records."""
+    import asyncio
+
+    from quorum.node.config import config_from_properties
+    from quorum.node.free_ports import free_ports
+    from quorum.node.raft_node import METADATA_PARTITION_DIR, RaftNode
+    from quorum.node.state_machine import DigestStateMachine
+
+    me, other = free_ports(2)
+    config = config_from_properties(
+        {
+            "process.roles": "controller",
+            "node.id": "1",
+            "controller.quorum.bootstrap.servers": f"127.0.0.1:{me}",
+            "listeners": f"CONTROLLER://127.0.0.1:{me}",
+            "log.dirs": str(tmp_path / "data"),
+        }
+    )
+    directory = uuid.uuid4()
+    voters = VoterSet.of(
+        [
+            VoterNode(ReplicaKey(1, directory), (Endpoint("CONTROLLER", "127.0.0.1", me),)),
+            VoterNode(ReplicaKey(2, uuid.uuid4()), (Endpoint("CONTROLLER", "localhost", other),)),
+        ]
+    )
+    sid = OffsetAndEpoch(epoch=2, offset=7)
+    store = SnapshotStore(tmp_path / "data" / METADATA_PARTITION_DIR)
+    store.create(sid, encode_snapshot(sid, [], last_contained_timestamp_ms=1, voters=SnapshotVoters(1, voters)))
+
+    async def run() -> None:
+        node = RaftNode(config, cluster_id=CLUSTER, state_machine=DigestStateMachine(), directory_id=directory)
+        await node.start()
+        try:
+            assert node.core is not None
+            assert node.core.voter_set == voters and node.core.kraft_version == 1 and node.core.is_voter
+            assert node.voters == {1: HostPort("127.0.0.1", me), 2: HostPort("localhost", other)}
+        finally:
+            await node.stop(graceful=False)
+
+    asyncio.run(run())
