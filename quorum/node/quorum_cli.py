@@ -156,8 +156,12 @@ def format_table(rows: list[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
+class QuorumCommandError(Exception):
+    """The voter change was refused or could not be delivered; the message says why."""
+
+
 # A bad --bootstrap-controller or config, an unformatted directory, a refused voter change.
-EXPECTED_ERRORS: tuple[type[Exception], ...] = (ValueError, ConfigError, StorageError)
+EXPECTED_ERRORS = (ValueError, ConfigError, StorageError, QuorumCommandError)
 
 
 def describe(args: argparse.Namespace) -> int:
@@ -185,10 +189,6 @@ def describe(args: argparse.Namespace) -> int:
 # ------------------------------------------------- add-controller / remove-controller (KIP-853)
 
 VOTER_CHANGE_RETRIABLE = frozenset({ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_LEADER_OR_FOLLOWER})
-
-
-class QuorumCommandError(Exception):
-    """The voter change was refused or could not be delivered; the message says why."""
 
 
 def _voter_change_addresses(args: argparse.Namespace, config: NodeConfig | None) -> list[tuple[str, int]]:
@@ -278,6 +278,3 @@ def remove_controller(args: argparse.Namespace) -> int:
     send_voter_call(_voter_change_addresses(args, config), call, args.timeout_ms / 1000)
     print(f"Removed KRaft controller {args.controller_id} with directory id {args.controller_directory_id}")
     return 0
-
-
-EXPECTED_ERRORS = (*EXPECTED_ERRORS, QuorumCommandError)
