@@ -23,7 +23,9 @@ import pytest
 from dataplane_support import bootstrap, kcat_metadata, start_dataplane_cluster
 from metadata_cluster import MetadataCluster, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# The first test (issue 19's "must pass in CI") runs in the default suite: about 2-3 min with
+# its cluster on 2 cores. The restart and stop figures that follow it are opt-in (-m slow).
+pytestmark = pytest.mark.integration
 
 TOPICS = 10
 PARTITIONS_PER_TOPIC = 1_000
@@ -169,6 +171,7 @@ def test_ten_thousand_partitions_under_a_twenty_thousand_descriptor_limit(cluste
         assert hosted == total, f"broker {b} hosts {hosted} partitions"
 
 
+@pytest.mark.slow
 def test_a_broker_restarts_with_ten_thousand_partitions(cluster: MetadataCluster) -> None:
     """Issue 19 item 10's figure: a broker hosting 10,000 partitions (each with one record)
     killed with kill -9 and started again: its time to serving (its own metadata answered),
@@ -209,6 +212,7 @@ LOADED = re.compile(r"loaded (\d+) partitions, \d+ segments after (a clean|an un
 STOP_S = 60  # a clean stop of 10,000 partitions, controlled shutdown included (was over 250 s at load 16)
 
 
+@pytest.mark.slow
 def test_a_broker_with_ten_thousand_partitions_stops_cleanly_and_fast(cluster: MetadataCluster) -> None:
     """Issue 19: SIGTERM to a broker hosting 10,000 partitions (each written to: every log is
     dirty): its controlled shutdown and clean close end within STOP_S (it fsyncs only dirty
