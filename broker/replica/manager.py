@@ -87,6 +87,12 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _urgent(r: FetchPartitionResult) -> bool:
+    """A fetch answer that must not wait for more bytes: an error or a diverging epoch (Kafka's
+    DelayedFetch completes at once on either)."""
+    return r.error != ErrorCode.NONE or r.diverging_epoch is not None
+
+
 @dataclass(slots=True)
 class HostedPartition:
     """One replica hosted here: its log, its replication state and its waiting rooms."""
@@ -567,8 +573,7 @@ class ReplicaManager:
             index[key] = len(results)
             results.append(r)
             total += len(r.records)
-            if r.error != ErrorCode.NONE or r.diverging_epoch is not None:
-                urgent = True
+            urgent = urgent or _urgent(r)
 
         follower = (self._fetch_broker_epoch(params), self.isr_eligible(params.replica_id))
         if session.follower is not None and session.follower != follower:
@@ -599,18 +604,10 @@ class ReplicaManager:
                         session.extra.append(fp_new)
                         first_read(fp_new)
                     continue
-                fp = parts[i]
                 hosted = self.partitions.get(key)
                 session.register(key, None if hosted is None else hosted.progress)
-                others = total - len(results[i].records)
-                r = self._read_one(
-                    params, fp, max(params.max_bytes - others, 0), min_one=(others == 0), follower=True, now=now,
-                    record=False,
-                )  # fmt: skip
-                results[i] = r
-                total = others + len(r.records)
-                if r.error != ErrorCode.NONE or r.diverging_epoch is not None:
-                    urgent = True
+                total, urgent_now = self._read_again(params, parts[i], results, i, total, follower=True, now=now)
+                urgent = urgent or urgent_now
             if not woken:
                 break
         return results
@@ -653,8 +650,7 @@ class ReplicaManager:
             size = len(r.records)
             total += size
             budget = max(budget - size, 0)
-            if r.error != ErrorCode.NONE or r.diverging_epoch is not None:
-                urgent = True
+            urgent = urgent or _urgent(r)
         return results, total, urgent
 
     def _reread(
@@ -667,23 +663,15 @@ class ReplicaManager:
         waiter: FetchWaiter,
         watching: list[FetchWatchers | None],
     ) -> tuple[int, bool]:
-        """Read again the partitions at `indexes` (ascending) in place, without recording a
-        follower's position again. Each gets the budget the others leave (`max_bytes` less
-        what they hold) and at least one batch if no other holds any, as in a first read.
-        Returns (bytes, urgent) of the whole answer."""
+        """Read again the partitions at `indexes` (ascending) in place (`_read_again`), moving
+        each one's registration if the partition was replaced meanwhile. Returns (bytes,
+        urgent) of the whole answer."""
         urgent = False
         now = now_ms()
         for i in indexes:
             fp = params.partitions[i]
-            others = total - len(results[i].records)
-            r = self._read_one(
-                params, fp, max(params.max_bytes - others, 0), min_one=(others == 0), follower=follower, now=now,
-                record=False,
-            )  # fmt: skip
-            results[i] = r
-            total = others + len(r.records)
-            if r.error != ErrorCode.NONE or r.diverging_epoch is not None:
-                urgent = True
+            total, urgent_now = self._read_again(params, fp, results, i, total, follower=follower, now=now)
+            urgent = urgent or urgent_now
             hosted = self.partitions.get((fp.topic, fp.partition))
             current = None if hosted is None else hosted.progress
             registered = watching[i]
@@ -694,6 +682,30 @@ class ReplicaManager:
                     current.watch(waiter, i, follower=follower)
                 watching[i] = current
         return total, urgent
+
+    def _read_again(
+        self,
+        params: FetchParams,
+        fp: FetchPartition,
+        results: list[FetchPartitionResult],
+        i: int,
+        total: int,
+        *,
+        follower: bool,
+        now: int,
+    ) -> tuple[int, bool]:
+        """Read `fp` again into ``results[i]`` without recording a follower's position (Kafka:
+        the purgatory's re-reads do not). It gets the budget the other partitions leave
+        (`max_bytes` less what they hold, ``total`` bytes with this one's old answer) and at
+        least one batch if no other holds any, as in a first read. Returns (bytes of the
+        whole answer, whether this partition's new answer is urgent)."""
+        others = total - len(results[i].records)
+        r = self._read_one(
+            params, fp, max(params.max_bytes - others, 0), min_one=(others == 0), follower=follower, now=now,
+            record=False,
+        )  # fmt: skip
+        results[i] = r
+        return others + len(r.records), _urgent(r)
 
     def _moved_offsets(self, params: FetchParams, results: list[FetchPartitionResult]) -> set[int]:
         """Indexes whose HW or log start differ from those in their result (no wake says so to

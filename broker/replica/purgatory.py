@@ -85,31 +85,31 @@ def future_callback(fut: asyncio.Future[ErrorCode]) -> Callable[[ErrorCode], Non
     return done
 
 
-class FetchWaiter:
-    """One waiting Fetch (Kafka's DelayedFetch): registered once in the `FetchWatchers` of each
-    of its partitions for the whole wait, woken with the index (in the fetch's partition
-    order) of each partition that changed. Wakes between two waits accumulate, so none is
-    lost while the fetch re-reads."""
+class _Wakeup:
+    """The one long poll of a waiter: `wait` returns True on `fire`, False once its timeout
+    passes or after `stop`. A fire while nobody waits is not kept: the owner keeps what changed
+    and checks it before waiting."""
 
-    __slots__ = ("_changed", "_fut", "_interrupted")
+    __slots__ = ("_fut", "_stopped")
 
     def __init__(self) -> None:
-        self._changed: set[int] = set()
         self._fut: asyncio.Future[bool] | None = None
-        self._interrupted = False
+        self._stopped = False
 
-    def wake(self, index: int) -> None:
-        self._changed.add(index)
+    def fire(self) -> None:
         fut = self._fut
         if fut is not None and not fut.done():
             fut.set_result(True)
 
+    def stop(self) -> None:
+        """End the wait now and every later one as if it expired (False)."""
+        self._stopped = True
+        fut = self._fut
+        if fut is not None and not fut.done():
+            fut.set_result(False)
+
     async def wait(self, timeout_s: float) -> bool:
-        """Until a wake (True, at once if one came since the last `take_changed`) or
-        `timeout_s` seconds pass (False)."""
-        if self._changed:
-            return True
-        if timeout_s <= 0 or self._interrupted:
+        if timeout_s <= 0 or self._stopped:
             return False
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
@@ -121,13 +121,32 @@ class FetchWaiter:
             timer.cancel()
             self._fut = None
 
+
+class FetchWaiter:
+    """One waiting Fetch (Kafka's DelayedFetch): registered once in the `FetchWatchers` of each
+    of its partitions for the whole wait, woken with the index (in the fetch's partition
+    order) of each partition that changed. Wakes between two waits accumulate, so none is
+    lost while the fetch re-reads."""
+
+    __slots__ = ("_changed", "_wakeup")
+
+    def __init__(self) -> None:
+        self._changed: set[int] = set()
+        self._wakeup = _Wakeup()
+
+    def wake(self, index: int) -> None:
+        self._changed.add(index)
+        self._wakeup.fire()
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Until a wake (True, at once if one came since the last `take_changed`) or
+        `timeout_s` seconds pass (False)."""
+        return bool(self._changed) or await self._wakeup.wait(timeout_s)
+
     def interrupt(self) -> None:
         """End the wait now and every later one as if it expired (`wait` answers False): the
         fetch answers with what it has (`FetchParams.yield_to`)."""
-        self._interrupted = True
-        fut = self._fut
-        if fut is not None and not fut.done():
-            fut.set_result(False)
+        self._wakeup.stop()
 
     def take_changed(self) -> set[int]:
         """The indexes woken since the last call."""
@@ -237,7 +256,7 @@ class SessionWatch:
     at the first read of each partition after it joins the session (or moves to another
     `HostedPartition`); leaving is `forget` / `close`, which the session cache calls."""
 
-    __slots__ = ("_clocks", "_fut", "_watching", "changed", "extra", "follower", "last_fetch_ms", "request_of")
+    __slots__ = ("_clocks", "_wakeup", "_watching", "changed", "extra", "follower", "last_fetch_ms", "request_of")
 
     def __init__(self, request_of: Callable[[Key], FetchPartition | None], changed: Iterable[Key] = ()) -> None:
         self.request_of = request_of
@@ -255,16 +274,14 @@ class SessionWatch:
         the manager reads them all again when that changes (a skipped read records nothing)."""
         self._watching: dict[Key, FetchWatchers | None] = {}
         self._clocks: dict[Key, PartitionClock] = {}
-        self._fut: asyncio.Future[bool] | None = None
+        self._wakeup = _Wakeup()
 
     def __len__(self) -> int:
         return len(self._watching)
 
     def wake(self, key: Key) -> None:
         self.changed.add(key)
-        fut = self._fut
-        if fut is not None and not fut.done():
-            fut.set_result(True)
+        self._wakeup.fire()
 
     def note(self, key: Key) -> None:
         """Read `key` at the next fetch, without waking a waiting one."""
@@ -314,16 +331,4 @@ class SessionWatch:
     async def wait(self, timeout_s: float) -> bool:
         """Until a wake (True, at once if `changed` holds something) or `timeout_s` seconds
         pass (False)."""
-        if self.changed:
-            return True
-        if timeout_s <= 0:
-            return False
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
-        self._fut = fut
-        timer = loop.call_later(timeout_s, _resolve, fut, False)
-        try:
-            return await fut
-        finally:
-            timer.cancel()
-            self._fut = None
+        return bool(self.changed) or await self._wakeup.wait(timeout_s)
