@@ -40,8 +40,9 @@ Properties (`check`, after every event), per partition, raising `Violation`:
    and of the current leader at all times (unless deleted on purpose: offsets below a
    DeleteRecords/retention point may be gone); acks=-1 is accepted only with the leader's
    ISR at least min.insync.replicas;
-2. a consumed offset is never truncated from any replica holding the consumed record, and
-   every clean leader has it;
+2. a consumed offset, and a committed one (below the HW of the controller's current leader,
+   read or not), is never truncated from any replica holding its record, never changes its
+   record, and every clean leader has it;
 3. a leader's HW never goes back during its leadership, never passes its own LEO, and the
    current leader's HW never passes the LEO of any member of the controller's ISR;
 4. replicas that share a leader epoch agree on every offset below both their HWs (while no
@@ -50,8 +51,8 @@ Properties (`check`, after every event), per partition, raising `Violation`:
 5. a follower that has been cut off from a healthy leader (crashed, or partitioned from it)
    while the leader's log grew past it, for longer than replica.lag.time.max.ms plus the
    session timeout and the round trips, is out of the ISR (the lag rule works).
-An unclean election forgets the acked/consumed records the new leader lacks (counted as
-`lost`); the loss must be reported by the follower truncation (`below_high_watermark`).
+An unclean election forgets the acked/consumed/committed records the new leader lacks (counted
+as `lost`); the loss must be reported by the follower truncation (`below_high_watermark`).
 So does Kafka without KIP-966 (not modelled) when the sole ISR member lost its unflushed
 tail in a power loss and is elected again while another replica still holds the records
 (`lost_to_unclean_shutdown`); every other loss is a violation. Power losses are allowed only
@@ -293,6 +294,11 @@ class World:
         self.history: list[dict[int, pc.PartitionState]] = [dict(self.parts)]
         self.acked: dict[int, dict[int, int]] = {p: {} for p in pids}
         self.consumed: dict[int, dict[int, int]] = {p: {} for p in pids}
+        self.committed: dict[int, dict[int, int]] = {p: {} for p in pids}
+        """offset -> record id of every record the controller's current leader's HW passed,
+        whether or not a client acked or read it (Kafka's commitment: every clean leader has it)."""
+        self.committed_mark: dict[int, tuple[int, int, int]] = {}
+        """partition -> (leader, leader epoch, HW) up to which `committed` holds that leadership's log."""
         self.deleted_below = dict.fromkeys(pids, 0)
         """Offsets below this were deleted on purpose (DeleteRecords, retention): they may be gone."""
         self.lossy: dict[int, set[int]] = {p: set() for p in pids}
@@ -423,11 +429,29 @@ class World:
         self.unclean_happened.add(pid)
         kept = {log.base_offset + i: r.record_id for i, r in enumerate(log.records)}
         self.unclean_snapshots[pid].append((self.parts[pid].leader_epoch, kept))
-        for book in (self.acked[pid], self.consumed[pid]):
+        for book in self._books(pid).values():
             for offset, rid in list(book.items()):
                 if not self._holds(log, pid, offset, rid):
                     del book[offset]
                     self.stats[counter] += 1
+
+    def _books(self, pid: int) -> dict[str, dict[int, int]]:
+        """What a clean leader must hold (offset -> record id): acked, consumed and committed."""
+        return {"acked": self.acked[pid], "consumed": self.consumed[pid], "committed": self.committed[pid]}
+
+    def _note_committed(self, pid: int, leader: int, s: PartitionState, log: MemLog) -> None:
+        """Add what the current leader's HW passed since last seen to `committed`; a committed
+        offset never changes its record (unless an unclean election forgot it first)."""
+        hw = s.high_watermark
+        mark = self.committed_mark.get(pid)
+        lo = mark[2] if mark is not None and mark[:2] == (leader, s.leader_epoch) else 0
+        lo = max(lo, log.log_start_offset)
+        book = self.committed[pid]
+        for i, rec in enumerate(log.span(lo, hw) if hw > lo else ()):
+            seen = book.setdefault(lo + i, rec.record_id)
+            if seen != rec.record_id:
+                raise Violation(f"partition {pid}: committed offset {lo + i} held {seen}, leader {leader} has {rec}")
+        self.committed_mark[pid] = (leader, s.leader_epoch, max(hw, lo))
 
     def _holds(self, log: MemLog, pid: int, offset: int, rid: int) -> bool:
         """The log has record ``rid`` at ``offset``, or the offset was deleted on purpose."""
@@ -444,7 +468,7 @@ class World:
         log = self.brokers[leader].reps[pid].log
         missing = [
             (name, offset, rid)
-            for name, book in (("acked", self.acked[pid]), ("consumed", self.consumed[pid]))
+            for name, book in self._books(pid).items()
             for offset, rid in book.items()
             if not self._holds(log, pid, offset, rid)
         ]
@@ -467,6 +491,14 @@ class World:
             self.stats["unclean_shutdown_elections"] += 1
             self._forget_missing(pid, leader, "lost_to_unclean_shutdown")
             return
+        # The exemption above looks at committed records, not only at those a client acked or
+        # read: a lost committed record nobody read is lost all the same, and the replicas that
+        # hold it keep an HW above it (a restarted one from its checkpoint, as Kafka's
+        # replication-offset-checkpoint; the broker does the same) until their first fetch in
+        # the new epoch truncates it, reporting the loss. Property 4 (agreement below the HW)
+        # cannot hold across such an election, so it must count as unclean (walk 375, min ISR
+        # 2, unclean off: the sole ISR member lost two unread committed records to a power
+        # loss and led epoch 5; a follower restarted with HW 2 over them).
         name, offset, rid = missing[0]
         raise Violation(
             f"partition {pid}: clean leader {leader} lacks {name} record {rid} at offset {offset}: {log.records}"
@@ -773,19 +805,19 @@ class World:
         return lambda offset, dropped: self._check_drop(b, pid, offset, dropped)
 
     def _check_drop(self, b: Broker, pid: int, offset: int, dropped: list[Record]) -> None:
-        """`MemLog.on_drop`: records a follower's truncation removed must be neither consumed nor
-        acked (unless deleted on purpose)."""
+        """`MemLog.on_drop`: records a follower's truncation removed must be neither consumed,
+        acked nor committed (unless deleted on purpose)."""
         if dropped:
             self.stats["truncations"] += 1
             self.stats["truncated_records"] += len(dropped)
+        books = self._books(pid)
         for i, rec in enumerate(dropped):
             o = offset + i
             if o < self.deleted_below[pid]:
                 continue
-            if self.consumed[pid].get(o) == rec.record_id:
-                raise Violation(f"partition {pid}: broker {b.id} truncated consumed record {rec.record_id} at {o}")
-            if self.acked[pid].get(o) == rec.record_id:
-                raise Violation(f"partition {pid}: broker {b.id} truncated acked record {rec.record_id} at {o}")
+            for name, book in books.items():
+                if book.get(o) == rec.record_id:
+                    raise Violation(f"partition {pid}: broker {b.id} truncated {name} record {rec.record_id} at {o}")
 
     def _after_cut(self, b: Broker, hw_before: int, plan: FollowerPlan) -> None:
         if plan.step is not FollowerStep.TRUNCATE:
@@ -1117,6 +1149,7 @@ class World:
             rep.last_leader_hw = (since, s.high_watermark)
             if s.leader_epoch != p.leader_epoch or p.leader != bid:
                 continue
+            self._note_committed(pid, bid, s, rep.log)
             for r in p.isr:
                 leo = self.brokers[r].reps[pid].log.log_end_offset
                 if s.high_watermark > leo and r not in self.lossy[pid]:
