@@ -447,6 +447,32 @@ def test_apply_truncates_an_empty_epoch_at_the_log_end() -> None:
     assert fetch(s_leader, llog, 2, 2, 3).diverging_epoch is None
 
 
+def test_a_restarted_follower_drops_committed_records_its_leader_lost_and_reports_it() -> None:
+    # Walk 375 of the replication simulation: the sole ISR member lost two committed epoch-0
+    # records in a power loss and leads epoch 5 with one record of its own (HW 1). A follower
+    # restarts with those two records and its checkpointed HW 2 over them (Kafka keeps that HW
+    # until the first fetch). Its first answer diverges below the leader's earliest epoch: it
+    # truncates to 0 and reports 2 offsets lost below its HW, and its HW never exceeds what it
+    # shares with the leader; the next answer brings the leader's record.
+    llog = MemLog()
+    s_leader = leader(llog, epoch=5, isr=(1,))
+    llog.append(Record(5, 2))
+    flog = log_of(0, 0)
+    s = follower(flog, hw=2)
+    assert s.high_watermark == 2
+    offset, last = s.fetch_position(flog)
+    r = fetch(s_leader, llog, 2, offset, last)
+    assert r.diverging_epoch == (0, 0)
+    plan = apply_fetch_answer(s, flog, offset, LeaderAnswer(ErrorCode.NONE, 1, 0, r.diverging_epoch), ())
+    assert (plan.step, plan.offset, plan.below_high_watermark) == (FollowerStep.TRUNCATE, 0, 2)
+    assert (flog.log_end_offset, flog.epochs, s.high_watermark) == (0, [], 0)
+    r = fetch(s_leader, llog, 2, *s.fetch_position(flog))
+    assert r.error == ErrorCode.NONE and r.diverging_epoch is None
+    plan = apply_fetch_answer(s, flog, 0, LeaderAnswer(ErrorCode.NONE, 1, 0), (Record(5, 2),))
+    assert plan.step is FollowerStep.APPEND
+    assert (flog.records, s.high_watermark) == (llog.records, 1)
+
+
 def test_a_new_incarnation_of_a_follower_starts_from_nothing() -> None:
     # KIP-903: broker 2's fetches of epoch 12 put it at offset 3; it restarts (epoch 13) and
     # what it had may be gone: the leader forgets its position, and names the epoch its
