@@ -323,7 +323,7 @@ def test_every_mutant_has_a_seed_budget() -> None:
 # Mutants caught with another configuration than MUTANT_CONFIG (the control runs it too).
 MUTANT_CONFIGS = {
     # With min ISR 2 the HW rarely outruns a joining follower below it (first caught at seed
-    # 375); with min ISR 1 at seed 20.
+    # 799, unclean on or off); with min ISR 1 at seed 20.
     "JoinIsrBelowHighWatermark": SimConfig(min_isr=1),
 }
 
@@ -344,6 +344,15 @@ def test_the_unmutated_rules_pass_the_mutants_seeds() -> None:
             walk(seed, config)
 
 
+SLOW_SEED_BUDGET = 400
+SLOW_SEED_BUDGETS = {
+    # First caught at seed 799 with min ISR 2 (unclean on or off). Its catch at seed 375 before
+    # was no catch: the unmutated rules failed that seed too (the checker's false violation of
+    # walk 375, see REGRESSION_WALKS).
+    "JoinIsrBelowHighWatermark": 1000,
+}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(0)
 @pytest.mark.parametrize("mutant", mutants.MUTANTS, ids=lambda m: m.name)
@@ -351,9 +360,12 @@ def test_every_mutant_is_caught_under_every_configuration(mutant: mutants.Mutant
     """The long profile of the mutant check: each mutant under every walk configuration whose
     settings keep its rule's guarantee (min ISR 2; also with unclean elections, except the
     controller's clean-election mutant, which unclean elections legitimately mask), within
-    400 seeds each."""
+    its seed budget; the unmutated rules must pass the seed that caught it (a violation they
+    show too is no catch)."""
+    budget = SLOW_SEED_BUDGETS.get(mutant.name, SLOW_SEED_BUDGET)
     for config in WALK_CONFIGS:
         if config.min_isr < 2 or (config.unclean and mutant.name == "ControllerElectsOutOfIsr"):
             continue
-        caught = first_violation(mutant, range(400), config)
-        assert caught is not None, f"{mutant.name}: not caught in 400 seeds with {config}"
+        caught = first_violation(mutant, range(budget), config)
+        assert caught is not None, f"{mutant.name}: not caught in {budget} seeds with {config}"
+        walk(caught[0], config)  # the control of that seed
