@@ -223,6 +223,18 @@ class PartitionsRun:
     load_idle: str = ""
 
 
+def mock_topic(admin: AdminClient, topic: str) -> int:
+    """Have the mock auto-create `topic` (a Metadata request); its partition count (4). The
+    mock answers CreateTopics with no controller (the request times out), so its topics
+    cannot be made larger."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic, timeout=5).topics.get(topic)
+        if md is not None and md.error is None and md.partitions:
+            return len(md.partitions)
+    raise RuntimeError(f"the mock did not create {topic}")
+
+
 def sequential_sends(run: PartitionsRun, bootstrap: str, topic: str, sends: int, work: Path) -> None:
     """One 100 B acks=all record at a time to a random partition, each waited for; the
     latency is produce() -> its delivery report, measured here."""
@@ -275,15 +287,10 @@ def run_partitions(args: argparse.Namespace, work: Path) -> list[PartitionsRun]:
     if args.mock:
         host, mock_bootstrap = mock_cluster(work)
         try:
-            # The mock answers CreateTopics with no controller (the request times out) and
-            # auto-creates topics with 4 partitions: its row is the client's floor, 4 partitions.
+            # The mock's row: the client's floor, on its auto-created topic (4 partitions).
             admin = AdminClient({"bootstrap.servers": mock_bootstrap, "logger": rd_logger(work)})
             topic = "mock-sequential"
-            count = 0
-            deadline = time.monotonic() + 20
-            while not count and time.monotonic() < deadline:  # Metadata auto-creates it
-                md = admin.list_topics(topic, timeout=5).topics.get(topic)
-                count = len(md.partitions) if md is not None and md.error is None else 0
+            count = mock_topic(admin, topic)
             run = PartitionsRun("mock", count)
             sequential_sends(run, mock_bootstrap, topic, args.sequential_sends, work)
             print_partitions_row(run)
@@ -482,17 +489,13 @@ def run_consume_only(args: argparse.Namespace, work: Path) -> ConsumeResult:
         try:
             topic = "mock-consume"
             admin = AdminClient({"bootstrap.servers": mock_bootstrap, "logger": rd_logger(work)})
-            admin.create_topics([NewTopic(topic, num_partitions=CONSUME_PARTITIONS,
-                                          replication_factor=1)])[topic].result(60)  # fmt: skip
-            wait_for_leaders(mock_bootstrap, topic, CONSUME_PARTITIONS, work)
-            run = produce_run(Run("mock", 3, 1, CONSUME_PARTITIONS, "all", None), mock_bootstrap, topic,
-                              args.seconds, {}, work)  # fmt: skip
+            parts = mock_topic(admin, topic)
+            run = produce_run(Run("mock", 3, 1, parts, "all", None), mock_bootstrap, topic, args.seconds, {}, work)
             result.mock_produce = asdict(run)
             print(f"  mock acks=all produce {run.mb_s:.1f} MB/s (others {run.others_share:.0%}) [load {loadavg()}]")
-            for p in (kcat_pass("mock kcat (memory)", mock_bootstrap, topic, CONSUME_PARTITIONS, {}, [],
-                                args.mock_consume_seconds),
-                      confluent_pass("mock consume() (memory)", mock_bootstrap, topic, CONSUME_PARTITIONS, {}, [],
-                                     work, args.mock_consume_seconds)):  # fmt: skip
+            for p in (kcat_pass("mock kcat (memory)", mock_bootstrap, topic, parts, {}, [], args.mock_consume_seconds),
+                      confluent_pass("mock consume() (memory)", mock_bootstrap, topic, parts, {}, [], work,
+                                     args.mock_consume_seconds)):  # fmt: skip
                 print_pass(p)
                 result.passes.append(p)
         finally:
