@@ -65,6 +65,7 @@ from bench_dataplane import (  # noqa: E402
     PRODUCER_CONF,
     REPO,
     CpuWindow,
+    PySpy,
     Run,
     code_version,
     consume_run,
@@ -308,12 +309,23 @@ def run_partitions(args: argparse.Namespace, work: Path) -> list[PartitionsRun]:
             run.create_s = time.monotonic() - t0
             wait_hosted(cluster, admin, topic, count, args.host_timeout)
             run.hosted_s = time.monotonic() - t0
+            first = cluster.nodes[cluster.broker_ids[0]].pid
+            spy = PySpy(first, args.profile / f"p{count}", "raw") if args.profile else None
+            if spy:
+                spy.start()
             sequential_sends(run, bootstrap, topic, args.sequential_sends, work)
+            if spy:
+                spy.stop()
             time.sleep(2)  # the last answers' follower fetches and checkpoints settle
             groups = broker_groups(cluster)
             run.load_idle = loadavg()
+            spy = PySpy(first, args.profile / f"p{count}-idle", "raw") if args.profile else None
+            if spy:
+                spy.start()
             with CpuWindow(groups) as cpu:
                 time.sleep(args.idle_seconds)
+            if spy:
+                spy.stop()
             run.idle_cores = {b: cpu.per_pid[cluster.nodes[b].pid] / cpu.elapsed for b in cluster.broker_ids}
             run.idle_others = cpu.others_share
             print_partitions_row(run)
@@ -585,6 +597,8 @@ def main() -> int:
     ap.add_argument("--sequential-sends", type=int, default=1000, help="measured sends per count (default 1000)")
     ap.add_argument("--idle-seconds", type=float, default=20.0, help="idle broker CPU window (default 20)")
     ap.add_argument("--host-timeout", type=float, default=600.0, help="s to wait for every log and full ISRs")
+    ap.add_argument("--profile", type=Path, default=None,
+                    help="py-spy the first broker: sends into DIR/p<count>, idle into DIR/p<count>-idle")  # fmt: skip
     ap.add_argument("--consume-only-gb", type=float, default=5.0, help="GB of values on disk to read (default 5)")
     ap.add_argument("--cold", choices=["fadvise", "drop-caches"], default="fadvise",
                     help="how the cold pass empties the page cache (default: the topic's files only)")  # fmt: skip
