@@ -10,15 +10,16 @@ cluster (`test.mock.num.brokers=3`, in this process) beside pykraft with the sam
   (`start_cluster`, brokers' descriptor limit raised with prlimit, Kafka's broker session
   timeouts), one topic of C partitions, RF 3, `min.insync.replicas` 2, created with
   CreateTopics and then CreatePartitions (the controller takes at most 10,000 records per
-  operation, as Kafka's does), waited for until every broker hosts every partition and
-  every ISR is full. Then sequential acks=all produces: one 100 B record at a time to a
-  random partition (confluent-kafka, `linger.ms=0`, no idempotence), each waited for
-  (delivery report) before the next: p50/p99/max of produce() -> delivery report over
-  --sequential-sends sends (after 50 unmeasured). Then, the producer closed, each broker's
-  idle CPU (utime+stime from /proc/<pid>/stat over --idle-seconds, in cores). The mock:
-  the same sends on its auto-created topic (4 partitions: it answers CreateTopics without a
-  controller, so larger topics cannot be made there). Targets: p50 at the largest count <= 2x the
-  p50 at the smallest; every idle broker < 0.02 cores at every count.
+  operation, as Kafka's does), waited for until every broker hosts every partition (its
+  partition.metadata written) and every ISR is full. Then sequential acks=all produces: one
+  100 B record at a time to a random partition (confluent-kafka, `linger.ms=0`, no
+  idempotence), each waited for (delivery report) before the next: p50/p99/max of
+  produce() -> delivery report over --sequential-sends sends (after 50 unmeasured). Then,
+  the producer closed and --settle-seconds later, each broker's idle CPU (utime+stime from
+  /proc/<pid>/stat over --idle-seconds, in cores). The mock: the same sends on its
+  auto-created topic (4 partitions: it answers CreateTopics without a controller, so
+  larger topics cannot be made there). Targets: p50 at the largest count <= 2x the p50 at
+  the smallest; every idle broker < 0.02 cores at every count.
 * `--consume-only-gb N` (default 5): a 3+3 cluster, a topic of 9 partitions (RF 3), N GB of
   1 KiB values written by the fastest producer (confluent-kafka, acks=1, linger 5 ms,
   1 MB batches; not measured) and waited for until the high watermarks reach the end.
@@ -176,8 +177,11 @@ def create_big_topic(admin: AdminClient, topic: str, partitions: int, rf: int, c
 
 
 def hosted(dirs: list[Path], topic: str) -> list[int]:
-    """Per broker: the topic's partition directories in its log dir."""
-    return [sum(1 for d in root.glob(f"{topic}-*") if not d.name.endswith("-delete")) for root in dirs]
+    """Per broker: the topic's partition directories holding their partition.metadata (a
+    broker writes it through its disk queue after creating the log: until the queue has
+    drained, the broker is not idle)."""
+    return [sum(1 for d in root.glob(f"{topic}-*/partition.metadata") if not d.parent.name.endswith("-delete"))
+            for root in dirs]  # fmt: skip
 
 
 def full_isr(admin: AdminClient, topic: str, partitions: int) -> int:
@@ -316,7 +320,7 @@ def run_partitions(args: argparse.Namespace, work: Path) -> list[PartitionsRun]:
             sequential_sends(run, bootstrap, topic, args.sequential_sends, work)
             if spy:
                 spy.stop()
-            time.sleep(2)  # the last answers' follower fetches and checkpoints settle
+            time.sleep(args.settle_seconds)  # the last follower fetches and queued checkpoints
             groups = broker_groups(cluster)
             run.load_idle = loadavg()
             spy = PySpy(first, args.profile / f"p{count}-idle", "raw") if args.profile else None
@@ -596,6 +600,7 @@ def main() -> int:
     ap.add_argument("--partition-counts", type=int, nargs="+", default=[100, 3000, 10000])
     ap.add_argument("--sequential-sends", type=int, default=1000, help="measured sends per count (default 1000)")
     ap.add_argument("--idle-seconds", type=float, default=20.0, help="idle broker CPU window (default 20)")
+    ap.add_argument("--settle-seconds", type=float, default=2.0, help="wait after the sends, before idle CPU")
     ap.add_argument("--host-timeout", type=float, default=600.0, help="s to wait for every log and full ISRs")
     ap.add_argument("--profile", type=Path, default=None,
                     help="py-spy the first broker: sends into DIR/p<count>, idle into DIR/p<count>-idle")  # fmt: skip
