@@ -50,6 +50,9 @@ maximum rate; consume >= 2x the produce rate; kcat consume >= 0.8x the mock's wi
 >= 2x the produce rate, < 1 ms broker CPU per MB served. Judged on the largest broker count with RF 3,
 on its partitions-per-broker count with the best acks=all rate.
 
+Many partitions (sequential acks=all latency, idle brokers) and a consume-only run over GBs
+already on disk: tests/perf/bench_dataplane_shapes.py.
+
 The machine has 2 cores shared with other engineers: the load average at the start and end,
 and every run's share of CPU used by other processes, are printed with the figures.
 Not collected by pytest (tests/perf/conftest.py).
