@@ -15,7 +15,7 @@ cluster (`test.mock.num.brokers=3`, in this process) beside pykraft with the sam
   100 B record at a time to a random partition (confluent-kafka, `linger.ms=0`, no
   idempotence), each waited for (delivery report) before the next: p50/p99/max of
   produce() -> delivery report over --sequential-sends sends (after 50 unmeasured). Then,
-  the producer closed and --settle-seconds later, each broker's idle CPU (utime+stime from
+  the producer closed and --settle-seconds (60) later, each broker's idle CPU (utime+stime from
   /proc/<pid>/stat over --idle-seconds, in cores). The mock: the same sends on its
   auto-created topic (4 partitions: it answers CreateTopics without a controller, so
   larger topics cannot be made there). Targets: p50 at the largest count <= 2x the p50 at
@@ -600,7 +600,7 @@ def main() -> int:
     ap.add_argument("--partition-counts", type=int, nargs="+", default=[100, 3000, 10000])
     ap.add_argument("--sequential-sends", type=int, default=1000, help="measured sends per count (default 1000)")
     ap.add_argument("--idle-seconds", type=float, default=20.0, help="idle broker CPU window (default 20)")
-    ap.add_argument("--settle-seconds", type=float, default=2.0, help="wait after the sends, before idle CPU")
+    ap.add_argument("--settle-seconds", type=float, default=60.0, help="wait after the sends, before idle CPU")
     ap.add_argument("--host-timeout", type=float, default=600.0, help="s to wait for every log and full ISRs")
     ap.add_argument("--profile", type=Path, default=None,
                     help="py-spy the first broker: sends into DIR/p<count>, idle into DIR/p<count>-idle")  # fmt: skip
