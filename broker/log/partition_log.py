@@ -525,6 +525,12 @@ class PartitionLog:
             or last_offset - seg.base_offset > _I32_MAX
         )
 
+    def time_roll_due(self, now_ms: int) -> bool:
+        """Whether the active segment is old enough to roll by `segment.ms` (the one roll
+        condition that changes without an append: the others are checked on each append)."""
+        seg = self.active
+        return seg.size > 0 and now_ms - seg.created_ms >= self.config.segment_ms
+
     @storage_op("roll")
     def maybe_roll(self, now_ms: int, incoming: int = 0, last_offset: int = -1) -> bool:
         if not self._should_roll(incoming, now_ms, max(last_offset, self.log_end_offset)):
