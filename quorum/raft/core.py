@@ -74,9 +74,11 @@ from quorum.raft.voter_change import (
     AddVoter,
     LeaderView,
     ObserverFetchState,
+    UpgradeKRaftVersion,
     VoterChange,
     VoterChangeResult,
     decide,
+    decide_upgrade,
 )
 from quorum.raft.voter_set import (
     KRAFT_VERSION_DYNAMIC,
@@ -327,7 +329,8 @@ class RaftCore:
             self._maybe_finish_resign(ls)
 
     def change_voters(self, change: VoterChange, now_ms: int) -> int:
-        """AddRaftVoter, RemoveRaftVoter or UpdateRaftVoter on the leader. Returns a token;
+        """AddRaftVoter, RemoveRaftVoter, UpdateRaftVoter or a kraft.version upgrade (a
+        KRaftVersionRecord before the VotersRecord) on the leader. Returns a token;
         its `VoterChangeResult` comes in a later `Ready.voter_changes`: a refusal at once
         (`voter_change.decide`'s rules), NONE once the new VotersRecord is committed,
         REQUEST_TIMED_OUT if it is not committed within request.timeout.ms, or
@@ -353,10 +356,16 @@ class RaftCore:
             voters_offset=self._voter_history.latest_offset(),
             now_ms=self._now,
         )
-        error, message, new = decide(change, view, observer)
+        if isinstance(change, UpgradeKRaftVersion):
+            directories = {v: p.directory_id for v, p in ls.voters.items()} | {self.node_id: self.directory_id}
+            error, message, new = decide_upgrade(change, view, directories)
+        else:
+            error, message, new = decide(change, view, observer)
         if new is None:
             self._voter_results.append(VoterChangeResult(token, error, message))
             return token
+        if isinstance(change, UpgradeKRaftVersion):
+            self._append(kraft_version_batch(self.log.end_offset, self.epoch, change.version, self._timestamp()))
         offset = self.log.end_offset
         ls.voter_change = PendingVoterChange(token, change, offset, self._now + self.config.request_timeout_ms)
         self._append(voters_batch(offset, self.epoch, new, self._timestamp()))

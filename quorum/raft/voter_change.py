@@ -10,6 +10,11 @@ Kafka 3.9's order of checks and its error codes:
      add: the replica does not support the kraft.version      -> INVALID_REQUEST
      add: the replica is not a caught-up observer             -> REQUEST_TIMED_OUT
      remove / update: no voter with that id and directory id  -> VOTER_NOT_FOUND
+`decide_upgrade` is the same for UpdateFeatures kraft.version=1 on a static quorum (Kafka's
+kraft.version upgrade): it writes a KRaftVersionRecord (1) and a VotersRecord made of the
+static voters, each with the directory id of its fetches and its configured endpoints, and
+is committed like any voter change. It is refused (INVALID_UPDATE_VERSION) while a voter's
+directory id is unknown, for a version other than 0 or 1, and for a downgrade.
 Rules 2 and 4 together keep at most one voter-set change uncommitted, and the first change
 of an epoch behind a committed entry of that epoch: any two voter sets in use at once then
 differ by one voter, so their majorities overlap (no two leaders in one epoch).
@@ -17,11 +22,12 @@ differ by one voter, so their majorities overlap (no two leaders in one epoch).
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 from quorum.raft.errors import ErrorCode
-from quorum.raft.types import Offset
-from quorum.raft.voter_set import KRAFT_VERSION_DYNAMIC, ReplicaKey, VoterNode, VoterSet
+from quorum.raft.types import NodeId, Offset
+from quorum.raft.voter_set import KRAFT_VERSION_DYNAMIC, ZERO_UUID, ReplicaKey, VoterNode, VoterSet
 
 # An observer counts as caught up for AddRaftVoter if it held the leader's whole log at some
 # point and fetched within this window (Kafka's LeaderState.isReplicaCaughtUp: one hour).
@@ -43,7 +49,16 @@ class UpdateVoter:
     node: VoterNode
 
 
-VoterChange = AddVoter | RemoveVoter | UpdateVoter
+@dataclass(frozen=True, slots=True)
+class UpgradeKRaftVersion:
+    """UpdateFeatures kraft.version=`version`. `static`: the voters of controller.quorum.voters
+    with their endpoints (directory ids unknown there: the leader fills them in)."""
+
+    version: int
+    static: VoterSet
+
+
+VoterChange = AddVoter | RemoveVoter | UpdateVoter | UpgradeKRaftVersion
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +118,44 @@ def decide(
             new = view.voters.remove(key)
         case UpdateVoter(node):
             new = view.voters.update(node)
+        case UpgradeKRaftVersion():
+            return ErrorCode.INVALID_REQUEST, "a kraft.version change goes through decide_upgrade", None
     if new is None:
         return ErrorCode.VOTER_NOT_FOUND, "no such voter in the voter set", None
     return ErrorCode.NONE, "", new
+
+
+def decide_upgrade(
+    change: UpgradeKRaftVersion, view: LeaderView, directory_ids: dict[NodeId, uuid.UUID]
+) -> tuple[ErrorCode, str, VoterSet | None]:
+    """(NONE, "", voters to write with kraft.version 1) when the upgrade may be written now;
+    (NONE, message, None) when kraft.version already is `change.version` (nothing to do);
+    else (error, message, None). `directory_ids`: each voter's, as its fetches (or, for the
+    leader, its own meta.properties) said; a voter absent or with the zero uuid is unknown."""
+    if view.pending:
+        return ErrorCode.REQUEST_TIMED_OUT, "the leader is handling a previous voter change", None
+    if change.version < view.kraft_version:
+        return (
+            ErrorCode.INVALID_UPDATE_VERSION,
+            f"kraft.version cannot be downgraded from {view.kraft_version} to {change.version}",
+            None,
+        )
+    if change.version > KRAFT_VERSION_DYNAMIC:
+        return ErrorCode.INVALID_UPDATE_VERSION, f"kraft.version {change.version} is not supported", None
+    if change.version == view.kraft_version:
+        return ErrorCode.NONE, f"kraft.version is already {change.version}", None
+    if not view.hw_known:
+        return ErrorCode.REQUEST_TIMED_OUT, "the leader has not committed an entry in its epoch yet", None
+    nodes: list[VoterNode] = []
+    for voter in view.voters.nodes:
+        directory = directory_ids.get(voter.node_id, ZERO_UUID)
+        if directory == ZERO_UUID:
+            return ErrorCode.INVALID_UPDATE_VERSION, f"voter {voter.node_id}'s directory id is not known yet", None
+        configured = change.static.node(voter.node_id)
+        if configured is None or not configured.endpoints:
+            return ErrorCode.INVALID_UPDATE_VERSION, f"voter {voter.node_id} has no configured endpoint", None
+        nodes.append(VoterNode(ReplicaKey(voter.node_id, directory), configured.endpoints, 0, KRAFT_VERSION_DYNAMIC))
+    return ErrorCode.NONE, "", VoterSet.of(nodes)
 
 
 def _caught_up(observer: ObserverFetchState | None, now_ms: int) -> bool:
