@@ -14,6 +14,7 @@
     pykraft quorum describe (--status | --replication) --bootstrap-controller HOST:PORT [--json]
     pykraft quorum add-controller --config F [--bootstrap-controller HOST:PORT,...]
     pykraft quorum remove-controller --controller-id N --controller-directory-id D [--bootstrap-controller ...]
+    pykraft features upgrade --feature kraft.version=1 --bootstrap-controller HOST:PORT[,...] [--dry-run]
 
 Errors print ``error: ...`` on stderr and exit with status 1; usage errors exit with 2.
 Commands that run nodes import their modules only when invoked, so the light commands
@@ -159,6 +160,10 @@ def _quorum_add_controller(args: argparse.Namespace) -> int:
 
 def _quorum_remove_controller(args: argparse.Namespace) -> int:
     return _call("quorum.node.quorum_cli", "remove_controller", args)
+
+
+def _features_upgrade(args: argparse.Namespace) -> int:
+    return _call("quorum.node.features_cli", "upgrade", args)
 
 
 # ----------------------------------------------------------------------------- parser
@@ -352,6 +357,18 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--timeout-ms", type=_non_negative, default=60_000, help="give up after this (default 60000)")
     add.set_defaults(handler=_quorum_add_controller)
     remove.set_defaults(handler=_quorum_remove_controller)
+
+    # features (kafka-features.sh): the kraft.version upgrade of a static quorum (KIP-853)
+    features = commands.add_parser("features", help="finalize feature versions (kafka-features.sh)")
+    features_cmds = features.add_subparsers(dest="features_command", metavar="SUBCOMMAND", required=True)
+    upgrade = features_cmds.add_parser("upgrade", help="upgrade features, e.g. --feature kraft.version=1")
+    upgrade.add_argument("--feature", action="append", required=True, help="NAME=LEVEL (repeatable)")
+    upgrade.add_argument(
+        "--bootstrap-controller", required=True, type=_host_port_list, help="host:port[,...] of controller listeners"
+    )
+    upgrade.add_argument("--dry-run", action="store_true", help="validate only (UpdateFeatures' ValidateOnly)")
+    upgrade.add_argument("--timeout-ms", type=_non_negative, default=60_000, help="give up after this (default 60000)")
+    upgrade.set_defaults(handler=_features_upgrade)
     return parser
 
 

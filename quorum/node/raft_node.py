@@ -27,6 +27,7 @@ from pathlib import Path
 
 from quorum.node.bootstrap_voters import controller_endpoint
 from quorum.node.config import HostPort, NodeConfig
+from quorum.node.feature_updates import handle_update_features
 from quorum.node.meta_properties import StorageError
 from quorum.node.state_machine import StateMachine
 from quorum.raft.config import RaftConfig
@@ -749,6 +750,8 @@ class RaftNode:
     async def _handle_frame(self, frame: bytes) -> bytes | None:
         if len(frame) >= 2 and int.from_bytes(frame[:2], "big", signed=True) in codec.VOTER_API_VERSIONS:
             return await self._handle_voter_call(frame)
+        if len(frame) >= 2 and int.from_bytes(frame[:2], "big", signed=True) in codec.FEATURE_API_VERSIONS:
+            return await handle_update_features(self, frame)  # kraft.version upgrade
         if self.extra_api_handler is not None and len(frame) >= 2:
             api_key = int.from_bytes(frame[:2], "big", signed=True)
             if api_key not in codec.API_VERSIONS:
@@ -798,6 +801,11 @@ class RaftNode:
             self._inbound.pop(request_id, None)
             return codec.encode_response(request, ErrorCode.REQUEST_TIMED_OUT, cluster_id=self.cluster_id)
         return codec.encode_response(request, response, cluster_id=self.cluster_id, endpoints=self._endpoints)
+
+    @property
+    def closing(self) -> bool:
+        """stop() has begun."""
+        return self._closing
 
     # ------------------------------------------------------ voter changes (KIP-853)
 

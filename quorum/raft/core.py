@@ -364,6 +364,9 @@ class RaftCore:
         if new is None:
             self._voter_results.append(VoterChangeResult(token, error, message))
             return token
+        if isinstance(change, UpgradeKRaftVersion) and change.validate_only:
+            self._voter_results.append(VoterChangeResult(token, ErrorCode.NONE, "valid (validate only)"))
+            return token
         if isinstance(change, UpgradeKRaftVersion):
             self._append(kraft_version_batch(self.log.end_offset, self.epoch, change.version, self._timestamp()))
         offset = self.log.end_offset

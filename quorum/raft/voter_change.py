@@ -56,6 +56,7 @@ class UpgradeKRaftVersion:
 
     version: int
     static: VoterSet
+    validate_only: bool = False  # UpdateFeatures' ValidateOnly: check, write nothing
 
 
 VoterChange = AddVoter | RemoveVoter | UpdateVoter | UpgradeKRaftVersion

@@ -67,6 +67,7 @@ __all__ = [
     "TOP_LEVEL_ERRORS",
     "UNKNOWN_ERROR_FALLBACK",
     "VOTER_API_VERSIONS",
+    "FEATURE_API_VERSIONS",
     "ApiKey",
     "ApiVersionsCall",
     "ApiVersionsResult",
@@ -122,6 +123,8 @@ REQUEST_VERSIONS: Final[dict[int, int]] = {key: high for key, (_, high) in API_V
 # KIP-853's voter changes (AddRaftVoter 80, RemoveRaftVoter 81, UpdateRaftVoter 82), coded by
 # `quorum.wire.voter_codec`; Kafka 3.9 serves AddRaftVoter v0 (4.0: v1) and the others v0.
 VOTER_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {80: (0, 1), 81: (0, 0), 82: (0, 0)}
+# UpdateFeatures (kraft.version upgrade; quorum.wire.features_codec), as Kafka 3.9 serves it.
+FEATURE_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {57: (0, 1)}
 
 
 def advertised_api_versions() -> dict[int, tuple[int, int]]:
@@ -129,7 +132,7 @@ def advertised_api_versions() -> dict[int, tuple[int, int]]:
     the voter changes (`VOTER_API_VERSIONS`) and the controller's admin apis
     (`quorum.wire.admin_versions.ADMIN_API_VERSIONS`); the node routes the last two to their
     codecs before `decode_request`."""
-    return {**API_VERSIONS, **VOTER_API_VERSIONS, **ADMIN_API_VERSIONS}
+    return {**API_VERSIONS, **VOTER_API_VERSIONS, **FEATURE_API_VERSIONS, **ADMIN_API_VERSIONS}
 
 
 TOP_LEVEL_ERRORS: Final = frozenset(

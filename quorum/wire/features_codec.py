@@ -1,0 +1,167 @@
+"""UpdateFeatures (api 57) as the controllers serve it: between plain values and framed Kafka
+bytes (kio's schemas, read through `quorum.wire._reader` as the other codecs do).
+
+`kafka-features.sh --bootstrap-controller H:P upgrade --feature kraft.version=1` sends it to
+a controller; pykraft serves only `kraft.version` (KIP-853's upgrade of a static quorum).
+Served versions: 0..1, as Kafka 3.9 (v0 says `AllowDowngrade`, v1 `UpgradeType` and
+`ValidateOnly`; v2 drops the per-feature results and is not served).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final
+
+from quorum.raft.errors import ErrorCode
+from quorum.wire._reader import MalformedError, entity_reader, read_request_body
+from quorum.wire.codec import (
+    FEATURE_API_VERSIONS,
+    RequestHeaderInfo,
+    WireError,
+    _frame,
+    _kio_error,
+    _make,
+    _nested,
+    _peek_header,
+    _schema,
+    _schema_or_raise,
+    error_from_wire,
+)
+
+UPDATE_FEATURES: Final = 57
+KRAFT_VERSION_FEATURE: Final = "kraft.version"
+
+# FeatureUpdateKey.UpgradeType (v1): what a level below the finalized one may do.
+UPGRADE: Final = 1
+SAFE_DOWNGRADE: Final = 2
+UNSAFE_DOWNGRADE: Final = 3
+
+_ZERO_MS: Final = timedelta(0)
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureUpdate:
+    feature: str
+    max_version_level: int  # < 1: delete the feature (a downgrade)
+    upgrade_type: int = UPGRADE  # v0's AllowDowngrade=true reads as SAFE_DOWNGRADE
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateFeatures:
+    updates: tuple[FeatureUpdate, ...]
+    validate_only: bool = False
+    timeout_ms: int = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureResult:
+    feature: str
+    error: ErrorCode
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateFeaturesAnswer:
+    error: ErrorCode
+    message: str | None = None
+    results: tuple[FeatureResult, ...] = ()
+
+
+def encode_request(
+    call: UpdateFeatures, *, correlation_id: int, client_id: str | None, api_version: int | None = None
+) -> tuple[bytes, int]:
+    """(frame, version) of an UpdateFeatures request; version defaults to the highest served."""
+    low, high = FEATURE_API_VERSIONS[UPDATE_FEATURES]
+    version = high if api_version is None else api_version
+    if not low <= version <= high:
+        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"UpdateFeatures v{version} is not in {low}..{high}")
+    cls = _schema_or_raise(UPDATE_FEATURES, version, True)
+    key = _nested(cls, "FeatureUpdateKey")
+    updates = tuple(
+        _make(
+            key,
+            feature=u.feature,
+            max_version_level=u.max_version_level,
+            upgrade_type=u.upgrade_type,
+            allow_downgrade=u.upgrade_type != UPGRADE,
+        )
+        for u in call.updates
+    )
+    body = _make(
+        cls,
+        timeout=timedelta(milliseconds=call.timeout_ms),
+        feature_updates=updates,
+        validate_only=call.validate_only,
+    )
+    header = cls.__header_schema__(
+        request_api_key=UPDATE_FEATURES, request_api_version=version, correlation_id=correlation_id, client_id=client_id
+    )
+    return _frame(header, body), version
+
+
+def decode_request(frame: bytes) -> tuple[RequestHeaderInfo, UpdateFeatures]:
+    """Decode an UpdateFeatures request (frame without its length prefix). Raises WireError
+    (with the header once it parsed: the caller answers it)."""
+    head = _peek_header(bytes(frame))
+    low, high = FEATURE_API_VERSIONS[UPDATE_FEATURES]
+    if head.api_key != UPDATE_FEATURES:
+        raise WireError(ErrorCode.INVALID_REQUEST, f"api {head.api_key} is not UpdateFeatures", header=head)
+    if not low <= head.api_version <= high:
+        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"UpdateFeatures v{head.api_version}", header=head)
+    cls = _schema_or_raise(UPDATE_FEATURES, head.api_version, True)
+    try:
+        _, pos = entity_reader(cls.__header_schema__)(bytes(frame), 0)
+        body = read_request_body(cls, bytes(frame), pos)
+    except MalformedError as exc:
+        raise WireError(ErrorCode.INVALID_REQUEST, f"malformed {cls.__name__}: {exc}", header=head) from exc
+    updates: list[FeatureUpdate] = []
+    for u in body.feature_updates:
+        if head.api_version == 0:
+            kind = SAFE_DOWNGRADE if u.allow_downgrade else UPGRADE
+        else:
+            kind = int(u.upgrade_type)
+        if kind not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
+            raise WireError(ErrorCode.INVALID_REQUEST, f"unknown upgrade type {kind}", header=head)
+        updates.append(FeatureUpdate(str(u.feature), int(u.max_version_level), kind))
+    names = [u.feature for u in updates]
+    if len(set(names)) != len(names):
+        raise WireError(ErrorCode.INVALID_REQUEST, f"a feature is named twice: {names}", header=head)
+    call = UpdateFeatures(
+        tuple(updates), bool(getattr(body, "validate_only", False)), int(body.timeout // timedelta(milliseconds=1))
+    )
+    return head, call
+
+
+def encode_response(head: RequestHeaderInfo, answer: UpdateFeaturesAnswer) -> bytes:
+    """The response frame answering `head`'s request at its version."""
+    cls = _schema_or_raise(UPDATE_FEATURES, head.api_version, False)
+    result = _nested(cls, "UpdatableFeatureResult")
+    body = _make(
+        cls,
+        throttle_time=_ZERO_MS,
+        error_code=_kio_error(answer.error),
+        error_message=answer.message,
+        results=tuple(
+            result(feature=r.feature, error_code=_kio_error(r.error), error_message=r.message) for r in answer.results
+        ),
+    )
+    return _frame(cls.__header_schema__(correlation_id=head.correlation_id), body)
+
+
+def decode_response(api_version: int, frame: bytes) -> UpdateFeaturesAnswer:
+    """Decode an UpdateFeatures response (frame without its length prefix). Raises WireError."""
+    cls = _schema(UPDATE_FEATURES, api_version, False)
+    if cls is None:
+        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"UpdateFeatures v{api_version} has no schema")
+    try:
+        _, pos = entity_reader(cls.__header_schema__)(bytes(frame), 0)
+        body, _ = entity_reader(cls)(bytes(frame), pos)
+    except MalformedError as exc:
+        raise WireError(ErrorCode.INVALID_REQUEST, f"malformed {cls.__name__}: {exc}") from exc
+    results: Any = getattr(body, "results", ())
+    return UpdateFeaturesAnswer(
+        error_from_wire(int(body.error_code)),
+        body.error_message,
+        tuple(FeatureResult(str(r.feature), error_from_wire(int(r.error_code)), r.error_message) for r in results),
+    )
