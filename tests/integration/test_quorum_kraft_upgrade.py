@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from quorum_cluster import describe_one, wait_until
+from quorum_cluster import describe_one, exchange, wait_until
 from test_quorum_dynamic_voters import FAST, TopicLoad
 
 from api import cli
@@ -26,6 +26,9 @@ from quorum.node.cluster import NodePlan, free_cluster_base, launch, plan_cluste
 from quorum.node.config import format_properties
 from quorum.node.meta_properties import random_uuid, read_meta_properties, uuid_string
 from quorum.raft.describe import QuorumDescription
+from quorum.raft.errors import ErrorCode
+from quorum.wire import features_codec
+from quorum.wire.features_codec import FeatureUpdate, UpdateFeatures
 
 STATIC, NEW, BROKER = (1, 2, 3), 4, 5
 
@@ -139,6 +142,19 @@ def test_upgrade_a_static_quorum_then_add_and_remove_controllers_under_topic_cre
         c.start(NEW)
         code, out = _cli("quorum", "add-controller", "--config", c.config(NEW), "--timeout-ms", "5000")
         assert code == 1 and "UNSUPPORTED_VERSION" in out, out
+
+        # Bad input: a truncated UpdateFeatures is answered INVALID_REQUEST, another feature
+        # INVALID_UPDATE_VERSION; the controller keeps serving (the upgrade below goes through it).
+        frame, _ = features_codec.encode_request(
+            UpdateFeatures((FeatureUpdate("kraft.version", 1),)), correlation_id=5, client_id="t"
+        )
+        body = frame[4:-3]
+        raw = exchange("127.0.0.1", c.port(follower), len(body).to_bytes(4, "big") + body)
+        assert features_codec.decode_response(1, raw).error == ErrorCode.INVALID_REQUEST
+        code, out = _cli(
+            "features", "upgrade", "--feature", "metadata.version=21", "--bootstrap-controller", c.bootstrap(follower)
+        )
+        assert code == 1 and "INVALID_UPDATE_VERSION" in out, out
 
         code, out = _cli(
             "features", "upgrade", "--feature", "kraft.version=1", "--bootstrap-controller", c.bootstrap(follower)
