@@ -15,6 +15,7 @@
     pykraft quorum add-controller --config F [--bootstrap-controller HOST:PORT,...]
     pykraft quorum remove-controller --controller-id N --controller-directory-id D [--bootstrap-controller ...]
     pykraft features upgrade --feature kraft.version=1 --bootstrap-controller HOST:PORT[,...] [--dry-run]
+    pykraft features describe --bootstrap-controller HOST:PORT[,...]
 
 Errors print ``error: ...`` on stderr and exit with status 1; usage errors exit with 2.
 Commands that run nodes import their modules only when invoked, so the light commands
@@ -164,6 +165,10 @@ def _quorum_remove_controller(args: argparse.Namespace) -> int:
 
 def _features_upgrade(args: argparse.Namespace) -> int:
     return _call("quorum.node.features_cli", "upgrade", args)
+
+
+def _features_describe(args: argparse.Namespace) -> int:
+    return _call("quorum.node.features_cli", "describe", args)
 
 
 # ----------------------------------------------------------------------------- parser
@@ -369,6 +374,11 @@ def build_parser() -> argparse.ArgumentParser:
     upgrade.add_argument("--dry-run", action="store_true", help="validate only (UpdateFeatures' ValidateOnly)")
     upgrade.add_argument("--timeout-ms", type=_non_negative, default=60_000, help="give up after this (default 60000)")
     upgrade.set_defaults(handler=_features_upgrade)
+    fdescribe = features_cmds.add_parser("describe", help="supported and finalized feature levels")
+    fdescribe.add_argument(
+        "--bootstrap-controller", required=True, type=_host_port_list, help="host:port[,...] of controller listeners"
+    )
+    fdescribe.set_defaults(handler=_features_describe)
     return parser
 
 

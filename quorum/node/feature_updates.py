@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from quorum.raft.errors import ErrorCode
 from quorum.raft.voter_change import UpgradeKRaftVersion
-from quorum.raft.voter_set import Endpoint, ReplicaKey, VoterNode, VoterSet
+from quorum.raft.voter_set import KRAFT_VERSION_DYNAMIC, Endpoint, ReplicaKey, VoterNode, VoterSet
 from quorum.wire import codec, features_codec
 from quorum.wire.features_codec import FeatureResult, FeatureUpdate, UpdateFeatures, UpdateFeaturesAnswer
 from quorum.wire.transport import CloseConnection, PeerUnavailable
@@ -25,6 +25,22 @@ if TYPE_CHECKING:
     from quorum.node.raft_node import RaftNode
 
 RELAY_CLIENT_ID = "pykraft-features-relay"
+
+
+def api_versions_result(node: RaftNode) -> codec.ApiVersionsResult:
+    """ApiVersions with the kraft.version this controller supports (0..1) and the committed
+    one (finalized as of the high watermark, what `pykraft features describe` and
+    kafka-features.sh describe print)."""
+    core = node.core
+    supported = {features_codec.KRAFT_VERSION_FEATURE: (0, KRAFT_VERSION_DYNAMIC)}
+    if core is None or core.high_watermark <= 0:
+        return codec.ApiVersionsResult(supported_features=supported)
+    committed, _ = core.voters_at(core.high_watermark)
+    return codec.ApiVersionsResult(
+        supported_features=supported,
+        finalized_features={features_codec.KRAFT_VERSION_FEATURE: committed},
+        finalized_epoch=core.high_watermark - 1,
+    )
 
 
 def static_voters(node: RaftNode) -> VoterSet:

@@ -94,3 +94,40 @@ def upgrade(args: argparse.Namespace) -> int:
             why = f"{result.error.name}: {result.message}"
             print(f"Could not upgrade {update.feature} to {update.max_version_level}. {why}")
     return 1 if failed else 0
+
+
+async def _api_versions(host: str, port: int, timeout_s: float) -> codec.ApiVersionsResult | None:
+    frame = codec.encode_request(
+        codec.ApiVersionsCall("pykraft-features-cli", "1"),
+        correlation_id=1,
+        client_id="pykraft-features-cli",
+        cluster_id=None,
+        source_id=-1,
+        destination_id=-1,
+        api_version=3,
+    )
+    try:
+        async with asyncio.timeout(timeout_s):
+            raw = await request(host, port, frame)
+        _, answer = codec.decode_response(codec.ApiKey.API_VERSIONS, 3, raw)
+    except (PeerUnavailable, codec.WireError, TimeoutError, OSError):
+        return None
+    return answer if isinstance(answer, codec.ApiVersionsResult) else None
+
+
+def describe(args: argparse.Namespace) -> int:
+    """`kafka-features.sh --bootstrap-controller H:P describe`: each feature the controller
+    supports and its finalized level (from ApiVersions v3; 0 when not finalized)."""
+    for host, port in parse_bootstrap(args.bootstrap_controller):
+        result = asyncio.run(_api_versions(host, port, 5.0))
+        if result is not None:
+            break
+    else:
+        raise FeatureCommandError("no controller answered ApiVersions")
+    for name in sorted({*result.supported_features, *result.finalized_features}):
+        low, high = result.supported_features.get(name, (0, 0))
+        print(
+            f"Feature: {name}\tSupportedMinVersion: {low}\tSupportedMaxVersion: {high}\t"
+            f"FinalizedVersionLevel: {result.finalized_features.get(name, 0)}\tEpoch: {result.finalized_epoch}"
+        )
+    return 0

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from quorum.node.bootstrap_voters import controller_endpoint
 from quorum.node.config import HostPort, NodeConfig
-from quorum.node.feature_updates import handle_update_features
+from quorum.node.feature_updates import api_versions_result, handle_update_features
 from quorum.node.meta_properties import StorageError
 from quorum.node.state_machine import StateMachine
 from quorum.raft.config import RaftConfig
@@ -775,7 +775,7 @@ class RaftNode:
             return codec.encode_response(request, ErrorCode.INCONSISTENT_CLUSTER_ID, cluster_id=self.cluster_id)
         message = request.message
         if isinstance(message, codec.ApiVersionsCall):
-            return codec.encode_response(request, codec.ApiVersionsResult(), cluster_id=self.cluster_id)
+            return codec.encode_response(request, api_versions_result(self), cluster_id=self.cluster_id)
         if isinstance(message, codec.DescribeQuorumCall):
             core = self.core
             described: QuorumDescription | None = None

@@ -202,6 +202,12 @@ class DescribeQuorumCall:
 class ApiVersionsResult:
     api_keys: Mapping[int, tuple[int, int]] = field(default_factory=advertised_api_versions)
     error: ErrorCode = ErrorCode.NONE
+    # v3+ tagged fields (KIP-584): the features this node supports, (min, max) by name, and the
+    # finalized levels (a level-0 feature is not finalized: Kafka leaves it out) as of
+    # `finalized_epoch` (a metadata log offset; -1 = unknown, clients then ignore the levels).
+    supported_features: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    finalized_features: Mapping[str, int] = field(default_factory=dict)
+    finalized_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -820,7 +826,22 @@ def _api_versions_body(cls: type[Any], result: ApiVersionsResult) -> Any:
     keys = tuple(
         api_version(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in sorted(result.api_keys.items())
     )
-    return _make(cls, error_code=_kio_error(result.error), api_keys=keys, throttle_time=_ZERO_MS)
+    features: dict[str, Any] = {}
+    if _has(cls, "finalized_features"):
+        supported, finalized = _nested(cls, "SupportedFeatureKey"), _nested(cls, "FinalizedFeatureKey")
+        features = {
+            "supported_features": tuple(
+                supported(name=n, min_version=lo, max_version=hi)
+                for n, (lo, hi) in sorted(result.supported_features.items())
+            ),
+            "finalized_features_epoch": result.finalized_epoch,
+            "finalized_features": tuple(
+                finalized(name=n, min_version_level=level, max_version_level=level)
+                for n, level in sorted(result.finalized_features.items())
+                if level > 0
+            ),
+        }
+    return _make(cls, error_code=_kio_error(result.error), api_keys=keys, throttle_time=_ZERO_MS, **features)
 
 
 def _error_body(cls: type[Any], error: ErrorCode, message: str | None) -> Any:
@@ -1069,7 +1090,13 @@ def _dec_describe_response(body: Any) -> QuorumDescription | ErrorResult:
 
 def _dec_api_versions_response(body: Any) -> ApiVersionsResult:
     keys = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in body.api_keys or ()}
-    return ApiVersionsResult(keys, error_from_wire(int(body.error_code)))
+    return ApiVersionsResult(
+        keys,
+        error_from_wire(int(body.error_code)),
+        {str(f.name): (int(f.min_version), int(f.max_version)) for f in getattr(body, "supported_features", ())},
+        {str(f.name): int(f.max_version_level) for f in getattr(body, "finalized_features", ())},
+        int(getattr(body, "finalized_features_epoch", -1)),
+    )
 
 
 def decode_response(

@@ -143,6 +143,10 @@ def test_upgrade_a_static_quorum_then_add_and_remove_controllers_under_topic_cre
         code, out = _cli("quorum", "add-controller", "--config", c.config(NEW), "--timeout-ms", "5000")
         assert code == 1 and "UNSUPPORTED_VERSION" in out, out
 
+        assert (
+            "Feature: kraft.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 0"
+            in (_cli("features", "describe", "--bootstrap-controller", c.bootstrap(follower))[1])
+        )
         # Bad input: a truncated UpdateFeatures is answered INVALID_REQUEST, another feature
         # INVALID_UPDATE_VERSION; the controller keeps serving (the upgrade below goes through it).
         frame, _ = features_codec.encode_request(
@@ -160,6 +164,14 @@ def test_upgrade_a_static_quorum_then_add_and_remove_controllers_under_topic_cre
             "features", "upgrade", "--feature", "kraft.version=1", "--bootstrap-controller", c.bootstrap(follower)
         )
         assert code == 0 and "kraft.version was upgraded to 1." in out, out
+        wait_until(
+            "kraft.version 1 committed on the follower",
+            lambda: (
+                "FinalizedVersionLevel: 1"
+                in _cli("features", "describe", "--bootstrap-controller", c.bootstrap(follower))[1]
+            ),
+            10,
+        )
         # The voters keep their ids and now carry their directory ids (DescribeQuorum v2).
         d = c.wait_voters(list(STATIC))
         assert {v.replica_id: uuid_string(v.directory_id) for v in d.voters} == {i: c.directory_id(i) for i in STATIC}

@@ -142,7 +142,7 @@ def test_served_range_is_every_version_kio_has(key):
 
 def test_api_versions_advertises_the_admin_apis():
     advertised = codec.ApiVersionsResult().api_keys
-    expected = {**codec.API_VERSIONS, **codec.VOTER_API_VERSIONS, **ADMIN_API_VERSIONS}
+    expected = {**codec.API_VERSIONS, **codec.VOTER_API_VERSIONS, **codec.FEATURE_API_VERSIONS, **ADMIN_API_VERSIONS}
     assert advertised == expected == codec.advertised_api_versions()
     # ApiVersions over the wire, and the KIP-511 answer to a version from the future.
     call = codec.encode_request(

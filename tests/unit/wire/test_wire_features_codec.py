@@ -63,3 +63,25 @@ def test_the_same_feature_twice_is_invalid() -> None:
 
 def test_controllers_advertise_update_features() -> None:
     assert codec.advertised_api_versions()[57] == (0, 1)
+
+
+def test_api_versions_v3_carries_supported_and_finalized_features() -> None:
+    call = codec.ApiVersionsCall("t", "1")
+    frame = codec.encode_request(
+        call, correlation_id=2, client_id="t", cluster_id=None, source_id=-1, destination_id=-1, api_version=3
+    )
+    request = codec.decode_request(frame[4:])
+    result = codec.ApiVersionsResult(
+        supported_features={"kraft.version": (0, 1)}, finalized_features={"kraft.version": 1}, finalized_epoch=41
+    )
+    _, decoded = codec.decode_response(18, 3, codec.encode_response(request, result)[4:])
+    assert isinstance(decoded, codec.ApiVersionsResult)
+    assert (decoded.supported_features, decoded.finalized_features, decoded.finalized_epoch) == (
+        {"kraft.version": (0, 1)},
+        {"kraft.version": 1},
+        41,
+    )
+    # Level 0 is "not finalized": left out, as Kafka does.
+    unfinalized = codec.ApiVersionsResult(finalized_features={"kraft.version": 0}, finalized_epoch=3)
+    _, decoded = codec.decode_response(18, 3, codec.encode_response(request, unfinalized)[4:])
+    assert isinstance(decoded, codec.ApiVersionsResult) and decoded.finalized_features == {}
