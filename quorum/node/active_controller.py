@@ -123,6 +123,8 @@ class QuorumController:
         append_linger_ms: int = 25,
     ) -> None:
         self.node = node
+        # A voter change the core appends goes after our open batch, not into its offsets.
+        node.before_voter_change = self._seal
         self.state_machine = state_machine
         self.cluster_id = cluster_id
         self.settings = settings

@@ -188,6 +188,9 @@ class RaftNode:
         self._resign_requested = False
         self._snapshots_created: deque[OffsetAndEpoch] = deque()
         self.fatal_error: BaseException | None = None
+        # Called right before the core may append a voter-set change: the active controller
+        # appends its open batch first, so that its records keep the offsets it gave them.
+        self.before_voter_change: Callable[[], None] | None = None
         # Serves the APIs on the controller listener that are not the quorum's own.
         self.extra_api_handler: Callable[[int, bytes], Awaitable[bytes | None]] | None = None
         self.failed = asyncio.Event()  # set when the loop stopped on an error
@@ -454,6 +457,8 @@ class RaftNode:
         while self._voter_calls:
             change, fut = self._voter_calls.popleft()
             if not fut.done():
+                if self.before_voter_change is not None and core.accepts_writes:
+                    self.before_voter_change()
                 self._voter_waiters[core.change_voters(change, now)] = fut
         core.tick(now)
         while core.has_ready():
