@@ -449,11 +449,9 @@ class MetadataDelta:
             return topics
         collisions = topics.by_collision
         assert collisions is not None
-        with (
-            _hamt(topics.by_id).mutate() as by_id,
-            _hamt(topics.by_name).mutate() as by_name,
-            _hamt(collisions).mutate() as by_collision,
-        ):
+        with _hamt(topics.by_id).mutate() as by_id, _hamt(topics.by_name).mutate() as by_name, _hamt(
+            collisions
+        ).mutate() as by_collision:
             for topic_id, old in self._deleted.items():
                 if topic_id in by_id:
                     del by_id[topic_id]
