@@ -445,7 +445,9 @@ class Cluster:
         self._hw_checked: dict[int, tuple[int, int]] = {}  # node -> (incarnation, committed checked below)
         # Issue-9 properties.
         self.named_leaders: dict[int, int] = {}  # epoch -> the leader any durable state names
-        self.acked: dict[int, Offset] = {}  # node -> highest fetch offset a leader's log confirmed
+        # node -> {epoch e: the highest fetch offset the leader of e confirmed in e}; an ack
+        # pledges only what is committed by epoch e (see `_check_acked_kept`).
+        self.acked: dict[int, dict[int, Offset]] = {}
         self.acked_committed: dict[int, Offset] = {}  # node -> committed prefix it acknowledged
         self._ack_verified: dict[int, Offset] = {}  # node -> its disk was compared below this
         self.images: dict[Offset, tuple[int, str, int]] = {}  # applied offset -> (digest, how, node)
@@ -919,6 +921,12 @@ class Cluster:
             first_epoch = self._snapshot_wait.pop(node.id, None)
             if core is not None and first_epoch is not None and core.epoch > first_epoch:
                 self.note("snapshot_installs_across_leader_change")
+        cut = ready.truncate_to
+        if cut is not None and core is not None and cut < self.max_committed:
+            # Issue 23: a node still in an epoch before the one that committed the entry at
+            # `cut` (which it holds) follows that older epoch's leader and truncates it.
+            if self.committed_epoch.get(cut, 0) > core.epoch and self._disk_holds_committed(node, cut):
+                self.note("later_commit_cut_by_" + ("voter" if core.is_voter else "observer"))
         if ready.entries and self._fig8_active and core is not None and core.role is Role.FOLLOWER:
             stale = self._fig8_active.get(core.epoch)
             if stale and (core.epoch, node.id) not in self._fig8_spread:
@@ -968,7 +976,7 @@ class Cluster:
         fetcher's log below k, if that log durably matches the leader's there."""
         k = req.fetch_offset
         fetcher = self.nodes.get(source)
-        if fetcher is None or k <= self.acked.get(source, 0) or req.current_leader_epoch != leader.epoch:
+        if fetcher is None or req.current_leader_epoch != leader.epoch:
             return
         log = leader.log
         if not (log.start_offset < k <= log.end_offset):
@@ -976,21 +984,48 @@ class Cluster:
         mine = _batch_at(fetcher.disk.batches, k - 1)
         theirs = log.batches[log.index_of(k - 1)]
         if mine is not None and (mine.base_offset, mine.epoch) == (theirs.base_offset, theirs.epoch):
-            self.acked[source] = k
+            self._ack(source, leader.epoch, k)
+
+    def _ack(self, node_id: int, epoch: int, k: Offset) -> None:
+        """Node `node_id` holds the log of the leader of `epoch` below `k`. Keeps, per node,
+        only the acks no other one covers: (e, k) covers (e2, k2) when e >= e2 and k >= k2."""
+        acks = self.acked.setdefault(node_id, {})
+        if k <= self.acked_committed.get(node_id, 0) or any(e >= epoch and o >= k for e, o in acks.items()):
+            return
+        for e in [e for e, o in acks.items() if e <= epoch and o <= k]:
+            del acks[e]
+        acks[epoch] = k
 
     def _check_acked_kept(self, node: Node, disk_changed: Offset | None) -> None:
         """Committed entries that a node acknowledged never change or vanish from its disk
-        (the ones below its log start are in its snapshot, checked by the image property)."""
+        (the ones below its log start are in its snapshot, checked by the image property).
+
+        An ack in epoch e pledges the entries committed by a leader of epoch <= e (their
+        `committed_epoch`), not those committed later. Raft's Leader Completeness puts an
+        entry committed in epoch c in the log of every leader of an epoch above c, and the
+        leader of e held the acked log itself; a node that acked in e follows only leaders of
+        epochs >= e from then on, so none of them can make it cut an entry committed by
+        epoch e. An entry acked in e but first committed in a later epoch c (a deposed
+        leader's suffix that the leader of c re-replicated and committed) is not in the logs
+        of the leaders of the epochs between e and c: a node still in one of those epochs
+        (an observer that has not heard of c, or a voter outside c's majority) rightly
+        truncates it when that epoch's leader answers with a diverging epoch, as Kafka's
+        followers do (issue 23, seed 9 of the back-to-back failures scenario). That ack
+        never counted toward c's HW; the leader of c counts only fetches made in c."""
         nid = node.id
         have = self.acked_committed.get(nid, 0)
-        target = min(self.acked.get(nid, 0), self.max_committed)
-        if target > have:
-            held = _batch_at(node.disk.batches, target - 1)
-            entry = (held.epoch, held.records[target - 1 - held.base_offset]) if held is not None else None
-            if target - 1 < node.disk.log_start or entry == self.committed.get(target - 1):
-                have = self.acked_committed[nid] = target
-            else:
-                self.acked[nid] = have  # it acknowledged entries that were then not committed
+        acks = self.acked.get(nid, {})
+        for epoch in list(acks):
+            k = acks[epoch]
+            upto = have
+            while upto < min(k, self.max_committed) and self.committed_epoch.get(upto, 1 << 62) <= epoch:
+                upto += 1
+            if upto < min(k, self.max_committed):
+                k = acks[epoch] = upto  # committed after epoch: beyond `upto`, this ack pledges nothing
+            have = max(have, upto)
+            if k <= have:
+                del acks[epoch]
+        self.acked_committed[nid] = have
         if not have:
             return
         disk = node.disk
@@ -1095,7 +1130,7 @@ class Cluster:
                 if stopped is not None and core.epoch > stopped[1]:
                     self.failover_ms.append(self.now - stopped[0])
                     self.leader_stopped = None
-                self.acked[node.id] = max(self.acked.get(node.id, 0), min(node.disk.end_offset, core.log.end_offset))
+                self._ack(node.id, core.epoch, min(node.disk.end_offset, core.log.end_offset))
             # A node's high watermark never decreases while it runs.
             if core.high_watermark < node.last_hw:
                 raise InvariantViolation(

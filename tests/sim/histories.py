@@ -17,6 +17,9 @@ say), it returns False and the caller goes on; the tests converge the cluster af
   several nodes hold suffixes from different epochs; everything heals at once.
 - `snapshot_catch_up`: a follower falls behind the leader's log start and must install a
   snapshot in chunks while the leader (or the follower) crashes mid-transfer.
+- `deposed_leader_cut`: a voter acknowledged entries of a cut-off leader, which a later
+  epoch commits while the voter, still in the epoch between, follows that epoch's deposed
+  leader and truncates them (issue 23: Raft allows it; that ack never counted).
 - `stale_messages`: old requests and answers (old epochs, old request ids) are delivered
   again long after, across leader changes; `stale_vote_replay` replays old vote grants to a
   candidate of the epoch another node already leads.
@@ -288,6 +291,63 @@ def snapshot_catch_up(c: Cluster, *, during: str = "crash-leader", lag_ms: int =
     return True
 
 
+# ------------------------------------------- a later commit cut by a stale follower
+
+
+def deposed_leader_cut(c: Cluster) -> bool:
+    """Needs >= 5 voters. With a majority m of n voters:
+
+    1. Leader A (epoch a) is cut off with n - m - 1 other voters (B among them): it writes
+       X, and B acknowledges X.
+    2. B is cut off alone; the m others elect C (epoch b). At that very event C's messages are
+       lost and C is cut off alone: nobody holds C's LeaderChange, and C keeps leading b.
+    3. A, its other mates and the m - 1 others (B and C away) can only elect a node holding X
+       (the m - 1 are no majority without them): it leads an epoch above b and commits X.
+    4. B meets C alone: C's BeginQuorumEpoch makes B a follower of C in b, and C's answer
+       to B's Fetch diverges at X: B truncates X, committed but not by epoch b or before.
+    Then everything heals; B learns the new epoch and fetches X again."""
+    voters = c.voter_ids
+    if len(voters) < 5:
+        return False
+    a = settle(c)
+    if a is None or a.core is None:
+        return False
+    a_epoch = _epoch(a)
+    majority = len(voters) // 2 + 1
+    mates = [v for v in voters if v != a.id][: len(voters) - majority - 1]
+    b_id = mates[0]
+    rest = [v for v in voters if v != a.id and v not in mates]
+    c.partition([a.id, *mates], [n for n in c.nodes if n != a.id and n not in mates])
+    if not c.propose(3):
+        return False
+    x_end = a.core.log.end_offset
+
+    def b_acknowledged() -> bool:
+        ls = a.core.state if a.core is not None else None
+        return not isinstance(ls, LeaderState) or ls.voters[b_id].end_offset >= x_end
+
+    c.run_until_event(b_acknowledged, 5_000)
+    c.partition([b_id], [n for n in c.nodes if n != b_id and n not in rest], rest)
+    if not c.run_until_event(lambda: leader_in(c, rest, a_epoch) is not None, 30_000):
+        return False
+    deposed = leader_in(c, rest, a_epoch)
+    assert deposed is not None and deposed.core is not None
+    b_epoch = _epoch(deposed)
+    c.drop_in_flight(source=deposed.id)
+    c.partition([deposed.id], [b_id], [n for n in c.nodes if n not in (deposed.id, b_id)])
+
+    def committed_later() -> bool:
+        return c.max_committed >= x_end and c.committed_epoch.get(x_end - 1, 0) > b_epoch
+
+    c.run_until(committed_later, 20_000)
+    c.partition([deposed.id, b_id], [n for n in c.nodes if n not in (deposed.id, b_id)])
+    b = c.nodes[b_id]
+    c.run_until(lambda: b.disk.end_offset < x_end, 3_000)
+    c.heal()
+    c.run_for(2_000, propose_every_ms=30)
+    return True
+
+
 # ------------------------------------------------------- stale and future
 
 
@@ -365,4 +425,5 @@ GENERATORS: dict[str, Callable[..., bool]] = {
     "snapshot_catch_up": snapshot_catch_up,
     "stale_messages": stale_messages,
     "stale_vote_replay": stale_vote_replay,
+    "deposed_leader_cut": deposed_leader_cut,
 }

@@ -164,6 +164,16 @@ def test_stale_vote_grants_replayed(seed: int, voters: int) -> None:
     finish("stale_vote_replay", c)
 
 
+@examples(6)
+@given(seed=SEED, voters=st.sampled_from([5, 7]), observers=st.integers(0, 1), snapshot_every=st.sampled_from([0, 10]))
+def test_deposed_leader_cut(seed: int, voters: int, observers: int, snapshot_every: int) -> None:
+    """Issue 23, with a voter: it truncates entries it acknowledged in an old epoch that a
+    later epoch committed, following the deposed leader of the epoch between (Raft allows it)."""
+    c = Cluster(seed, voters, observers, h.config(), snapshot_every)
+    h.deposed_leader_cut(c)
+    finish("deposed_leader_cut", c)
+
+
 @examples(20)
 @given(
     seed=SEED,
@@ -203,6 +213,7 @@ MINIMUM = {
     "future_epoch_transitions": 900,
     "duplicate_deliveries": 3000,
     "replay_deliveries": 2500,
+    "later_commit_cut_by_voter": 3,  # a voter in an epoch between cut what a later one committed
 }
 
 
@@ -214,6 +225,7 @@ FEEDERS = {
     "snapshot_catch_up": test_snapshot_catch_up,
     "stale_messages": test_stale_and_future_epochs,
     "stale_vote_replay": test_stale_vote_grants_replayed,
+    "deposed_leader_cut": test_deposed_leader_cut,
     "chained": test_chained_histories,
 }
 
