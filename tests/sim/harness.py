@@ -16,8 +16,9 @@ and that every committed entry is identical wherever it exists (and in whatever 
 state machine applied) and never lost. On top of those (issue 9): a leader named in the
 durable state of any node is the one leader of that epoch; every node's high watermark is
 at most its log end offset; committed entries a node acknowledged stay on its disk (or
-in its snapshot) unchanged; state machines that applied the same offset hold the same
-image, whether they replayed the log or installed a snapshot.
+in its snapshot) unchanged, those committed by the ack's epoch or an earlier one (issue
+23); state machines that applied the same offset hold the same image, whether they
+replayed the log or installed a snapshot.
 
 Issue 24: with `connection_resets`, a node that dies makes its peers' requests to it fail
 (`RaftCore.request_failed`), as TCP reports a dead process; `failover_ms` records, for every
