@@ -23,6 +23,8 @@ import sys
 import time
 from typing import Any
 
+from api.tool_clients import TOOL_CLIENT_CONF
+
 
 def _properties(items: list[str] | None) -> dict[str, str]:
     out = {}
@@ -52,7 +54,7 @@ def console_producer(args: argparse.Namespace) -> int:
         if err is not None:
             failures.append(str(err))
 
-    producer = Producer(conf)
+    producer = Producer({**TOOL_CLIENT_CONF, **conf})
     for line in sys.stdin:
         line = line.rstrip("\n")
         key: str | None = None
@@ -90,6 +92,7 @@ def console_consumer(args: argparse.Namespace) -> int:
             "enable.auto.commit": grouped,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+            **TOOL_CLIENT_CONF,
         }
     )
     count = 0

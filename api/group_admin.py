@@ -23,6 +23,7 @@ from typing import Any, Final
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from api.tool_clients import TOOL_CLIENT_CONF
 from quorum.kafka_errors import DEFAULT_MESSAGES
 
 DEFAULT_TIMEOUT_S: Final = 30.0
@@ -128,7 +129,7 @@ class GroupAdmin:
         self.timeout_s = timeout_s
         self._client_id = client_id
         self._admin = AdminClient(
-            {"bootstrap.servers": bootstrap, "client.id": client_id, "socket.nagle.disable": True}
+            {"bootstrap.servers": bootstrap, "client.id": client_id, "socket.nagle.disable": True, **TOOL_CLIENT_CONF}
         )
 
     def _result(self, future: Future[Any]) -> Any:

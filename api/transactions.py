@@ -42,6 +42,7 @@ from typing import Any, Final
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from api.tool_clients import TOOL_CLIENT_CONF
 from broker.kafka.wire import Reader
 
 __all__ = ["add_commands", "pretty_table", "transactions"]
@@ -151,7 +152,7 @@ def _describe_states(frame: bytes) -> list[_Description]:
 def _metadata(bootstrap: str, timeout_s: float, topic: str | None = None) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "pykraft-transactions"})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "pykraft-transactions", **TOOL_CLIENT_CONF})
     return admin.list_topics(topic, timeout=timeout_s)
 
 
