@@ -197,17 +197,25 @@ def encode_snapshot_header(last_contained_timestamp_ms: int) -> bytes:
     return _HQ.pack(0, last_contained_timestamp_ms) + _NO_TAGS
 
 
-def decode_snapshot_header(data: bytes | bytearray | memoryview) -> SnapshotHeader:
+def decode_fixed_v0(data: bytes | bytearray | memoryview, layout: struct.Struct, name: str) -> tuple[int, ...]:
+    """The fields of a version-0 control record made of fixed-size fields (`layout`, its first
+    field the record's Version) and then its tagged fields. Raises CorruptRecordError when it
+    is truncated, of another version, or followed by more bytes."""
     buf = _check_control_input(data)
     try:
-        version, timestamp = _HQ.unpack_from(buf, 0)
-        p = skip_tagged_fields(buf, _HQ.size)
+        fields: tuple[int, ...] = layout.unpack_from(buf, 0)
+        p = skip_tagged_fields(buf, layout.size)
     except (IndexError, struct.error) as exc:
-        raise CorruptRecordError(f"truncated SnapshotHeaderRecord: {exc}") from None
-    if version != 0:
-        raise CorruptRecordError(f"unsupported SnapshotHeaderRecord version {version}")
+        raise CorruptRecordError(f"truncated {name}: {exc}") from None
+    if fields[0] != 0:
+        raise CorruptRecordError(f"unsupported {name} version {fields[0]}")
     if p != len(buf):
-        raise CorruptRecordError("trailing bytes after SnapshotHeaderRecord")
+        raise CorruptRecordError(f"trailing bytes after {name}")
+    return fields
+
+
+def decode_snapshot_header(data: bytes | bytearray | memoryview) -> SnapshotHeader:
+    version, timestamp = decode_fixed_v0(data, _HQ, "SnapshotHeaderRecord")
     return SnapshotHeader(timestamp, version)
 
 
@@ -217,14 +225,5 @@ def encode_snapshot_footer() -> bytes:
 
 
 def decode_snapshot_footer(data: bytes | bytearray | memoryview) -> SnapshotFooter:
-    buf = _check_control_input(data)
-    try:
-        (version,) = _I16.unpack_from(buf, 0)
-        p = skip_tagged_fields(buf, _I16.size)
-    except (IndexError, struct.error) as exc:
-        raise CorruptRecordError(f"truncated SnapshotFooterRecord: {exc}") from None
-    if version != 0:
-        raise CorruptRecordError(f"unsupported SnapshotFooterRecord version {version}")
-    if p != len(buf):
-        raise CorruptRecordError("trailing bytes after SnapshotFooterRecord")
+    (version,) = decode_fixed_v0(data, _I16, "SnapshotFooterRecord")
     return SnapshotFooter(version)

@@ -14,7 +14,13 @@ from __future__ import annotations
 import struct
 import uuid
 
-from quorum.raft.control_records import CorruptRecordError, read_uvarint, skip_tagged_fields, uvarint_bytes
+from quorum.raft.control_records import (
+    CorruptRecordError,
+    decode_fixed_v0,
+    read_uvarint,
+    skip_tagged_fields,
+    uvarint_bytes,
+)
 from quorum.raft.types import Batch, ControlType, Epoch, Offset
 from quorum.raft.voter_set import Endpoint, ReplicaKey, VoterNode, VoterSet
 
@@ -31,16 +37,7 @@ def encode_kraft_version(kraft_version: int) -> bytes:
 
 def decode_kraft_version(data: bytes | bytearray | memoryview) -> int:
     """The kraft.version a KRaftVersionRecord sets. Raises CorruptRecordError."""
-    buf = bytes(data)
-    try:
-        version, kraft_version = _HH.unpack_from(buf, 0)
-        p = skip_tagged_fields(buf, _HH.size)
-    except (IndexError, struct.error) as exc:
-        raise CorruptRecordError(f"truncated KRaftVersionRecord: {exc}") from None
-    if version != 0:
-        raise CorruptRecordError(f"unsupported KRaftVersionRecord version {version}")
-    if p != len(buf):
-        raise CorruptRecordError("trailing bytes after KRaftVersionRecord")
+    _, kraft_version = decode_fixed_v0(data, _HH, "KRaftVersionRecord")
     if kraft_version < 0:
         raise CorruptRecordError(f"negative kraft.version {kraft_version}")
     return int(kraft_version)
