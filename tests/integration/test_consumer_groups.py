@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -203,19 +204,27 @@ def test_confluent_kafka_consumer_protocol_group(cluster: MetadataCluster) -> No
 
 class KcatMember:
     """`kcat -G` as a group member (auto commit every second); the (partition, offset) of each
-    record it printed."""
+    record it printed, and the partitions its last rebalance assigned (kcat reports each
+    rebalance on stderr as ``% Group G rebalanced (memberid M): assigned: T [0], T [3]``)."""
+
+    _REBALANCED = re.compile(r"rebalanced \(memberid [^)]*\): (assigned|revoked): (.*)$")
 
     def __init__(self, brokers: str, group: str, topic: str) -> None:
         exe = kcat()
         assert exe is not None
         self.proc = subprocess.Popen(
-            [exe, "-b", brokers, "-G", group, topic, "-f", "%p %o\\n", "-q", "-u", "-X", "auto.offset.reset=earliest",
+            [exe, "-b", brokers, "-G", group, topic, "-f", "%p %o\\n", "-u", "-X", "auto.offset.reset=earliest",
              "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=1000", "-X", "auto.commit.interval.ms=1000"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         self.read: list[tuple[int, int]] = []
-        self._thread = threading.Thread(target=self._reader, daemon=True)
-        self._thread.start()
+        self.assigned: set[int] | None = None  # None: not a member with partitions (yet, or revoked)
+        self._threads = [
+            threading.Thread(target=self._reader, daemon=True),
+            threading.Thread(target=self._rebalances, daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
 
     def _reader(self) -> None:
         assert self.proc.stdout is not None
@@ -223,18 +232,39 @@ class KcatMember:
             p, o = raw.split()
             self.read.append((int(p), int(o)))
 
+    def _rebalances(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            m = self._REBALANCED.search(raw.decode(errors="replace").rstrip())
+            if m is None:
+                continue
+            if m.group(1) == "revoked":
+                self.assigned = None
+            else:
+                self.assigned = {int(p) for p in re.findall(r"\[(\d+)\]", m.group(2))}
+
     def partitions(self) -> set[int]:
         return {p for p, _ in self.read}
 
     def stop(self) -> None:  # SIGTERM: kcat commits what it printed and leaves the group
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(30)
-        self._thread.join(5)
+        for t in self._threads:
+            t.join(5)
 
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(10)
-        self._thread.join(5)
+        for t in self._threads:
+            t.join(5)
+
+
+def kcat_balanced(members: list[KcatMember], partitions: int) -> bool:
+    got = [m.assigned for m in members]
+    if any(a is None for a in got):
+        return False
+    flat = sorted(p for a in got for p in a or ())
+    return flat == list(range(partitions)) and all(len(a or ()) == partitions // len(members) for a in got)
 
 
 @requires_kcat
@@ -245,7 +275,9 @@ def test_kcat_group_members_split_the_topic_take_over_and_resume(cluster: Metada
     members = [KcatMember(brokers, group, topic) for _ in range(3)]
     everyone = list(members)
     try:
-        time.sleep(0.5)
+        # Produce only once the group is balanced: a member that joins after every record was
+        # read would own partitions and print nothing.
+        wait_until("three kcat members with two partitions each", lambda: kcat_balanced(members, 6), 60)
         produced = produce(brokers, topic, 6, 20)
         wait_until("every record read", lambda: produced <= {r for m in everyone for r in m.read}, 60)
         parts = [m.partitions() for m in members]
@@ -261,7 +293,7 @@ def test_kcat_group_members_split_the_topic_take_over_and_resume(cluster: Metada
         # Every member restarts: the group resumes from its committed offsets.
         members = [KcatMember(brokers, group, topic) for _ in range(3)]
         everyone += members
-        time.sleep(0.5)
+        wait_until("the restarted members with two partitions each", lambda: kcat_balanced(members, 6), 60)
         final = produce(brokers, topic, 6, 10, start=40)
         wait_until("every record read after the restart", lambda: final <= {r for m in members for r in m.read}, 60)
         for m in members:
