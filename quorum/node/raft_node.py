@@ -86,6 +86,7 @@ def raft_config_of(config: NodeConfig) -> RaftConfig:
         retry_backoff_ms=config.controller_quorum_retry_backoff_ms,
         # Long polls must end well before a follower would give up on the leader.
         fetch_max_wait_ms=min(500, config.controller_quorum_fetch_timeout_ms // 2),
+        sync_as_observer=config.is_controller,
     )
 
 

@@ -17,6 +17,11 @@ class RaftConfig:
     snapshot_chunk_bytes: int = 1024 * 1024  # FetchSnapshot MaxBytes
     max_batch_records: int = 4096  # proposals per appended batch
     pre_vote: bool = True  # KIP-996
+    # A replica that may be made a voter (a controller) fsyncs what it appends even while it
+    # is an observer: once the leader adds it, the leader counts its fetch offset toward the
+    # HW, and that offset covers records it appended as an observer (KAFKA-17332). Replicas
+    # that never vote (brokers) skip the fsync.
+    sync_as_observer: bool = False
 
     @property
     def check_quorum_timeout_ms(self) -> int:

@@ -220,6 +220,23 @@ class RaftCore:
         return self.voter_set.is_voter(self.replica_key)
 
     @property
+    def stands(self) -> bool:
+        """Whether this replica stands for election when it has no leader: a voter does, and
+        so does a replica that the latest voter change removed while that change is not known
+        to be committed. Without the second, a leader that removed itself and lost leadership
+        before the change committed would hold the longest log and never stand, while the
+        others, whose logs lack the change, could never win its vote (a liveness deadlock).
+        Votes are still counted against the latest voter set, which does not hold this
+        replica: it never counts its own vote, and a leader it becomes resigns once the change
+        commits, as the removed leader it was would have."""
+        if self.is_voter:
+            return True
+        changed_at = self._voter_history.latest_offset()
+        if changed_at < 0 or changed_at < self.high_watermark:
+            return False
+        return self._voter_history.value_at(changed_at - 1).is_voter(self.replica_key)
+
+    @property
     def is_leader(self) -> bool:
         return self.role is Role.LEADER
 
@@ -233,7 +250,7 @@ class RaftCore:
         match self.state:
             case UnattachedState() as s:
                 if self._now >= s.deadline:
-                    if self.is_voter:
+                    if self.stands:
                         self._start_election()
                     else:
                         self._probe_for_leader()
@@ -409,7 +426,7 @@ class RaftCore:
         match s:
             case FollowerState() if request_id == s.inflight_id and destination == s.leader_id:
                 s.inflight_id = -1
-                if self.is_voter and self.config.pre_vote and s.has_fetched and not s.leader_resigned:
+                if self.stands and self.config.pre_vote and s.has_fetched and not s.leader_resigned:
                     self._start_election()
                 else:
                     s.next_fetch_ms = self._now + self.config.retry_backoff_ms
@@ -502,9 +519,12 @@ class RaftCore:
             install_snapshot=install,
             truncate_to=truncate_to,
             entries=entries,
-            # An observer does not fsync what it appends (Kafka's observers do not either): its
-            # log counts toward no commit, and a tail lost in a crash is fetched again.
-            must_sync=(bool(entries) and self.is_voter) or truncate_to is not None or install is not None,
+            # An observer that can never vote (a broker) does not fsync what it appends: its
+            # log counts toward no commit, and a tail lost in a crash is fetched again. One
+            # that may be added as a voter does (`RaftConfig.sync_as_observer`).
+            must_sync=(bool(entries) and (self.is_voter or self.config.sync_as_observer))
+            or truncate_to is not None
+            or install is not None,
             messages=tuple(self._out),
             high_watermark=hw,
             committed=committed,
@@ -581,25 +601,27 @@ class RaftCore:
             state = ResignedState(self._election_deadline(), (), set(), self._now)
             self._enter(Role.RESIGNED, state, check=False)
         elif e.leader_id == self.node_id:
-            # It led this epoch and was removed from the voters since: an observer now.
+            # It led this epoch and was removed from the voters since: an observer now (one
+            # that still stands while its removal is not known to be committed).
             self._election = ElectionState(epoch=e.epoch, voted_id=e.voted_id)
-            self._enter(Role.UNATTACHED, UnattachedState(self._now), check=False)
+            deadline = self._election_deadline() if self.stands else self._now
+            self._enter(Role.UNATTACHED, UnattachedState(deadline), check=False)
         elif e.leader_id != NO_LEADER:
             # A known leader wins over our own vote: we stood in this epoch and someone else won.
             self._enter(Role.FOLLOWER, FollowerState(e.leader_id, self._fetch_deadline()), check=False)
             self._maybe_send_fetch()
-        elif e.voted_id == self.node_id and self.is_voter:
-            self._enter(Role.CANDIDATE, CandidateState(self._election_deadline(), {self.node_id}), check=False)
+        elif e.voted_id == self.node_id and self.stands:
+            self._enter(Role.CANDIDATE, CandidateState(self._election_deadline(), self._own_vote()), check=False)
             self._send_votes(pre_vote=False)
         else:
-            deadline = self._election_deadline() if self.is_voter else self._now
+            deadline = self._election_deadline() if self.stands else self._now
             self._enter(Role.UNATTACHED, UnattachedState(deadline), check=False)
 
     def _enter(self, role: Role, state: RoleState, *, check: bool = True, new_epoch: bool = False) -> None:
         if check:
             # A leader removed from the voters resigns after the change commits (KIP-853).
             removed_leader = role is Role.RESIGNED and self.role is Role.LEADER
-            if not self.is_voter and role not in OBSERVER_ROLES and not removed_leader:
+            if not self.stands and role not in OBSERVER_ROLES and not removed_leader:
                 raise IllegalTransitionError(f"observer {self.node_id} cannot become {role.value}")
             if not new_epoch and role not in ALLOWED_TRANSITIONS[self.role]:
                 raise IllegalTransitionError(f"{self.role.value} -> {role.value} in epoch {self.epoch}")
@@ -639,7 +661,7 @@ class RaftCore:
 
     def _become_unattached(self, epoch: Epoch) -> None:
         self._set_election(ElectionState(epoch=epoch))
-        deadline = self._election_deadline() if self.is_voter else self._now
+        deadline = self._election_deadline() if self.stands else self._now
         self._enter(Role.UNATTACHED, UnattachedState(deadline), new_epoch=True)
 
     def _become_follower(self, epoch: Epoch, leader_id: NodeId, *, new_epoch: bool = False) -> None:
@@ -651,12 +673,12 @@ class RaftCore:
 
     def _start_election(self) -> None:
         """Election timeout: pre-vote first (KIP-996), or go straight to Candidate."""
-        if not self.is_voter:
+        if not self.stands:
             self._become_unattached_observer()
             return
-        if self.config.pre_vote and len(self.voters) > 1:
+        if self.config.pre_vote and (len(self.voters) > 1 or not self.is_voter):
             leader = self.leader_id if isinstance(self.state, FollowerState) else NO_LEADER
-            state = ProspectiveState(self._election_deadline(), leader, {self.node_id})
+            state = ProspectiveState(self._election_deadline(), leader, self._own_vote())
             state.resend_ms = self._now + self._vote_resend_ms()
             self._enter(Role.PROSPECTIVE, state)
             self._send_votes(pre_vote=True)
@@ -666,18 +688,22 @@ class RaftCore:
 
     def _become_candidate(self) -> None:
         self._set_election(ElectionState(epoch=self.epoch + 1, voted_id=self.node_id))
-        state = CandidateState(self._election_deadline(), {self.node_id})
+        state = CandidateState(self._election_deadline(), self._own_vote())
         state.resend_ms = self._now + self._vote_resend_ms()
         self._enter(Role.CANDIDATE, state, new_epoch=True)
         self._send_votes(pre_vote=False)
         self._maybe_win_election()
+
+    def _own_vote(self) -> set[NodeId]:
+        """The votes a replica starts an election with: its own, if the voters count it."""
+        return {self.node_id} if self.is_voter else set()
 
     def _become_leader(self) -> None:
         epoch_start = self.log.end_offset
         self._set_election(ElectionState(epoch=self.epoch, voted_id=self.voted_id, leader_id=self.node_id))
         self._election_retries = 0
         others = self.voters - {self.node_id}
-        granted = self.state.granted if isinstance(self.state, CandidateState) else {self.node_id}
+        granted = self.state.granted if isinstance(self.state, CandidateState) else self._own_vote()
         ls = LeaderState(
             epoch_start_offset=epoch_start,
             voters={v: ReplicaProgress() for v in sorted(self.voters)},
@@ -997,7 +1023,7 @@ class RaftCore:
 
     def _tick_follower(self, f: FollowerState) -> None:
         if self._now >= f.fetch_deadline:
-            if self.is_voter:
+            if self.stands:
                 self._start_election()
             else:
                 self._become_unattached_observer()
@@ -1049,7 +1075,7 @@ class RaftCore:
 
     def _on_fetch_response(self, env: Envelope, resp: FetchResponse) -> None:
         f = self.state
-        if isinstance(f, UnattachedState) and not self.is_voter:
+        if isinstance(f, UnattachedState) and not self.stands:
             # An observer's probe: learn the leader from any voter's answer.
             if resp.leader_id != NO_LEADER and resp.leader_epoch >= self.epoch and resp.leader_id != self.node_id:
                 self._become_follower(resp.leader_epoch, resp.leader_id, new_epoch=resp.leader_epoch > self.epoch)

@@ -406,6 +406,10 @@ class Cluster:
         # KIP-853: committed voter sets by the offset of their VotersRecord; the answers to
         # change_voters by token; the epochs whose leader's voter set was checked.
         self.committed_voters: dict[Offset, VoterSet] = {}
+        # The voter set whose majority the leader counted when it last moved `max_committed`
+        # (its latest, committed or not: Kafka's rule). Its log may be the only one that holds
+        # that set (the leader crashed before the change spread), so no live core shows it.
+        self.committed_under: VoterSet | None = None
         self.voter_results: dict[tuple[int, int, int], VoterChangeResult] = {}  # (node, incarnation, token)
         self._voters_checked: set[int] = set()
         self.now = 0
@@ -1254,6 +1258,7 @@ class Cluster:
                 raise InvariantViolation(f"committed offset {offset} changed", "committed-unchanged")
             self.committed[offset] = entry
         self.max_committed = hw
+        self.committed_under = core.voter_set
 
     def _durably_holds(self, node: Node, offset: Offset, leader: RaftCore) -> bool:
         if offset < 0:
@@ -1308,12 +1313,15 @@ class Cluster:
                             f"leader {node.id} has a different committed entry at {last}", "leader-completeness"
                         )
         # Nothing committed is ever lost: every committed offset is durable on a majority of
-        # the committed voter set (or, while a voter change is uncommitted, of a set that some
-        # log already uses: the two differ by one voter, so their majorities overlap).
+        # the committed voter set, or, while a voter change is uncommitted, of a set that some
+        # log already uses (a live core's, or the one the committing leader counted, whose log
+        # may be down): the sets differ by one voter, so their majorities overlap.
         if self.max_committed:
             last = self.max_committed - 1
             if last in self.committed:
                 sets = [self.committed_voter_set()]
+                if self.committed_under is not None and self.dynamic:
+                    sets.append(self.committed_under)
                 sets += [n.core.voter_set for n in self.nodes.values() if n.core is not None and self.dynamic]
                 counts = [(self.holders(vs, last, None), vs.majority) for vs in sets]
                 if all(held < majority for held, majority in counts):

@@ -254,6 +254,38 @@ def test_growing_and_shrinking_under_load_loses_nothing() -> None:
     assert c.committed_values() == [f"v{i}" for i in range(len(c.committed_values()))]
 
 
+def test_a_leader_that_removed_itself_and_lost_leadership_before_the_change_committed_is_replaced() -> None:
+    """Voters {A, B}; leader A, cut off from B, writes the change that removes it, then
+    crashes. A's log is the longest (it holds the change, B does not) and its latest voter set
+    is {B}: were A an observer now, B could never win A's vote and A would never stand
+    (long-profile seeds 68 and 69 found this deadlock). A stands while its removal is not
+    known to be committed, wins B's vote (counted in {B}, not its own), commits the change
+    and resigns; B leads {B}."""
+    c = Cluster(68, voters=2, dynamic=True)
+    _settle(c)
+    a = c.leader()
+    assert a is not None and a.core is not None
+    b = next(n for n in c.voter_ids if n != a.id)
+    c.partition([a.id], [b])
+    key = c.change_voters(RemoveVoter(c.voter_node(a.id).key))
+    assert key is not None
+    c.run_for(100)
+    a_core = c.nodes[a.id].core
+    assert a_core is not None and a_core.voters == {b}, f"the change is not in A's log: {c.voter_results.get(key)}"
+    c.crash(a.id)
+    c.heal()
+    c.restart(a.id)
+
+    def b_leads_alone() -> bool:
+        leader = c.leader()
+        return leader is not None and leader.id == b and c.committed_voter_set().ids == {b}
+
+    assert c.run_until(b_leads_alone, 30_000), f"no leader of {{{b}}}: leader {c.leader()}"
+    before = _values(c)
+    c.run_for(2_000, propose_every_ms=50)
+    assert _values(c) > before, "B commits nothing"
+
+
 # ------------------------------------------------------------------ mutants
 
 VOTER_MUTANTS = (

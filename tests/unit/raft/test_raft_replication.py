@@ -3,8 +3,10 @@ and the leader's bookkeeping of voters and observers. Hand-driven, no clocks."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from raft_helpers import Net, batch, log_of, of_type  # type: ignore[import-not-found,unused-ignore]  # a sibling module on pytest's path
+from raft_helpers import CONFIG, Net, batch, log_of, of_type  # type: ignore[import-not-found,unused-ignore]  # a sibling module on pytest's path
 
 from quorum.raft.errors import ErrorCode, FatalQuorumError, NotLeaderError
 from quorum.raft.messages import (
@@ -254,4 +256,19 @@ def test_voters_fsync_what_they_append_and_observers_do_not() -> None:
     appended = {nid: [r for r in net.readies[nid] if r.entries] for nid in (2, 4)}
     assert appended[2] and all(r.must_sync for r in appended[2])
     assert appended[4] and not any(r.must_sync for r in appended[4])
+
+
+def test_an_observer_that_may_become_a_voter_fsyncs_what_it_appends() -> None:
+    """A controller observing the quorum (about to be added as a voter) fsyncs its appends:
+    the leader that adds it counts its fetch offset toward the HW at once, and that offset
+    covers what it appended as an observer (KAFKA-17332)."""
+    net = Net([1, 2, 3], observers=[4], config=replace(CONFIG, sync_as_observer=True))
+    net.elect(1, among=[1, 2, 3])
+    net[1].propose([b"a", b"b"], net.now)
+    net.flush(1)
+    net.fire(4)
+    net.stabilize()
+    appended = [r for r in net.readies[4] if r.entries]
+    assert not net[4].is_voter
+    assert appended and all(r.must_sync for r in appended)
     assert net[4].log.end_offset == net[2].log.end_offset == net[1].log.end_offset
