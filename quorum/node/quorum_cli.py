@@ -205,7 +205,7 @@ async def _send_voter_call_once(host: str, port: int, call: voter_codec.VoterCal
     frame, api_key, version = voter_codec.encode_voter_request(call, correlation_id=1, client_id="pykraft-quorum-cli")
     try:
         async with asyncio.timeout(timeout_s):
-            raw = await request(host, port, frame)
+            raw = await request(host, port, frame, request_timeout_s=timeout_s)
         answer = voter_codec.decode_voter_response(api_key, version, raw)
     except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
         return f"{host}:{port}: {exc or type(exc).__name__}"
@@ -228,7 +228,9 @@ def send_voter_call(addresses: list[tuple[str, int]], call: voter_codec.VoterCal
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise QuorumCommandError(f"the voter change did not complete in {timeout_s:g} s: {last}")
-                outcome = await _send_voter_call_once(host, port, call, min(remaining, 15.0))
+                attempt = voter_codec.within_ms(call, int(remaining * 1000))  # TimeoutMs: what is left, at most
+                wait_s = min(remaining, max(15.0, voter_codec.requested_timeout_ms(attempt) / 1000 + 5))
+                outcome = await _send_voter_call_once(host, port, attempt, wait_s)
                 if outcome == ErrorCode.NONE:
                     return
                 if isinstance(outcome, ErrorCode) and outcome not in VOTER_CHANGE_RETRIABLE:
@@ -261,7 +263,7 @@ def add_controller(args: argparse.Namespace) -> int:
         raise QuorumCommandError(f"{config.metadata_log_dir}/meta.properties has no directory.id")
     endpoint = controller_endpoint(config)
     node = VoterNode(ReplicaKey(config.node_id, directory_uuid(meta)), (endpoint,), 0, KRAFT_VERSION_DYNAMIC)
-    call = voter_codec.AddRaftVoter(meta.cluster_id, node, timeout_ms=int(args.timeout_ms))
+    call = voter_codec.AddRaftVoter(meta.cluster_id, node, min(args.timeout_ms, voter_codec.ADMIN_REQUEST_TIMEOUT_MS))
     send_voter_call(_voter_change_addresses(args, config), call, args.timeout_ms / 1000)
     print(
         f"Added controller {config.node_id} with directory id {meta.directory_id} and endpoints: "

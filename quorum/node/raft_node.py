@@ -53,7 +53,7 @@ from quorum.raft.ready import Ready
 from quorum.raft.roles import LeaderState, Role
 from quorum.raft.types import Batch, Epoch, NodeId, Offset, OffsetAndEpoch
 from quorum.raft.voter_change import AddVoter, RemoveVoter, UpdateVoter, VoterChange, VoterChangeResult
-from quorum.raft.voter_set import KRAFT_VERSION_DYNAMIC, ZERO_UUID, VoterSet
+from quorum.raft.voter_set import KRAFT_VERSION_DYNAMIC, ZERO_UUID, VoterNode, VoterSet
 from quorum.storage.file_log import FileLog
 from quorum.storage.quorum_state import QuorumStateStore
 from quorum.storage.snapshots import SnapshotStore, SnapshotVoters, decode_snapshot_full, encode_snapshot
@@ -68,6 +68,8 @@ RequestTypes = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, Fet
 
 METADATA_PARTITION_DIR = "__cluster_metadata-0"
 RELAY_CLIENT_ID = "pykraft-describe-relay"
+# How often (s) the leader tries an AddRaftVoter again while its TimeoutMs lasts.
+_ADD_VOTER_RETRY_S = 0.05
 # Requests handled concurrently per connection on the controller listener (answers still go
 # out in request order). Handlers start in request order and each puts its request into the
 # Raft inbox, or decides and appends its controller write, before it first suspends, so the
@@ -904,8 +906,8 @@ class RaftNode:
     async def _change_voters_as_leader(self, call: voter_codec.VoterCall) -> voter_codec.VoterCallAnswer:
         change: VoterChange
         match call:
-            case voter_codec.AddRaftVoter(_, voter, _):
-                change = AddVoter(voter)
+            case voter_codec.AddRaftVoter(_, voter, timeout_ms):
+                return await self._add_voter_as_leader(voter, timeout_ms)
             case voter_codec.RemoveRaftVoter(_, key):
                 change = RemoveVoter(key)
             case voter_codec.UpdateRaftVoter(_, _, voter):
@@ -921,6 +923,56 @@ class RaftNode:
             log.info("node %d: voter change committed: %s", self.node_id, change)
         return voter_codec.VoterCallAnswer(result.error, result.message or None)
 
+    async def _add_voter_as_leader(self, voter: VoterNode, timeout_ms: int) -> voter_codec.VoterCallAnswer:
+        """AddRaftVoter, answered within the request's TimeoutMs (ms from its arrival; negative
+        counts as 0). A refusal that time can cure (REQUEST_TIMED_OUT before the VotersRecord is
+        written: a previous change in flight, no commit yet in this epoch, the latest voter set
+        uncommitted, the new replica not a caught-up observer) is tried again every
+        _ADD_VOTER_RETRY_S until TimeoutMs has passed, so an operator may add a controller that
+        is still catching up (the wait KAFKA-17147 plans for Kafka's AddVoterHandler). Once the
+        VotersRecord is in the log the answer is NONE when it commits, REQUEST_TIMED_OUT if it
+        has not by TimeoutMs (the record stays in the log, as in Kafka), also when TimeoutMs is
+        longer than controller.quorum.request.timeout.ms, after which the core stops waiting."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_ms, 0) / 1000
+        refused = VoterChangeResult(
+            -1, ErrorCode.REQUEST_TIMED_OUT, f"{voter.key} was not added within {timeout_ms} ms"
+        )
+        while True:
+            fut = self.change_voters(AddVoter(voter))
+            try:
+                async with asyncio.timeout_at(deadline):
+                    result = await fut
+            except TimeoutError:
+                fut.cancel()  # a change the core has not taken yet never reaches it
+                result = refused  # the last refusal says why
+                break
+            core = self.core
+            if result.error != ErrorCode.REQUEST_TIMED_OUT or core is None:
+                break
+            if core.voter_set.is_voter(voter.key):
+                # Written, but not committed within the core's own timeout: wait for the commit.
+                if await self._voter_committed(core, voter, deadline):
+                    result = replace(result, error=ErrorCode.NONE, message="")
+                break
+            refused = result
+            await asyncio.sleep(max(0.0, min(_ADD_VOTER_RETRY_S, deadline - loop.time())))
+        if result.error == ErrorCode.NONE:
+            log.info("node %d: voter change committed: add %s", self.node_id, voter.key)
+        return voter_codec.VoterCallAnswer(result.error, result.message or None)
+
+    async def _voter_committed(self, core: RaftCore, voter: VoterNode, deadline: float) -> bool:
+        """Whether the committed voter set holds `voter` by `deadline` (loop time, s), while
+        this node leads."""
+        loop = asyncio.get_running_loop()
+        while self.core is core and core.is_leader and not self._closing:
+            if core.voters_at(core.high_watermark)[1].is_voter(voter.key):
+                return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(_ADD_VOTER_RETRY_S)
+        return False
+
     async def _relay_voter_call(
         self, call: voter_codec.VoterCall, head: codec.RequestHeaderInfo
     ) -> voter_codec.VoterCallAnswer | None:
@@ -931,9 +983,10 @@ class RaftNode:
         frame, api_key, version = voter_codec.encode_voter_request(
             call, correlation_id=1, client_id=RELAY_CLIENT_ID, api_version=head.api_version
         )
+        wait_s = max(self.raft_config.request_timeout_ms, voter_codec.requested_timeout_ms(call)) / 1000 + 4
         try:
-            async with asyncio.timeout(self.raft_config.request_timeout_ms / 1000 + 4):
-                raw = await one_shot_request(address.host, address.port, frame)
+            async with asyncio.timeout(wait_s):
+                raw = await one_shot_request(address.host, address.port, frame, request_timeout_s=wait_s)
             return voter_codec.decode_voter_response(api_key, version, raw)
         except (PeerUnavailable, codec.WireError, TimeoutError, OSError):
             return None

@@ -9,7 +9,7 @@ update one, its listeners (name, host, port) and its supported kraft.version ran
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Final, TypeAlias
 
@@ -39,11 +39,18 @@ UPDATE_RAFT_VOTER: Final = 82
 _ZERO_MS: Final = timedelta(0)
 
 
+# What kafka-metadata-quorum.sh sends as AddRaftVoter's TimeoutMs: its admin client's
+# request.timeout.ms default (ms), capped by what is left of the tool's own deadline.
+ADMIN_REQUEST_TIMEOUT_MS: Final = 30_000
+
+
 @dataclass(frozen=True, slots=True)
 class AddRaftVoter:
     cluster_id: str | None
     voter: VoterNode  # id, directory id, listeners (its kraft.version range is not sent: 0..1)
-    timeout_ms: int = 30_000
+    # ms the leader may take, from the request's arrival, to add the voter: to wait for it to
+    # catch up and for the VotersRecord to commit; then REQUEST_TIMED_OUT.
+    timeout_ms: int = ADMIN_REQUEST_TIMEOUT_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +87,20 @@ def api_key_of(call: VoterCall) -> int:
             return REMOVE_RAFT_VOTER
         case UpdateRaftVoter():
             return UPDATE_RAFT_VOTER
+
+
+def requested_timeout_ms(call: VoterCall) -> int:
+    """The time (ms) the call asks the leader to take at most: AddRaftVoter's TimeoutMs; 0 for
+    the calls that carry none (the leader's controller.quorum.request.timeout.ms bounds them)."""
+    return max(call.timeout_ms, 0) if isinstance(call, AddRaftVoter) else 0
+
+
+def within_ms(call: VoterCall, remaining_ms: int) -> VoterCall:
+    """`call` asking for no more than `remaining_ms` (an AddRaftVoter's TimeoutMs capped, as
+    Kafka's admin client caps it by the time left to its call); the others unchanged."""
+    if isinstance(call, AddRaftVoter) and call.timeout_ms > remaining_ms:
+        return replace(call, timeout_ms=max(remaining_ms, 0))
+    return call
 
 
 def _listeners(cls: type[Any], endpoints: tuple[Endpoint, ...]) -> tuple[Any, ...]:
