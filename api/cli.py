@@ -7,7 +7,7 @@
     pykraft storage random-uuid
     pykraft controller --config F
     pykraft broker --config F
-    pykraft cluster up --dir D [--controllers N] [--brokers N] [--base-port P]
+    pykraft cluster up --dir D [--controllers N] [--brokers N | --combined N] [--base-port P] [--static-voters]
     pykraft cluster down --dir D
     pykraft cluster status --dir D [--json]
     pykraft cluster start|stop|restart --dir D --node N
@@ -27,13 +27,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-import time
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from quorum.node.config import ConfigError, load_config
-from quorum.node.meta_properties import StorageError, format_storage, random_uuid
+from quorum.node.meta_properties import StorageError, random_uuid
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -83,7 +82,7 @@ def _call(module_name: str, function_name: str, *call_args: Any) -> int:
 
 
 def _storage_format(args: argparse.Namespace) -> int:
-    from quorum.node.bootstrap_voters import initial_voters, write_bootstrap_checkpoint
+    from quorum.node.bootstrap_voters import format_node, initial_voters
 
     config = load_config(args.config)
     bootstrap = initial_voters(
@@ -92,18 +91,12 @@ def _storage_format(args: argparse.Namespace) -> int:
         initial_controllers=args.initial_controllers,
         no_initial_controllers=args.no_initial_controllers,
     )
-    result = format_storage(
-        config,
-        args.cluster_id,
-        ignore_formatted=args.ignore_formatted,
-        metadata_directory_id=None if bootstrap is None else bootstrap.directory_id,
-    )
+    result = format_node(config, args.cluster_id, bootstrap, ignore_formatted=args.ignore_formatted)
     for directory in result.skipped:
         print(f"Skipping already formatted log directory {directory}.")
     for directory, meta in result.formatted:
         print(f"Formatting {directory} with cluster.id {meta.cluster_id} for node.id {meta.node_id}.")
         if bootstrap is not None and directory == config.metadata_log_dir:
-            write_bootstrap_checkpoint(directory, bootstrap.voters, timestamp_ms=int(time.time() * 1000))
             nodes = bootstrap.voters.nodes
             voters = ",".join(f"{n.node_id}@{n.endpoints[0].host}:{n.endpoints[0].port}" for n in nodes)
             print(f"Bootstrap checkpoint with kraft.version 1 and voters {voters} in {directory}.")
@@ -308,6 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_port,
         default=None,
         help="first port to use instead of the ports in deploy/local",
+    )
+    up.add_argument(
+        "--static-voters",
+        action="store_true",
+        help="a static quorum (controller.quorum.voters, kraft.version 0) instead of a dynamic one "
+        "(KIP-853: --initial-controllers, controller.quorum.bootstrap.servers)",
     )
     up.set_defaults(handler=_cluster_up)
     down = cluster_cmds.add_parser(

@@ -12,12 +12,20 @@ Nodes of such a quorum set `controller.quorum.bootstrap.servers` instead of
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from quorum.node.config import NodeConfig
-from quorum.node.meta_properties import StorageError, decode_uuid, random_uuid, uuid_string
+from quorum.node.meta_properties import (
+    FormatResult,
+    StorageError,
+    decode_uuid,
+    format_storage,
+    random_uuid,
+    uuid_string,
+)
 from quorum.raft.types import OffsetAndEpoch
 from quorum.raft.voter_set import KRAFT_VERSION_DYNAMIC, Endpoint, ReplicaKey, VoterNode, VoterSet
 from quorum.storage.snapshots import SnapshotStore, SnapshotVoters, encode_snapshot
@@ -26,6 +34,7 @@ __all__ = [
     "BOOTSTRAP_SNAPSHOT_ID",
     "InitialVoters",
     "controller_endpoint",
+    "format_node",
     "initial_voters",
     "parse_initial_controllers",
     "write_bootstrap_checkpoint",
@@ -144,3 +153,20 @@ def write_bootstrap_checkpoint(metadata_log_dir: str | Path, voters: VoterSet, *
         voters=SnapshotVoters(KRAFT_VERSION_DYNAMIC, voters),
     )
     return store.create(BOOTSTRAP_SNAPSHOT_ID, data)
+
+
+def format_node(
+    config: NodeConfig, cluster_id: str, bootstrap: InitialVoters | None, *, ignore_formatted: bool = False
+) -> FormatResult:
+    """`storage format`: meta.properties in every log dir (the metadata log dir's directory.id
+    from `bootstrap` when given) and, when the metadata log dir was formatted now, the
+    bootstrap checkpoint of `bootstrap`'s voters. Raises StorageError."""
+    result = format_storage(
+        config,
+        cluster_id,
+        ignore_formatted=ignore_formatted,
+        metadata_directory_id=None if bootstrap is None else bootstrap.directory_id,
+    )
+    if bootstrap is not None and any(d == config.metadata_log_dir for d, _ in result.formatted):
+        write_bootstrap_checkpoint(config.metadata_log_dir, bootstrap.voters, timestamp_ms=int(time.time() * 1000))
+    return result

@@ -16,12 +16,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from quorum.node.bootstrap_voters import format_node, initial_voters
 from quorum.node.config import ConfigError, config_from_properties, format_properties, load_config, parse_properties
 from quorum.node.free_ports import free_ports_for
-from quorum.node.meta_properties import format_storage, random_uuid, read_meta_properties
+from quorum.node.meta_properties import StorageError, random_uuid, read_meta_properties
 
 DEFAULT_CONTROLLER_PORT = 19090  # controller i listens on DEFAULT_CONTROLLER_PORT + i
 DEFAULT_REST_PORT = 18080  # node i serves REST on DEFAULT_REST_PORT + i
@@ -42,6 +44,9 @@ class NodePlan:
     role: str
     directory: Path
     properties: dict[str, str]
+    # KIP-853: the `storage format --initial-controllers` value a controller of a dynamic quorum
+    # is formatted with (id@host:port:directory-id,...); None for brokers and static voters.
+    initial_controllers: str | None = None
 
     @property
     def config_path(self) -> Path:
@@ -69,24 +74,57 @@ def _template(role: str, index: int) -> dict[str, str]:
     return props
 
 
+def _quorum_properties(voter_ids: range, base_port: int, directory_ids: Mapping[int, str] | None) -> dict[str, str]:
+    """How every node finds the controllers (voter i listens on base_port + i): static
+    `controller.quorum.voters` (kraft.version 0), or, given each voter's metadata directory.id,
+    `controller.quorum.bootstrap.servers` (KIP-853, a dynamic quorum)."""
+    if directory_ids is None:
+        return {"controller.quorum.voters": ",".join(f"{i}@127.0.0.1:{base_port + i}" for i in voter_ids)}
+    return {"controller.quorum.bootstrap.servers": ",".join(f"127.0.0.1:{base_port + i}" for i in voter_ids)}
+
+
+def _initial_controllers(voter_ids: range, base_port: int, directory_ids: Mapping[int, str] | None) -> str | None:
+    """`--initial-controllers` for the voters (None: a static quorum)."""
+    if directory_ids is None:
+        return None
+    return ",".join(f"{i}@127.0.0.1:{base_port + i}:{directory_ids[i]}" for i in voter_ids)
+
+
+def _without_quorum(props: dict[str, str]) -> dict[str, str]:
+    """A template's properties without its way of finding the controllers (the plan sets one)."""
+    props.pop("controller.quorum.voters", None)
+    props.pop("controller.quorum.bootstrap.servers", None)
+    return props
+
+
 def plan_cluster(
-    root: Path, controllers: int, base_port: int = DEFAULT_CONTROLLER_PORT, brokers: int = 0
+    root: Path,
+    controllers: int,
+    base_port: int = DEFAULT_CONTROLLER_PORT,
+    brokers: int = 0,
+    *,
+    directory_ids: Mapping[int, str] | None = None,
 ) -> list[NodePlan]:
-    """Controllers get ids 1..N, brokers the ids after them (N+1..N+B)."""
+    """Controllers get ids 1..N, brokers the ids after them (N+1..N+B). `directory_ids`
+    (controller id -> metadata directory.id) makes the quorum dynamic (KIP-853): the
+    controllers are formatted with --initial-controllers, every node finds them through
+    controller.quorum.bootstrap.servers; without it, the voters are static."""
     if controllers < 1:
         raise ClusterError("a cluster needs at least one controller")
-    voters = ",".join(f"{i}@127.0.0.1:{base_port + i}" for i in range(1, controllers + 1))
+    voter_ids = range(1, controllers + 1)
+    quorum = _quorum_properties(voter_ids, base_port, directory_ids)
+    initial = _initial_controllers(voter_ids, base_port, directory_ids)
     shift = base_port - DEFAULT_CONTROLLER_PORT
     rest_base = DEFAULT_REST_PORT + shift
     plans = []
-    for i in range(1, controllers + 1):
+    for i in voter_ids:
         directory = root / f"controller-{i}"
-        props = _template("controller", i)
+        props = _without_quorum(_template("controller", i))
         props.update(
             {
                 "process.roles": "controller",
                 "node.id": str(i),
-                "controller.quorum.voters": voters,
+                **quorum,
                 "listeners": f"CONTROLLER://127.0.0.1:{base_port + i}",
                 "controller.listener.names": "CONTROLLER",
                 "log.dirs": str(directory / "data"),
@@ -96,16 +134,16 @@ def plan_cluster(
         )
         if brokers:
             props["default.replication.factor"] = str(min(3, brokers))
-        plans.append(NodePlan(i, "controller", directory, props))
+        plans.append(NodePlan(i, "controller", directory, props, initial))
     for k in range(1, brokers + 1):
         node_id = controllers + k
         directory = root / f"broker-{node_id}"
-        props = _template("broker", node_id)
+        props = _without_quorum(_template("broker", node_id))
         props.update(
             {
                 "process.roles": "broker",
                 "node.id": str(node_id),
-                "controller.quorum.voters": voters,
+                **quorum,
                 "controller.listener.names": "CONTROLLER",
                 "listeners": f"PLAINTEXT://127.0.0.1:{DEFAULT_BROKER_PORT + shift + k - 1}",
                 "log.dirs": str(directory / "data"),
@@ -119,23 +157,28 @@ def plan_cluster(
     return plans
 
 
-def plan_combined(root: Path, nodes: int, base_port: int = DEFAULT_CONTROLLER_PORT) -> list[NodePlan]:
+def plan_combined(
+    root: Path, nodes: int, base_port: int = DEFAULT_CONTROLLER_PORT, *, directory_ids: Mapping[int, str] | None = None
+) -> list[NodePlan]:
     """Combined mode (`process.roles=broker,controller`, Kafka's quick-start shape): nodes 1..N
     each a voter on CONTROLLER (base_port + i) and a broker on PLAINTEXT (9092 + i - 1,
-    shifted like the ports of `plan_cluster`). Launched as `pykraft broker` (the combined node)."""
+    shifted like the ports of `plan_cluster`). Launched as `pykraft broker` (the combined node).
+    `directory_ids`: a dynamic quorum, as in `plan_cluster`."""
     if nodes < 1:
         raise ClusterError("a combined cluster needs at least one node")
-    voters = ",".join(f"{i}@127.0.0.1:{base_port + i}" for i in range(1, nodes + 1))
+    voter_ids = range(1, nodes + 1)
+    quorum = _quorum_properties(voter_ids, base_port, directory_ids)
+    initial = _initial_controllers(voter_ids, base_port, directory_ids)
     shift = base_port - DEFAULT_CONTROLLER_PORT
     plans = []
-    for i in range(1, nodes + 1):
+    for i in voter_ids:
         directory = root / f"node-{i}"
-        props = _template("broker", 3 + i)
+        props = _without_quorum(_template("broker", 3 + i))
         props.update(
             {
                 "process.roles": "broker,controller",
                 "node.id": str(i),
-                "controller.quorum.voters": voters,
+                **quorum,
                 "listeners": f"PLAINTEXT://127.0.0.1:{DEFAULT_BROKER_PORT + shift + i - 1},"
                 f"CONTROLLER://127.0.0.1:{base_port + i}",
                 "controller.listener.names": "CONTROLLER",
@@ -147,7 +190,7 @@ def plan_combined(root: Path, nodes: int, base_port: int = DEFAULT_CONTROLLER_PO
                 "min.insync.replicas": str(min(2, nodes)),
             }
         )
-        plans.append(NodePlan(i, "broker", directory, props))
+        plans.append(NodePlan(i, "broker", directory, props, initial))
     return plans
 
 
@@ -228,7 +271,13 @@ def start_node(plan: NodePlan, cluster_id: str, extra_args: list[str] | None = N
     plan.config_path.write_text(format_properties(plan.properties, header=f"pykraft {plan.role} {plan.node_id}"))
     config = load_config(plan.config_path)
     if read_meta_properties(config.metadata_log_dir or config.log_dirs[0]) is None:
-        format_storage(config, cluster_id)
+        try:
+            bootstrap = initial_voters(
+                config, standalone=False, initial_controllers=plan.initial_controllers, no_initial_controllers=False
+            )
+            format_node(config, cluster_id, bootstrap)
+        except StorageError as exc:
+            raise ClusterError(f"{plan.role} {plan.node_id}: {exc}") from exc
     return launch(plan.role, plan.config_path, plan.events_file, plan.log_file, extra_args)
 
 
@@ -285,11 +334,19 @@ def wait_for_unfenced(brokers: list[NodePlan], timeout_s: float) -> None:
 def cluster_up(args: argparse.Namespace) -> int:
     root = Path(args.dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    if (root / "cluster.json").exists():
-        running = [pid for n in _nodes(_load_cluster(root)) if (pid := node_pid(n)) is not None]
+    previous = _load_cluster(root) if (root / "cluster.json").exists() else None
+    if previous is not None:
+        running = [pid for n in _nodes(previous) if (pid := node_pid(n)) is not None]
         if running:
             pids = ", ".join(str(p) for p in running)
             raise ClusterError(f"a cluster is already running in {root} (pids {pids}); stop it with `cluster down`")
+    # A directory started before keeps its kind of quorum (one without the key is static: older
+    # pykraft made only those); a new one is dynamic unless --static-voters.
+    static = bool(getattr(args, "static_voters", False))
+    if previous is not None:
+        if previous.get("quorum") == "dynamic" and static:
+            raise ClusterError(f"the cluster in {root} has a dynamic quorum; --static-voters cannot change it")
+        static = previous.get("quorum") != "dynamic"
     id_file = root / "cluster-id"
     if id_file.exists():
         cluster_id = id_file.read_text().strip()
@@ -299,28 +356,34 @@ def cluster_up(args: argparse.Namespace) -> int:
     base_port = getattr(args, "base_port", None) or DEFAULT_CONTROLLER_PORT
     brokers = getattr(args, "brokers", 3)
     combined = getattr(args, "combined", 0) or 0
-    if combined:
-        plans = plan_combined(root, combined, base_port)
-    else:
-        plans = plan_cluster(root, args.controllers, base_port, brokers)
+
+    def plan(directory_ids: Mapping[int, str] | None) -> list[NodePlan]:
+        if combined:
+            return plan_combined(root, combined, base_port, directory_ids=directory_ids)
+        return plan_cluster(root, args.controllers, base_port, brokers, directory_ids=directory_ids)
+
+    plans = plan(None)
+    directory_ids = None if static else _voter_directory_ids(plans)
+    plans = plans if directory_ids is None else plan(directory_ids)
     nodes = []
-    for plan in plans:
-        proc = start_node(plan, cluster_id)
-        nodes.append(
-            {
-                "id": plan.node_id,
-                "roles": plan.properties["process.roles"].split(","),
-                "pid": proc.pid,
-                "listeners": [plan.properties["listeners"]],
-                "log_dirs": [plan.properties["log.dirs"]],
-                "metadata_log_dir": plan.properties["metadata.log.dir"],
-                "config": str(plan.config_path),
-                "log_file": str(plan.log_file),
-                "events_file": str(plan.events_file),
-                "rest": plan.properties.get("rest.listener"),
-            }
-        )
-    data: dict[str, object] = {"cluster_id": cluster_id, "nodes": nodes}
+    for p in plans:
+        proc = start_node(p, cluster_id)
+        node = {
+            "id": p.node_id,
+            "roles": p.properties["process.roles"].split(","),
+            "pid": proc.pid,
+            "listeners": [p.properties["listeners"]],
+            "log_dirs": [p.properties["log.dirs"]],
+            "metadata_log_dir": p.properties["metadata.log.dir"],
+            "config": str(p.config_path),
+            "log_file": str(p.log_file),
+            "events_file": str(p.events_file),
+            "rest": p.properties.get("rest.listener"),
+        }
+        if directory_ids is not None and p.node_id in directory_ids:
+            node["directory_id"] = directory_ids[p.node_id]  # KIP-853: remove-controller's --controller-directory-id
+        nodes.append(node)
+    data: dict[str, object] = {"cluster_id": cluster_id, "quorum": "static" if static else "dynamic", "nodes": nodes}
     _save_cluster(root, data)
     addresses = [("127.0.0.1", base_port + p.node_id) for p in plans if "controller" in p.properties["process.roles"]]
     try:
@@ -334,10 +397,26 @@ def cluster_up(args: argparse.Namespace) -> int:
     for n in nodes:
         listeners = ", ".join(str(x) for x in n["listeners"])  # type: ignore[attr-defined]
         roles = "+".join(n["roles"])  # type: ignore[arg-type]
-        print(f"  {roles} {n['id']}: {listeners}  rest {n['rest']}  pid {n['pid']}")
+        directory = f"  directory.id {n['directory_id']}" if "directory_id" in n else ""
+        print(f"  {roles} {n['id']}: {listeners}  rest {n['rest']}  pid {n['pid']}{directory}")
     print(f"  leader: node {leader} in epoch {epoch}")
+    if static:
+        print("  quorum: static voters (controller.quorum.voters, kraft.version 0)")
+    else:
+        print("  quorum: dynamic (kraft.version 1): pykraft quorum add-controller / remove-controller change it")
     print(f"stop it with: pykraft cluster down --dir {args.dir}")
     return 0
+
+
+def _voter_directory_ids(plans: list[NodePlan]) -> dict[int, str]:
+    """Each voter's metadata directory.id: the one its meta.properties holds (formatted before),
+    else a new one, as `storage format --initial-controllers` gets from its caller."""
+    ids = {}
+    for p in plans:
+        if "controller" in p.properties["process.roles"].split(","):
+            meta = read_meta_properties(p.properties["metadata.log.dir"])
+            ids[p.node_id] = meta.directory_id if meta is not None and meta.directory_id else random_uuid()
+    return ids
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
