@@ -44,7 +44,7 @@ from quorum.node.config import ConfigError, load_config
 from quorum.node.controller import build_controller, setup_logging
 from quorum.node.controller_client import ControllerClient
 from quorum.node.events import EventLog
-from quorum.node.meta_properties import StorageError, check_storage
+from quorum.node.meta_properties import StorageError, check_storage, directory_uuid
 from quorum.node.node_context import LocalNodeContext
 from quorum.node.raft_node import RaftNode
 from quorum.raft.roles import Role
@@ -87,6 +87,7 @@ async def serve_broker(config_path: str, *, events_file: Path | None = None) -> 
     node = RaftNode(
         config,
         cluster_id=meta.cluster_id,
+        directory_id=directory_uuid(meta),  # KIP-853: a combined node's voter key; an observer's in DescribeQuorum
         state_machine=sm,
         serve_raft=combined,
         on_role_change=on_role,

@@ -87,6 +87,10 @@ def test_cluster_up_formats_a_dynamic_quorum_that_grows_and_shrinks(
     assert "FinalizedVersionLevel: 1" in _cli("features", "describe", "--bootstrap-controller", bootstrap)
     rows = _replication(bootstrap)
     assert rows[1]["Status"] == "Leader" and rows[1]["DirectoryId"] == meta.directory_id, rows
+    broker = next(n for n in data["nodes"] if n["roles"] == ["broker"])
+    broker_meta = read_meta_properties(broker["metadata_log_dir"])
+    assert broker_meta is not None and rows[2]["Status"] == "Observer", rows
+    assert rows[2]["DirectoryId"] == broker_meta.directory_id, rows  # as Kafka's brokers fetch
 
     # A controller that joins: formatted --no-initial-controllers, it finds the quorum through
     # controller.quorum.bootstrap.servers; added as soon as it runs, then removed.
@@ -147,3 +151,18 @@ def test_cluster_up_formats_a_dynamic_quorum_that_grows_and_shrinks(
     proc.wait(30)
     down = run_pykraft("cluster", "down", "--dir", str(root), timeout=120)
     assert down.returncode == 0 and "stopped 2 nodes" in down.stdout, down.stdout + down.stderr
+
+
+def test_cluster_up_combined_is_a_dynamic_quorum_too(local: tuple[Path, list[subprocess.Popen[bytes]]]) -> None:
+    """Kafka's quick start: one node that is broker and controller, formatted as a dynamic quorum."""
+    root, _ = local
+    base = free_cluster_base(1, combined=True)
+    up = run_pykraft("cluster", "up", "--dir", str(root), "--combined", "1", "--base-port", str(base))
+    assert up.returncode == 0, up.stdout + up.stderr
+    node = json.loads((root / "cluster.json").read_text())["nodes"][0]
+    bootstrap = f"127.0.0.1:{base + 1}"
+    assert "FinalizedVersionLevel: 1" in _cli("features", "describe", "--bootstrap-controller", bootstrap)
+    rows = _replication(bootstrap)
+    assert rows[1]["Status"] == "Leader" and rows[1]["DirectoryId"] == node["directory_id"], rows
+    down = run_pykraft("cluster", "down", "--dir", str(root), timeout=120)
+    assert down.returncode == 0 and "stopped 1 node" in down.stdout, down.stdout + down.stderr
