@@ -948,7 +948,7 @@ class RaftNode:
                 result = refused  # the last refusal says why
                 break
             core = self.core
-            if result.error != ErrorCode.REQUEST_TIMED_OUT or core is None:
+            if result.error != ErrorCode.REQUEST_TIMED_OUT or core is None or self._closing:
                 break
             if core.voter_set.is_voter(voter.key):
                 # Written, but not committed within the core's own timeout: wait for the commit.
