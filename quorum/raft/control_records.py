@@ -26,6 +26,7 @@ __all__ = [
     "LeaderChange",
     "SnapshotFooter",
     "SnapshotHeader",
+    "decode_fixed_v0",
     "decode_leader_change",
     "decode_snapshot_footer",
     "decode_snapshot_header",
