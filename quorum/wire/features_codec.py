@@ -14,18 +14,15 @@ from datetime import timedelta
 from typing import Any, Final
 
 from quorum.raft.errors import ErrorCode
-from quorum.wire._reader import MalformedError, entity_reader, read_request_body
+from quorum.wire import api_frames
 from quorum.wire.codec import (
+    _ZERO_MS,
     FEATURE_API_VERSIONS,
     RequestHeaderInfo,
     WireError,
-    _frame,
     _kio_error,
     _make,
     _nested,
-    _peek_header,
-    _schema,
-    _schema_or_raise,
     error_from_wire,
 )
 
@@ -36,8 +33,6 @@ KRAFT_VERSION_FEATURE: Final = "kraft.version"
 UPGRADE: Final = 1
 SAFE_DOWNGRADE: Final = 2
 UNSAFE_DOWNGRADE: Final = 3
-
-_ZERO_MS: Final = timedelta(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +67,7 @@ def encode_request(
     call: UpdateFeatures, *, correlation_id: int, client_id: str | None, api_version: int | None = None
 ) -> tuple[bytes, int]:
     """(frame, version) of an UpdateFeatures request; version defaults to the highest served."""
-    low, high = FEATURE_API_VERSIONS[UPDATE_FEATURES]
-    version = high if api_version is None else api_version
-    if not low <= version <= high:
-        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"UpdateFeatures v{version} is not in {low}..{high}")
-    cls = _schema_or_raise(UPDATE_FEATURES, version, True)
+    cls, version = api_frames.request_schema(FEATURE_API_VERSIONS, UPDATE_FEATURES, api_version)
     key = _nested(cls, "FeatureUpdateKey")
     updates = tuple(
         _make(
@@ -94,27 +85,16 @@ def encode_request(
         feature_updates=updates,
         validate_only=call.validate_only,
     )
-    header = cls.__header_schema__(
-        request_api_key=UPDATE_FEATURES, request_api_version=version, correlation_id=correlation_id, client_id=client_id
+    frame = api_frames.request_frame(
+        cls, body, api_key=UPDATE_FEATURES, version=version, correlation_id=correlation_id, client_id=client_id
     )
-    return _frame(header, body), version
+    return frame, version
 
 
 def decode_request(frame: bytes) -> tuple[RequestHeaderInfo, UpdateFeatures]:
     """Decode an UpdateFeatures request (frame without its length prefix). Raises WireError
     (with the header once it parsed: the caller answers it)."""
-    head = _peek_header(bytes(frame))
-    low, high = FEATURE_API_VERSIONS[UPDATE_FEATURES]
-    if head.api_key != UPDATE_FEATURES:
-        raise WireError(ErrorCode.INVALID_REQUEST, f"api {head.api_key} is not UpdateFeatures", header=head)
-    if not low <= head.api_version <= high:
-        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"UpdateFeatures v{head.api_version}", header=head)
-    cls = _schema_or_raise(UPDATE_FEATURES, head.api_version, True)
-    try:
-        _, pos = entity_reader(cls.__header_schema__)(bytes(frame), 0)
-        body = read_request_body(cls, bytes(frame), pos)
-    except MalformedError as exc:
-        raise WireError(ErrorCode.INVALID_REQUEST, f"malformed {cls.__name__}: {exc}", header=head) from exc
+    head, body = api_frames.read_request(bytes(frame), FEATURE_API_VERSIONS, "UpdateFeatures")
     updates: list[FeatureUpdate] = []
     for u in body.feature_updates:
         if head.api_version == 0:
@@ -135,7 +115,7 @@ def decode_request(frame: bytes) -> tuple[RequestHeaderInfo, UpdateFeatures]:
 
 def encode_response(head: RequestHeaderInfo, answer: UpdateFeaturesAnswer) -> bytes:
     """The response frame answering `head`'s request at its version."""
-    cls = _schema_or_raise(UPDATE_FEATURES, head.api_version, False)
+    cls = api_frames.response_schema(head)
     result = _nested(cls, "UpdatableFeatureResult")
     body = _make(
         cls,
@@ -146,19 +126,12 @@ def encode_response(head: RequestHeaderInfo, answer: UpdateFeaturesAnswer) -> by
             result(feature=r.feature, error_code=_kio_error(r.error), error_message=r.message) for r in answer.results
         ),
     )
-    return _frame(cls.__header_schema__(correlation_id=head.correlation_id), body)
+    return api_frames.response_frame(cls, head, body)
 
 
 def decode_response(api_version: int, frame: bytes) -> UpdateFeaturesAnswer:
     """Decode an UpdateFeatures response (frame without its length prefix). Raises WireError."""
-    cls = _schema(UPDATE_FEATURES, api_version, False)
-    if cls is None:
-        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"UpdateFeatures v{api_version} has no schema")
-    try:
-        _, pos = entity_reader(cls.__header_schema__)(bytes(frame), 0)
-        body, _ = entity_reader(cls)(bytes(frame), pos)
-    except MalformedError as exc:
-        raise WireError(ErrorCode.INVALID_REQUEST, f"malformed {cls.__name__}: {exc}") from exc
+    body = api_frames.read_response(UPDATE_FEATURES, api_version, bytes(frame))
     results: Any = getattr(body, "results", ())
     return UpdateFeaturesAnswer(
         error_from_wire(int(body.error_code)),

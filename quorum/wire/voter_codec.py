@@ -15,19 +15,16 @@ from typing import Any, Final, TypeAlias
 
 from quorum.raft.errors import ErrorCode
 from quorum.raft.voter_set import KRAFT_VERSION_DYNAMIC, ZERO_UUID, Endpoint, ReplicaKey, VoterNode
-from quorum.wire._reader import MalformedError, entity_reader, read_request_body
+from quorum.wire import api_frames
 from quorum.wire.codec import (
+    _ZERO_MS,
     VOTER_API_VERSIONS,
     RequestHeaderInfo,
     WireError,
-    _frame,
     _kio_error,
     _make,
     _nested,
-    _peek_header,
     _read_uuid,
-    _schema,
-    _schema_or_raise,
     _wire_uuid,
     error_from_wire,
 )
@@ -35,8 +32,6 @@ from quorum.wire.codec import (
 ADD_RAFT_VOTER: Final = 80
 REMOVE_RAFT_VOTER: Final = 81
 UPDATE_RAFT_VOTER: Final = 82
-
-_ZERO_MS: Final = timedelta(0)
 
 
 # What kafka-metadata-quorum.sh sends as AddRaftVoter's TimeoutMs: its admin client's
@@ -113,11 +108,7 @@ def encode_voter_request(
 ) -> tuple[bytes, int, int]:
     """(frame, api key, version) of a voter-change request; version defaults to the highest served."""
     key = api_key_of(call)
-    low, high = VOTER_API_VERSIONS[key]
-    version = high if api_version is None else api_version
-    if not low <= version <= high:
-        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"api {key} v{version} is not in {low}..{high}")
-    cls = _schema_or_raise(key, version, True)
+    cls, version = api_frames.request_schema(VOTER_API_VERSIONS, key, api_version)
     body: Any
     match call:
         case AddRaftVoter(cluster_id, voter, timeout_ms):
@@ -147,10 +138,10 @@ def encode_voter_request(
                 listeners=_listeners(cls, voter.endpoints),
                 k_raft_version_feature=feature,
             )
-    header = cls.__header_schema__(
-        request_api_key=key, request_api_version=version, correlation_id=correlation_id, client_id=client_id
+    frame = api_frames.request_frame(
+        cls, body, api_key=key, version=version, correlation_id=correlation_id, client_id=client_id
     )
-    return _frame(header, body), key, version
+    return frame, key, version
 
 
 def _endpoints(listeners: Any) -> tuple[Endpoint, ...]:
@@ -165,20 +156,7 @@ def _endpoints(listeners: Any) -> tuple[Endpoint, ...]:
 def decode_voter_request(frame: bytes) -> tuple[RequestHeaderInfo, VoterCall]:
     """Decode a voter-change request (frame without its length prefix). Raises WireError
     (with the header once it parsed: the caller answers it)."""
-    head = _peek_header(bytes(frame))
-    limits = VOTER_API_VERSIONS.get(head.api_key)
-    if limits is None:
-        raise WireError(ErrorCode.INVALID_REQUEST, f"api {head.api_key} is not a voter change", header=head)
-    if not limits[0] <= head.api_version <= limits[1]:
-        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"api {head.api_key} v{head.api_version}", header=head)
-    cls = _schema(head.api_key, head.api_version, True)
-    if cls is None:  # pragma: no cover - VOTER_API_VERSIONS lists only versions kio has
-        raise WireError(ErrorCode.UNSUPPORTED_VERSION, "no schema", header=head)
-    try:
-        _, pos = entity_reader(cls.__header_schema__)(bytes(frame), 0)
-        body = read_request_body(cls, bytes(frame), pos)
-    except MalformedError as exc:
-        raise WireError(ErrorCode.INVALID_REQUEST, f"malformed {cls.__name__}: {exc}", header=head) from exc
+    head, body = api_frames.read_request(bytes(frame), VOTER_API_VERSIONS, "a voter change")
     try:
         if body.voter_id < 0:
             raise WireError(ErrorCode.INVALID_REQUEST, f"voter id {body.voter_id} is negative", header=head)
@@ -208,7 +186,7 @@ def decode_voter_request(frame: bytes) -> tuple[RequestHeaderInfo, VoterCall]:
 
 def encode_voter_response(head: RequestHeaderInfo, answer: VoterCallAnswer) -> bytes:
     """The response frame answering `head`'s request at its version."""
-    cls = _schema_or_raise(head.api_key, head.api_version, False)
+    cls = api_frames.response_schema(head)
     extra: dict[str, Any] = {}
     if head.api_key == UPDATE_RAFT_VOTER:
         extra["current_leader"] = _nested(cls, "CurrentLeader")(
@@ -224,19 +202,12 @@ def encode_voter_response(head: RequestHeaderInfo, answer: VoterCallAnswer) -> b
         error_message=answer.message or None,
         **extra,
     )
-    return _frame(cls.__header_schema__(correlation_id=head.correlation_id), body)
+    return api_frames.response_frame(cls, head, body)
 
 
 def decode_voter_response(api_key: int, api_version: int, frame: bytes) -> VoterCallAnswer:
     """Decode a voter-change response (frame without its length prefix). Raises WireError."""
-    cls = _schema(api_key, api_version, False)
-    if cls is None:
-        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"api {api_key} v{api_version} has no schema")
-    try:
-        _, pos = entity_reader(cls.__header_schema__)(bytes(frame), 0)
-        body, _ = entity_reader(cls)(bytes(frame), pos)
-    except MalformedError as exc:
-        raise WireError(ErrorCode.INVALID_REQUEST, f"malformed {cls.__name__}: {exc}") from exc
+    body = api_frames.read_response(api_key, api_version, bytes(frame))
     leader = getattr(body, "current_leader", None)
     return VoterCallAnswer(
         error_from_wire(int(body.error_code)),
