@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
 
 from quorum.node.config import ConfigError
 from quorum.node.meta_properties import StorageError
-from quorum.node.quorum_cli import parse_bootstrap
+from quorum.node.tool_requests import Address, ask_raft_api, ask_until_final, first_answer, parse_bootstrap, same_frame
 from quorum.raft.errors import ErrorCode
 from quorum.wire import codec, features_codec
 from quorum.wire.features_codec import FeatureUpdate, UpdateFeatures, UpdateFeaturesAnswer
-from quorum.wire.transport import PeerUnavailable, request
 
 
 class FeatureCommandError(Exception):
@@ -28,6 +26,7 @@ class FeatureCommandError(Exception):
 
 EXPECTED_ERRORS = (ValueError, ConfigError, StorageError, FeatureCommandError)
 RETRIABLE = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_LEADER_OR_FOLLOWER})
+CLIENT_ID = "pykraft-features-cli"
 
 
 def parse_feature(text: str) -> FeatureUpdate:
@@ -38,44 +37,30 @@ def parse_feature(text: str) -> FeatureUpdate:
     return FeatureUpdate(name.strip(), int(level))
 
 
-async def _send_once(host: str, port: int, call: UpdateFeatures, timeout_s: float) -> UpdateFeaturesAnswer | str:
-    frame, version = features_codec.encode_request(call, correlation_id=1, client_id="pykraft-features-cli")
-    try:
-        async with asyncio.timeout(timeout_s):
-            raw = await request(host, port, frame)
-        return features_codec.decode_response(version, raw)
-    except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
-        return f"{host}:{port}: {exc or type(exc).__name__}"
-
-
 def _retriable(answer: UpdateFeaturesAnswer) -> bool:
     if answer.error != ErrorCode.NONE:
         return answer.error in RETRIABLE
     return any(r.error in RETRIABLE for r in answer.results)
 
 
-def update_features(addresses: list[tuple[str, int]], call: UpdateFeatures, timeout_s: float) -> UpdateFeaturesAnswer:
+def _describe(answer: UpdateFeaturesAnswer) -> str:
+    return ", ".join(f"{r.feature}: {r.error.name}" for r in answer.results) or answer.error.name
+
+
+def update_features(addresses: list[Address], call: UpdateFeatures, timeout_s: float) -> UpdateFeaturesAnswer:
     """The first answer that is not retriable. Raises FeatureCommandError after `timeout_s`."""
-
-    async def run() -> UpdateFeaturesAnswer:
-        deadline = time.monotonic() + timeout_s
-        last = "no controller answered"
-        while True:
-            for host, port in addresses:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise FeatureCommandError(f"the update did not complete in {timeout_s:g} s: {last}")
-                outcome = await _send_once(host, port, call, min(remaining, 15.0))
-                if isinstance(outcome, str):
-                    last = outcome
-                    continue
-                if not _retriable(outcome):
-                    return outcome
-                last = ", ".join(f"{r.feature}: {r.error.name}" for r in outcome.results) or outcome.error.name
-                break  # the quorum answered: ask again after a pause, from the first address
-            await asyncio.sleep(0.2)
-
-    return asyncio.run(run())
+    frame, version = features_codec.encode_request(call, correlation_id=1, client_id=CLIENT_ID)
+    return asyncio.run(
+        ask_until_final(
+            addresses,
+            same_frame(frame),
+            lambda raw: features_codec.decode_response(version, raw),
+            timeout_s=timeout_s,
+            retriable=_retriable,
+            describe=_describe,
+            gave_up=lambda why: FeatureCommandError(f"the update {why}"),
+        )
+    )
 
 
 def upgrade(args: argparse.Namespace) -> int:
@@ -96,33 +81,18 @@ def upgrade(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-async def _api_versions(host: str, port: int, timeout_s: float) -> codec.ApiVersionsResult | None:
-    frame = codec.encode_request(
-        codec.ApiVersionsCall("pykraft-features-cli", "1"),
-        correlation_id=1,
-        client_id="pykraft-features-cli",
-        cluster_id=None,
-        source_id=-1,
-        destination_id=-1,
-        api_version=3,
-    )
-    try:
-        async with asyncio.timeout(timeout_s):
-            raw = await request(host, port, frame)
-        _, answer = codec.decode_response(codec.ApiKey.API_VERSIONS, 3, raw)
-    except (PeerUnavailable, codec.WireError, TimeoutError, OSError):
-        return None
+async def _api_versions(address: Address, timeout_s: float) -> codec.ApiVersionsResult | None:
+    call = codec.ApiVersionsCall(CLIENT_ID, "1")
+    answer = await ask_raft_api(address, call, version=3, client_id=CLIENT_ID, timeout_s=timeout_s)
     return answer if isinstance(answer, codec.ApiVersionsResult) else None
 
 
 def describe(args: argparse.Namespace) -> int:
     """`kafka-features.sh --bootstrap-controller H:P describe`: each feature the controller
     supports and its finalized level (from ApiVersions v3; 0 when not finalized)."""
-    for host, port in parse_bootstrap(args.bootstrap_controller):
-        result = asyncio.run(_api_versions(host, port, 5.0))
-        if result is not None:
-            break
-    else:
+    addresses = parse_bootstrap(args.bootstrap_controller)
+    result = asyncio.run(first_answer(addresses, lambda address: _api_versions(address, 5.0)))
+    if result is None:
         raise FeatureCommandError("no controller answered ApiVersions")
     for name in sorted({*result.supported_features, *result.finalized_features}):
         low, high = result.supported_features.get(name, (0, 0))

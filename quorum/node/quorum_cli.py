@@ -16,83 +16,52 @@ import uuid
 
 from quorum.node.config import ConfigError, NodeConfig, load_config
 from quorum.node.meta_properties import StorageError, decode_uuid, directory_uuid, read_meta_properties, uuid_string
+from quorum.node.tool_requests import (
+    MAX_TRY_S,
+    Address,
+    ask,
+    ask_raft_api,
+    ask_until_final,
+    first_answer,
+    parse_bootstrap,
+)
 from quorum.raft.describe import QuorumDescription, ReplicaDescription
 from quorum.raft.errors import ErrorCode
 from quorum.raft.voter_set import KRAFT_VERSION_DYNAMIC, ReplicaKey, VoterNode
 from quorum.wire import admin_codec, codec, voter_codec
-from quorum.wire.transport import PeerUnavailable, request
 
 DESCRIBE_QUORUM_VERSION = codec.REQUEST_VERSIONS[codec.api_key_of(codec.DescribeQuorumCall())]
+CLIENT_ID = "pykraft-quorum-cli"
 
 
-async def _describe_one(host: str, port: int, timeout_s: float) -> QuorumDescription | None:
-    frame = codec.encode_request(
-        codec.DescribeQuorumCall(),
-        correlation_id=1,
-        client_id="pykraft-quorum-cli",
-        cluster_id=None,
-        source_id=-1,
-        destination_id=-1,
-        api_version=DESCRIBE_QUORUM_VERSION,
+async def _describe_one(address: Address, timeout_s: float) -> QuorumDescription | None:
+    call = codec.DescribeQuorumCall()
+    answer = await ask_raft_api(
+        address, call, version=DESCRIBE_QUORUM_VERSION, client_id=CLIENT_ID, timeout_s=timeout_s
     )
-    try:
-        async with asyncio.timeout(timeout_s):
-            raw = await request(host, port, frame)
-        _, answer = codec.decode_response(codec.api_key_of(codec.DescribeQuorumCall()), DESCRIBE_QUORUM_VERSION, raw)
-    except (PeerUnavailable, codec.WireError, TimeoutError, OSError):
-        return None
     return answer if isinstance(answer, QuorumDescription) else None
 
 
-async def _cluster_id_of(host: str, port: int, timeout_s: float) -> str | None:
+async def _cluster_id_of(address: Address, timeout_s: float) -> str | None:
     """The cluster id a controller reports in DescribeCluster (what kafka-metadata-quorum.sh prints)."""
     call = admin_codec.DescribeClusterRequest(endpoint_type=2)
-    frame, api_key, version = admin_codec.encode_admin_request(call, correlation_id=2, client_id="pykraft-quorum-cli")
-    try:
-        async with asyncio.timeout(timeout_s):
-            raw = await request(host, port, frame)
-        answer = admin_codec.decode_admin_response(api_key, version, raw, call)
-    except (PeerUnavailable, codec.WireError, TimeoutError, OSError):
-        return None
+    frame, api_key, version = admin_codec.encode_admin_request(call, correlation_id=2, client_id=CLIENT_ID)
+    answer = await ask(
+        address, frame, lambda raw: admin_codec.decode_admin_response(api_key, version, raw, call), timeout_s
+    )
     if not isinstance(answer, admin_codec.DescribeClusterResponse) or answer.error_code:
         return None
     return answer.cluster_id
 
 
-def query_cluster_id(addresses: list[tuple[str, int]], timeout_s: float = 2.0) -> str | None:
+def query_cluster_id(addresses: list[Address], timeout_s: float = 2.0) -> str | None:
     """The cluster id from the first controller address that answers DescribeCluster."""
-
-    async def run() -> str | None:
-        for host, port in addresses:
-            found = await _cluster_id_of(host, port, timeout_s)
-            if found is not None:
-                return found
-        return None
-
-    return asyncio.run(run())
+    return asyncio.run(first_answer(addresses, lambda address: _cluster_id_of(address, timeout_s)))
 
 
-def query_leader(addresses: list[tuple[str, int]], timeout_s: float = 2.0) -> QuorumDescription | None:
+def query_leader(addresses: list[Address], timeout_s: float = 2.0) -> QuorumDescription | None:
     """The leader's DescribeQuorum answer, from the first address that gives one."""
-
-    async def run() -> QuorumDescription | None:
-        for host, port in addresses:
-            found = await _describe_one(host, port, timeout_s)
-            if found is not None:
-                return found
-        return None
-
-    return asyncio.run(run())
-
-
-def parse_bootstrap(text: str) -> list[tuple[str, int]]:
-    out = []
-    for item in text.split(","):
-        host, _, port = item.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"bad --bootstrap-controller entry {item!r}: expected host:port")
-        out.append((host.strip("[]"), int(port)))
-    return out
+    return asyncio.run(first_answer(addresses, lambda address: _describe_one(address, timeout_s)))
 
 
 def status_fields(d: QuorumDescription) -> dict[str, object]:
@@ -191,7 +160,7 @@ def describe(args: argparse.Namespace) -> int:
 VOTER_CHANGE_RETRIABLE = frozenset({ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_LEADER_OR_FOLLOWER})
 
 
-def _voter_change_addresses(args: argparse.Namespace, config: NodeConfig | None) -> list[tuple[str, int]]:
+def _voter_change_addresses(args: argparse.Namespace, config: NodeConfig | None) -> list[Address]:
     if args.bootstrap_controller:
         return parse_bootstrap(args.bootstrap_controller)
     if config is not None and config.controller_quorum_bootstrap_servers:
@@ -201,48 +170,35 @@ def _voter_change_addresses(args: argparse.Namespace, config: NodeConfig | None)
     raise QuorumCommandError("no controller to ask: give --bootstrap-controller HOST:PORT[,...]")
 
 
-async def _send_voter_call_once(host: str, port: int, call: voter_codec.VoterCall, timeout_s: float) -> ErrorCode | str:
-    frame, api_key, version = voter_codec.encode_voter_request(call, correlation_id=1, client_id="pykraft-quorum-cli")
-    try:
-        async with asyncio.timeout(timeout_s):
-            raw = await request(host, port, frame, request_timeout_s=timeout_s)
-        answer = voter_codec.decode_voter_response(api_key, version, raw)
-    except (PeerUnavailable, codec.WireError, TimeoutError, OSError) as exc:
-        return f"{host}:{port}: {exc or type(exc).__name__}"
-    if answer.error != ErrorCode.NONE and answer.message:
-        return f"{answer.error.name}: {answer.message}" if answer.error not in VOTER_CHANGE_RETRIABLE else answer.error
-    return answer.error
-
-
-def send_voter_call(addresses: list[tuple[str, int]], call: voter_codec.VoterCall, timeout_s: float) -> None:
+def send_voter_call(addresses: list[Address], call: voter_codec.VoterCall, timeout_s: float) -> None:
     """Send the change to the controllers in turn (any of them relays it to the leader) until
     one answers it for good; retriable answers (REQUEST_TIMED_OUT: e.g. the new controller is
     not caught up yet, or another change is in flight; NOT_LEADER_OR_FOLLOWER: an election)
     are retried until `timeout_s`. Raises QuorumCommandError."""
+    api_key = voter_codec.api_key_of(call)
+    version = codec.VOTER_API_VERSIONS[api_key][1]  # the highest served
 
-    async def run() -> None:
-        deadline = time.monotonic() + timeout_s
-        last = "no controller answered"
-        while True:
-            for host, port in addresses:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise QuorumCommandError(f"the voter change did not complete in {timeout_s:g} s: {last}")
-                attempt = voter_codec.within_ms(call, int(remaining * 1000))  # TimeoutMs: what is left, at most
-                wait_s = min(remaining, max(15.0, voter_codec.requested_timeout_ms(attempt) / 1000 + 5))
-                outcome = await _send_voter_call_once(host, port, attempt, wait_s)
-                if outcome == ErrorCode.NONE:
-                    return
-                if isinstance(outcome, ErrorCode) and outcome not in VOTER_CHANGE_RETRIABLE:
-                    raise QuorumCommandError(outcome.name)
-                if isinstance(outcome, str) and not outcome.startswith(f"{host}:{port}:"):
-                    raise QuorumCommandError(outcome)  # a refusal with Kafka's message
-                last = outcome.name if isinstance(outcome, ErrorCode) else outcome
-                if isinstance(outcome, ErrorCode):
-                    break  # the quorum answered: ask again after a pause, from the first address
-            await asyncio.sleep(0.2)
+    def prepare(remaining_s: float) -> tuple[bytes, float]:
+        # AddRaftVoter's TimeoutMs: what is left, at most; its answer may take that and 5 s more.
+        attempt = voter_codec.within_ms(call, int(remaining_s * 1000))
+        frame, _, _ = voter_codec.encode_voter_request(
+            attempt, correlation_id=1, client_id=CLIENT_ID, api_version=version
+        )
+        return frame, max(MAX_TRY_S, voter_codec.requested_timeout_ms(attempt) / 1000 + 5)
 
-    asyncio.run(run())
+    answer = asyncio.run(
+        ask_until_final(
+            addresses,
+            prepare,
+            lambda raw: voter_codec.decode_voter_response(api_key, version, raw),
+            timeout_s=timeout_s,
+            retriable=lambda a: a.error in VOTER_CHANGE_RETRIABLE,
+            describe=lambda a: a.error.name,
+            gave_up=lambda why: QuorumCommandError(f"the voter change {why}"),
+        )
+    )
+    if answer.error != ErrorCode.NONE:  # a refusal, with Kafka's message when there is one
+        raise QuorumCommandError(f"{answer.error.name}: {answer.message}" if answer.message else answer.error.name)
 
 
 def add_controller(args: argparse.Namespace) -> int:
