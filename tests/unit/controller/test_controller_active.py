@@ -12,14 +12,10 @@ import uuid
 from pathlib import Path
 
 from quorum.controller.errors import ErrorCode
-from quorum.controller.replication_control import ReplicationSettings
 from quorum.controller.requests import (
     AlterConfigOp,
     AlterConfigOpType,
     AlterConfigsResource,
-    BrokerEndpoint,
-    BrokerHeartbeatRequest,
-    BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
     ConfigResourceType,
@@ -34,107 +30,7 @@ from quorum.controller.requests import (
     PartitionsIncrease,
 )
 from quorum.metadata.image import ConfigResource
-from quorum.metadata.snapshot import MetadataStateMachine
-from quorum.node.active_controller import QuorumController
-from quorum.node.config import config_from_properties
-from quorum.node.free_ports import free_port
-from quorum.node.raft_node import RaftNode
-
-CLUSTER = "MkU3OEVBNTcwNTJENDM2Qk"
-
-
-class Harness:
-    def __init__(self, node: RaftNode, sm: MetadataStateMachine, controller: QuorumController) -> None:
-        self.node = node
-        self.sm = sm
-        self.controller = controller
-        self.incarnations: dict[int, uuid.UUID] = {}
-
-    async def register(self, broker_id: int, rack: str | None = None) -> int:
-        self.incarnations.setdefault(broker_id, uuid.uuid4())
-        req = BrokerRegistrationRequest(
-            broker_id=broker_id,
-            cluster_id=CLUSTER,
-            incarnation_id=self.incarnations[broker_id],
-            listeners=(BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9000 + broker_id),),
-            rack=rack,
-        )
-        resp = await self.controller.handle(req)
-        assert isinstance(resp, BrokerRegistrationResponse)
-        assert resp.error_code == 0, resp
-        return resp.broker_epoch
-
-    async def heartbeat(self, broker_id: int, epoch: int, **kw: bool) -> BrokerHeartbeatResponse:
-        req = BrokerHeartbeatRequest(
-            broker_id=broker_id,
-            broker_epoch=epoch,
-            current_metadata_offset=self.sm.image.offset,
-            want_fence=kw.get("want_fence", False),
-            want_shut_down=kw.get("want_shut_down", False),
-        )
-        resp = await self.controller.handle(req)
-        assert isinstance(resp, BrokerHeartbeatResponse)
-        return resp
-
-    async def unfenced_brokers(self, *ids: int, racks: bool = False) -> dict[int, int]:
-        epochs = {}
-        for b in ids:
-            epochs[b] = await self.register(b, rack=f"r{b % 3}" if racks else None)
-        for b, e in epochs.items():
-            resp = await self.heartbeat(b, e)
-            assert resp.error_code == 0 and not resp.is_fenced, resp
-        return epochs
-
-
-async def start(tmp_path: Path, session_timeout_ms: int = 60_000) -> Harness:
-    port = free_port()
-    config = config_from_properties(
-        {
-            "process.roles": "controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{port}",
-            "listeners": f"CONTROLLER://127.0.0.1:{port}",
-            "log.dirs": str(tmp_path / "data"),
-            "controller.quorum.election.timeout.ms": "50",
-        }
-    )
-    sm = MetadataStateMachine()
-    holder: list[QuorumController] = []
-    node = RaftNode(
-        config,
-        cluster_id=CLUSTER,
-        state_machine=sm,
-        on_first_commit=lambda epoch: holder[0].on_first_commit(epoch),
-        on_role_change=lambda role, epoch: holder[0].on_role_change(role, epoch),
-    )
-    controller = QuorumController(
-        node,
-        sm,
-        cluster_id=CLUSTER,
-        settings=ReplicationSettings(num_partitions=3, default_replication_factor=2),
-        session_timeout_ms=session_timeout_ms,
-        idle_interval_ms=0,
-        auto_rebalance=False,
-        rebalance_interval_s=300,
-        imbalance_percentage=10,
-    )
-    holder.append(controller)
-    await node.start()
-    for _ in range(500):
-        if controller.active:
-            break
-        await asyncio.sleep(0.01)
-    assert controller.active, "single voter never became the active controller"
-    return Harness(node, sm, controller)
-
-
-async def stop(h: Harness) -> None:
-    await h.controller.close()
-    await h.node.stop(graceful=False)
-
-
-def run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
+from tests.unit.controller.controller_harness import CLUSTER, run, start, stop
 
 
 def test_registration_epoch_is_the_record_offset_and_heartbeat_unfences(tmp_path: Path) -> None:

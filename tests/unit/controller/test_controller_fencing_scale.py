@@ -20,8 +20,6 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from test_controller_active import Harness, start, stop
-
 from quorum.controller import replication_control as rc
 from quorum.controller.requests import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 from quorum.metadata.image import (
@@ -33,6 +31,7 @@ from quorum.metadata.image import (
     TopicImage,
     TopicsImage,
 )
+from tests.unit.controller.controller_harness import Harness, start, stop
 
 LOOP_BLOCK_TARGET_S = 0.050  # the target for any one stretch of work on the loop (tests/perf/bench_fencing.py)
 VICTIM = 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from quorum.controller.errors import ErrorCode
 from quorum.controller.requests import AllocateProducerIdsRequest, AllocateProducerIdsResponse
-from tests.unit.controller.test_controller_active import run, start, stop
+from tests.unit.controller.controller_harness import run, start, stop
 
 
 async def allocate(h: object, broker_id: int, epoch: int) -> AllocateProducerIdsResponse:
@@ -50,4 +50,3 @@ def test_a_stale_or_unknown_broker_epoch_gets_no_block(tmp_path: Path) -> None:
             await stop(h)
 
     run(scenario())
-
