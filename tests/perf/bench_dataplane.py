@@ -65,6 +65,7 @@ import contextlib
 import json
 import logging
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -72,7 +73,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -608,6 +609,61 @@ def run_mock(args: argparse.Namespace, work: Path) -> list[Run]:
     return runs
 
 
+# ----------------------------------------------------------------------------- clusters
+
+
+@contextlib.contextmanager
+def pykraft_cluster(
+    root: Path, brokers: int, properties: dict[str, str], *, keep: bool, nofile: int | None = None
+) -> Iterator[Any]:
+    """A `brokers`+3 cluster (tests/integration/metadata_cluster.py's start_cluster) with
+    `properties`, killed at the end (its directory deleted unless `keep`). `nofile`: raise each
+    broker's descriptor limit to that (capped by its hard limit). Brokers that exited during
+    the runs are reported, and the nodes' log tails when the runs fail."""
+    from metadata_cluster import start_cluster
+
+    t0 = time.monotonic()
+    cluster = start_cluster(root, brokers=brokers, properties=dict(properties))
+    try:
+        if nofile is not None:
+            for b in cluster.broker_ids:
+                pid = cluster.nodes[b].pid
+                hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)[1]
+                limit = nofile if hard == resource.RLIM_INFINITY else min(nofile, hard)  # a container caps it
+                resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, hard))
+        ready_s = time.monotonic() - t0
+        print(f"  ({brokers}+3 cluster ready in {ready_s:.1f} s, base port {cluster.base_port})", flush=True)
+        yield cluster
+        dead = [b for b in cluster.broker_ids if not cluster.nodes[b].running]
+        if dead:
+            print(f"  !! brokers {dead} exited during the runs:\n{cluster.diagnostics(tail=20)}", flush=True)
+    except BaseException:
+        print(cluster.diagnostics(tail=30), flush=True)
+        raise
+    finally:
+        cluster.close()
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def bootstrap_of(cluster: Any) -> str:
+    """The brokers' PLAINTEXT listeners, as bootstrap.servers."""
+    return ",".join(
+        f"127.0.0.1:{cluster.nodes[b].plan.properties['listeners'].rsplit(':', 1)[1]}" for b in cluster.broker_ids
+    )
+
+
+def broker_groups(cluster: Any) -> dict[str, list[int]]:
+    """The nodes' pids by role, as CpuWindow takes them."""
+    return {"brokers": [cluster.nodes[b].pid for b in cluster.broker_ids],
+            "controllers": [cluster.nodes[c].pid for c in cluster.controller_ids]}  # fmt: skip
+
+
+def log_dirs(cluster: Any) -> list[Path]:
+    """Each broker's log.dirs, in broker id order."""
+    return [Path(cluster.nodes[b].plan.properties["log.dirs"]) for b in cluster.broker_ids]
+
+
 def rest_create_topic(cluster: Any, name: str, partitions: int, rf: int, disk_budget: float) -> None:
     """Create the topic over REST (on the first broker, forwarded to the controller). Its
     replicas together keep at most ~`disk_budget` bytes: retention.bytes per partition is a
@@ -630,7 +686,7 @@ def rest_delete_topic(cluster: Any, name: str, timeout: float = 120) -> None:
     if r.status_code not in (204, 404):
         print(f"  (delete {name}: HTTP {r.status_code} {r.text[:200]})", flush=True)
         return
-    dirs = [Path(cluster.nodes[b].plan.properties["log.dirs"]) for b in cluster.broker_ids]
+    dirs = log_dirs(cluster)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not any(any(d.glob(f"{name}-*")) for d in dirs):
@@ -658,30 +714,17 @@ def check_disk(path: Path, need_bytes: float) -> None:
 
 
 def run_pykraft(args: argparse.Namespace, work: Path, nb: int) -> list[Run]:
-    from metadata_cluster import start_cluster
-
     rf, min_isr = min(3, nb), min(2, nb)
-    t_start = time.monotonic()
-    cluster = start_cluster(
-        work / f"cluster-{nb}b",
-        brokers=nb,
-        properties={
-            "min.insync.replicas": str(min_isr),
-            "auto.create.topics.enable": "false",
-            "log.retention.check.interval.ms": "1000",
-        },
-    )
+    properties = {
+        "min.insync.replicas": str(min_isr),
+        "auto.create.topics.enable": "false",
+        "log.retention.check.interval.ms": "1000",
+    }
     runs: list[Run] = []
-    try:
-        print(
-            f"  ({nb}+3 cluster ready in {time.monotonic() - t_start:.1f} s, base port {cluster.base_port})", flush=True
-        )
-        bootstrap = ",".join(
-            f"127.0.0.1:{cluster.nodes[b].plan.properties['listeners'].rsplit(':', 1)[1]}" for b in cluster.broker_ids
-        )
-        broker_pids = [cluster.nodes[b].pid for b in cluster.broker_ids]
+    with pykraft_cluster(work / f"cluster-{nb}b", nb, properties, keep=args.keep) as cluster:
+        bootstrap = bootstrap_of(cluster)
         node_of_pid = {cluster.nodes[b].pid: b for b in cluster.broker_ids}
-        groups = {"brokers": broker_pids, "controllers": [cluster.nodes[c].pid for c in cluster.controller_ids]}
+        groups = broker_groups(cluster)
         # A fresh cluster's first run is slower (first segments, connections): warm it up.
         if args.cluster_warmup > 0:
             topic = "bench-cluster-warmup"
@@ -746,16 +789,6 @@ def run_pykraft(args: argparse.Namespace, work: Path, nb: int) -> list[Run]:
             print_row(run)
             runs.append(run)
             rest_delete_topic(cluster, topic)
-        dead = [b for b in cluster.broker_ids if not cluster.nodes[b].running]
-        if dead:
-            print(f"  !! brokers {dead} exited during the runs:\n{cluster.diagnostics(tail=20)}", flush=True)
-    except BaseException:
-        print(cluster.diagnostics(tail=30), flush=True)
-        raise
-    finally:
-        cluster.close()
-        if not args.keep:
-            shutil.rmtree(cluster.root, ignore_errors=True)
     return runs
 
 
@@ -1167,8 +1200,6 @@ def run_small_batches(args: argparse.Namespace, work: Path) -> list[SmallRun]:
     statistics), batches appended/s (pykraft: counted in the logs), broker CPU, batches per
     second of broker CPU (all brokers: the leader's append and the followers' fetches), the
     leader broker's CPU per batch."""
-    from metadata_cluster import start_cluster
-
     runs: list[SmallRun] = []
     clients = ["confluent linger.ms=0", "kafka-python defaults"]
     if args.mock:
@@ -1194,16 +1225,11 @@ def run_small_batches(args: argparse.Namespace, work: Path) -> list[SmallRun]:
                 runs.append(run)
         finally:
             del host
-    nb = 3
-    cluster = start_cluster(work / "cluster-small", brokers=nb,
-                            properties={"min.insync.replicas": "2", "auto.create.topics.enable": "false"})  # fmt: skip
-    try:
-        bootstrap = ",".join(
-            f"127.0.0.1:{cluster.nodes[b].plan.properties['listeners'].rsplit(':', 1)[1]}" for b in cluster.broker_ids
-        )
-        groups = {"brokers": [cluster.nodes[b].pid for b in cluster.broker_ids],
-                  "controllers": [cluster.nodes[c].pid for c in cluster.controller_ids]}  # fmt: skip
-        log_dirs = [Path(cluster.nodes[b].plan.properties["log.dirs"]) for b in cluster.broker_ids]
+    properties = {"min.insync.replicas": "2", "auto.create.topics.enable": "false"}
+    with pykraft_cluster(work / "cluster-small", 3, properties, keep=args.keep) as cluster:
+        bootstrap = bootstrap_of(cluster)
+        groups = broker_groups(cluster)
+        dirs = log_dirs(cluster)
         for rep in range(args.small_repeats):
             for client in clients:
                 topic = f"small-{rep}-{'confluent' if client.startswith('confluent') else 'kafkapython'}"
@@ -1220,7 +1246,7 @@ def run_small_batches(args: argparse.Namespace, work: Path) -> list[SmallRun]:
                 run = SmallRun("pykraft", client, parts)
 
                 def count(topic: str = topic) -> int:
-                    return count_batches(log_dirs, topic)
+                    return count_batches(dirs, topic)
 
                 if client.startswith("confluent"):
                     small_confluent_run(run, bootstrap, topic, args.seconds, groups, work, leader_pid, profile, count)
@@ -1229,13 +1255,6 @@ def run_small_batches(args: argparse.Namespace, work: Path) -> list[SmallRun]:
                 print_small_row(run)
                 runs.append(run)
                 rest_delete_topic(cluster, topic)
-    except BaseException:
-        print(cluster.diagnostics(tail=30), flush=True)
-        raise
-    finally:
-        cluster.close()
-        if not args.keep:
-            shutil.rmtree(cluster.root, ignore_errors=True)
     return runs
 
 

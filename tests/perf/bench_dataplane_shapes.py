@@ -48,13 +48,11 @@ import contextlib
 import json
 import os
 import random
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,13 +66,17 @@ from bench_dataplane import (  # noqa: E402
     CpuWindow,
     PySpy,
     Run,
+    bootstrap_of,
+    broker_groups,
     code_version,
     consume_run,
     kcat_consume_run,
     loadavg,
+    log_dirs,
     mock_cluster,
     percentile,
     produce_run,
+    pykraft_cluster,
     rd_logger,
     wait_for_leaders,
 )
@@ -111,46 +113,9 @@ def uptime() -> str:
 # ----------------------------------------------------------------------------- clusters
 
 
-@contextlib.contextmanager
-def pykraft_cluster(root: Path, keep: bool) -> Iterator[Any]:
+def shapes_cluster(root: Path, keep: bool) -> contextlib.AbstractContextManager[Any]:
     """A 3+3 cluster with CLUSTER_PROPERTIES and raised descriptor limits; killed at the end."""
-    from metadata_cluster import start_cluster
-
-    t0 = time.monotonic()
-    cluster = start_cluster(root, brokers=3, properties=dict(CLUSTER_PROPERTIES))
-    try:
-        for b in cluster.broker_ids:
-            pid = cluster.nodes[b].pid
-            hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)[1]
-            limit = NOFILE if hard == resource.RLIM_INFINITY else min(NOFILE, hard)  # a container caps it
-            resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, hard))
-        print(f"  (3+3 cluster ready in {time.monotonic() - t0:.1f} s, base port {cluster.base_port})", flush=True)
-        yield cluster
-        dead = [b for b in cluster.broker_ids if not cluster.nodes[b].running]
-        if dead:
-            print(f"  !! brokers {dead} exited during the runs:\n{cluster.diagnostics(tail=20)}", flush=True)
-    except BaseException:
-        print(cluster.diagnostics(tail=30), flush=True)
-        raise
-    finally:
-        cluster.close()
-        if not keep:
-            shutil.rmtree(root, ignore_errors=True)
-
-
-def bootstrap_of(cluster: Any) -> str:
-    return ",".join(
-        f"127.0.0.1:{cluster.nodes[b].plan.properties['listeners'].rsplit(':', 1)[1]}" for b in cluster.broker_ids
-    )
-
-
-def broker_groups(cluster: Any) -> dict[str, list[int]]:
-    return {"brokers": [cluster.nodes[b].pid for b in cluster.broker_ids],
-            "controllers": [cluster.nodes[c].pid for c in cluster.controller_ids]}  # fmt: skip
-
-
-def log_dirs(cluster: Any) -> list[Path]:
-    return [Path(cluster.nodes[b].plan.properties["log.dirs"]) for b in cluster.broker_ids]
+    return pykraft_cluster(root, 3, CLUSTER_PROPERTIES, keep=keep, nofile=NOFILE)
 
 
 def create_big_topic(admin: AdminClient, topic: str, partitions: int, rf: int, configs: dict[str, str]) -> None:
@@ -303,7 +268,7 @@ def run_partitions(args: argparse.Namespace, work: Path) -> list[PartitionsRun]:
         finally:
             del host
     for count in args.partition_counts:
-        with pykraft_cluster(work / f"cluster-p{count}", args.keep) as cluster:
+        with shapes_cluster(work / f"cluster-p{count}", args.keep) as cluster:
             bootstrap = bootstrap_of(cluster)
             admin = AdminClient({"bootstrap.servers": bootstrap, "logger": rd_logger(work)})
             run = PartitionsRun("pykraft", count)
@@ -516,7 +481,7 @@ def run_consume_only(args: argparse.Namespace, work: Path) -> ConsumeResult:
                 result.passes.append(p)
         finally:
             del host
-    with pykraft_cluster(work / "cluster-consume", args.keep) as cluster:
+    with shapes_cluster(work / "cluster-consume", args.keep) as cluster:
         bootstrap = bootstrap_of(cluster)
         groups = broker_groups(cluster)
         admin = AdminClient({"bootstrap.servers": bootstrap, "logger": rd_logger(work)})
