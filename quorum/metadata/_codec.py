@@ -42,6 +42,7 @@ from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from quorum.metadata.errors import RecordDecodeError
+from quorum.raft.control_records import uvarint_bytes
 
 __all__ = [
     "REQUIRED",
@@ -130,18 +131,6 @@ class CompiledSchema:
 
 
 # --------------------------------------------------------------------------- runtime helpers
-
-
-def uvarint_bytes(value: int) -> bytes:
-    """Unsigned LEB128 (Kafka's unsigned varint) of a non-negative int."""
-    if value < 0:
-        raise ValueError(f"negative unsigned varint {value}")
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 _UV_LIMIT = 1 << 14

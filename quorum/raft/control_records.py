@@ -61,7 +61,9 @@ class CorruptRecordError(ValueError):
 
 
 def uvarint_bytes(value: int) -> bytes:
-    """Unsigned LEB128 encoding of a non-negative int (at most 64 bits)."""
+    """Unsigned LEB128 (Kafka's unsigned varint) of a non-negative int (at most 64 bits)."""
+    if value < 0:
+        raise ValueError(f"negative unsigned varint {value}")
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
