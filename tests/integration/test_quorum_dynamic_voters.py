@@ -19,148 +19,44 @@ from DescribeQuorum (what `quorum describe` prints).
 
 from __future__ import annotations
 
-import contextlib
-import io
-import os
 import shutil
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from quorum_cluster import describe_one, exchange, run_pykraft, wait_until
+from quorum_cluster import describe_one, exchange, wait_until
+from voter_change_cluster import PlannedCluster, TopicLoad, close_clusters, pykraft_ok
 
-from api import cli
-from quorum.node.cluster import NodePlan, free_cluster_base, launch, plan_cluster
-from quorum.node.config import format_properties
-from quorum.node.meta_properties import random_uuid, read_meta_properties, uuid_string
+from quorum.node.meta_properties import random_uuid, uuid_string
 from quorum.raft.describe import QuorumDescription
 from quorum.wire import codec
 from quorum.wire.transport import PeerUnavailable
 
-FAST = {
-    "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "broker.session.timeout.ms": "3000",
-    "broker.heartbeat.interval.ms": "500",
-    "metadata.max.idle.interval.ms": "500",
-    "auto.leader.rebalance.enable": "false",
-}
 SNAPSHOT_OFTEN = {
     "metadata.log.max.record.bytes.between.snapshots": "2000",
     "metadata.log.segment.bytes": "4096",
 }
 
 
-def _cli(*args: str) -> str:
-    """`pykraft ARGS` run in this process (api.cli.main, the console script's code): its stdout."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(list(args))
-    assert code == 0, (args, out.getvalue(), err.getvalue())
-    return out.getvalue()
+class DynamicCluster(PlannedCluster):
+    """Every node with controller.quorum.bootstrap.servers (the controllers), no static voters."""
 
-
-class DynamicCluster:
-    """Controllers 1..N and brokers after them, all with controller.quorum.bootstrap.servers."""
-
-    def __init__(self, root: Path, controllers: int, brokers: int = 0, extra: dict[str, str] | None = None) -> None:
-        self.root = root
-        self.cluster_id = random_uuid()
-        base = free_cluster_base(controllers, brokers)
-        self.plans: dict[int, NodePlan] = {p.node_id: p for p in plan_cluster(root, controllers, base, brokers)}
-        bootstrap = ",".join(f"127.0.0.1:{self.port(i)}" for i in self.controller_ids)
+    def configure(self) -> None:
+        bootstrap = self.bootstrap(*self.controller_ids)
         for plan in self.plans.values():
             del plan.properties["controller.quorum.voters"]
             plan.properties["controller.quorum.bootstrap.servers"] = bootstrap
-            plan.properties.update(FAST)
-            plan.properties.update(extra or {})
-            plan.directory.mkdir(parents=True, exist_ok=True)
-            plan.config_path.write_text(format_properties(plan.properties, header=f"pykraft {plan.role}"))
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self.all_procs: list[subprocess.Popen[bytes]] = []
-
-    @property
-    def controller_ids(self) -> list[int]:
-        return sorted(i for i, p in self.plans.items() if p.role == "controller")
-
-    def port(self, node_id: int) -> int:
-        return int(self.plans[node_id].properties["listeners"].rsplit(":", 1)[1])
-
-    def config(self, node_id: int) -> str:
-        return str(self.plans[node_id].config_path)
-
-    def data_dir(self, node_id: int) -> Path:
-        return Path(self.plans[node_id].properties["metadata.log.dir"])
-
-    def directory_id(self, node_id: int) -> str:
-        meta = read_meta_properties(self.data_dir(node_id))
-        assert meta is not None and meta.directory_id is not None
-        return meta.directory_id
-
-    def format(self, node_id: int, *flags: str, subprocess: bool = False) -> str:
-        args = ("storage", "format", "--config", self.config(node_id), "--cluster-id", self.cluster_id, *flags)
-        if subprocess:  # the console script itself, once per module (a process start costs seconds here)
-            done = run_pykraft(*args)
-            assert done.returncode == 0, done.stderr
-            return done.stdout
-        return _cli(*args)
-
-    def start(self, node_id: int) -> None:
-        plan = self.plans[node_id]
-        proc = launch(plan.role, plan.config_path, plan.events_file, plan.log_file)
-        self.procs[node_id] = proc
-        self.all_procs.append(proc)
-
-    def kill9(self, node_id: int) -> None:
-        proc = self.procs.pop(node_id)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-    def close(self) -> None:
-        for proc in self.all_procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-
-    def describe(self, timeout: float = 1.0) -> QuorumDescription | None:
-        """The leader's DescribeQuorum, asked of any running controller (followers relay it)."""
-        for node_id in sorted(self.procs):
-            if self.plans[node_id].role != "controller":
-                continue
-            answer = describe_one("127.0.0.1", self.port(node_id), timeout)
-            if isinstance(answer, QuorumDescription) and answer.leader_id >= 0:
-                return answer
-        return None
-
-    def voters(self) -> list[int]:
-        d = self.describe()
-        return [] if d is None else sorted(v.replica_id for v in d.voters)
-
-    def wait_voters(self, expected: list[int], timeout: float = 30.0) -> QuorumDescription:
-        def ok() -> QuorumDescription | None:
-            d = self.describe()
-            return d if d is not None and sorted(v.replica_id for v in d.voters) == expected else None
-
-        found: QuorumDescription = wait_until(f"voters {expected}", ok, timeout)
-        return found
-
-    def bootstrap(self, *node_ids: int) -> str:
-        return ",".join(f"127.0.0.1:{self.port(i)}" for i in node_ids)
 
     def add(self, node_id: int, via: int) -> None:
-        out = _cli(
+        out = pykraft_ok(
             "quorum", "add-controller", "--config", self.config(node_id), "--bootstrap-controller", self.bootstrap(via)
         )
         assert f"Added controller {node_id} with directory id {self.directory_id(node_id)}" in out
 
     def remove(self, node_id: int, directory_id: str, via: int) -> None:
-        out = _cli(
+        out = pykraft_ok(
             "quorum",
             "remove-controller",
             "--controller-id",
@@ -171,13 +67,6 @@ class DynamicCluster:
             self.bootstrap(via),
         )
         assert f"Removed KRaft controller {node_id} with directory id {directory_id}" in out
-
-    def diagnostics(self) -> str:
-        out = []
-        for node_id, plan in sorted(self.plans.items()):
-            if plan.log_file.exists():
-                out.append(f"--- node {node_id} log tail\n{plan.log_file.read_text()[-3000:]}")
-        return "\n".join(out)
 
 
 @pytest.fixture
@@ -192,61 +81,7 @@ def make_dynamic(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cal
     try:
         yield make
     finally:
-        rep = getattr(request.node, "rep_call", None)
-        for c in clusters:
-            if rep is None or rep.failed:
-                print(c.diagnostics())
-            c.close()
-
-
-class TopicLoad:
-    """An admin client (confluent-kafka) creating topics one after another through a broker;
-    it records the names whose creation was acknowledged (and those that already existed
-    after a retry: a resend of an acknowledged-or-not creation)."""
-
-    def __init__(self, bootstrap: str) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        self.admin: Any = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
-        self.acknowledged: list[str] = []
-        self.failed: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        from confluent_kafka.admin import NewTopic
-
-        n = 0
-        while not self._stop.is_set():
-            name = f"t-{n:05d}"
-            n += 1
-            future = self.admin.create_topics(
-                [NewTopic(name, num_partitions=1, replication_factor=1)], request_timeout=15
-            )[name]
-            try:
-                future.result(timeout=20)
-                self.acknowledged.append(name)
-            except Exception:  # noqa: BLE001 - a refused or timed-out creation is not acknowledged
-                self.failed.append(name)
-                time.sleep(0.1)
-
-    def wait_for(self, count: int, timeout: float = 30.0) -> None:
-        target = len(self.acknowledged) + count
-        wait_until(f"{count} more topic creations", lambda: len(self.acknowledged) >= target, timeout)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def topics(self) -> set[str]:
-        return set(self.admin.list_topics(timeout=10).topics)
-
-    def close(self) -> None:
-        """Drop the admin client now, not when the cluster is gone (it would log reconnects)."""
-        self.admin = None
+        close_clusters(clusters, request)
 
 
 def _replica(d: QuorumDescription, node_id: int, *, voter: bool) -> str:

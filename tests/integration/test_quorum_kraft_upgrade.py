@@ -9,23 +9,14 @@ topic whose creation was acknowledged is in the final metadata."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import os
-import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from quorum_cluster import describe_one, exchange, wait_until
-from test_quorum_dynamic_voters import FAST, TopicLoad
+from quorum_cluster import exchange, wait_until
+from voter_change_cluster import PlannedCluster, TopicLoad, close_clusters, pykraft_cli
 
-from api import cli
-from quorum.node.cluster import NodePlan, free_cluster_base, launch, plan_cluster
-from quorum.node.config import format_properties
-from quorum.node.meta_properties import random_uuid, read_meta_properties, uuid_string
-from quorum.raft.describe import QuorumDescription
+from quorum.node.meta_properties import uuid_string
 from quorum.raft.errors import ErrorCode
 from quorum.wire import features_codec
 from quorum.wire.features_codec import FeatureUpdate, UpdateFeatures
@@ -35,80 +26,24 @@ STATIC, NEW, BROKER = (1, 2, 3), 4, 5
 
 def _cli(*args: str) -> tuple[int, str]:
     """`pykraft ARGS` in this process (the console script's code): (exit code, stdout + stderr)."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = cli.main(list(args))
-    return code, out.getvalue()
+    code, out, err = pykraft_cli(*args)
+    return code, out + err
 
 
-class StaticCluster:
+class StaticCluster(PlannedCluster):
+    """Controllers 1..3 with controller.quorum.voters (kraft.version 0), and a 4th (planned with
+    them for the ports) with controller.quorum.bootstrap.servers, to be added later; a broker."""
+
     def __init__(self, root: Path) -> None:
-        self.cluster_id = random_uuid()
-        # Planned as 4 controllers + 1 broker for the ports; 4 is then taken out of the static voters.
-        base = free_cluster_base(4, 1)
-        self.plans: dict[int, NodePlan] = {p.node_id: p for p in plan_cluster(root, 4, base, 1)}
+        super().__init__(root, 4, 1)
+
+    def configure(self) -> None:
         static = ",".join(f"{i}@127.0.0.1:{self.port(i)}" for i in STATIC)
         for plan in self.plans.values():
             plan.properties["controller.quorum.voters"] = static
-            plan.properties.update(FAST)
         new = self.plans[NEW].properties
         del new["controller.quorum.voters"]
         new["controller.quorum.bootstrap.servers"] = self.bootstrap(*STATIC)
-        for plan in self.plans.values():
-            plan.directory.mkdir(parents=True, exist_ok=True)
-            plan.config_path.write_text(format_properties(plan.properties, header=f"pykraft {plan.role}"))
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def port(self, node_id: int) -> int:
-        return int(self.plans[node_id].properties["listeners"].rsplit(":", 1)[1])
-
-    def bootstrap(self, *node_ids: int) -> str:
-        return ",".join(f"127.0.0.1:{self.port(i)}" for i in node_ids)
-
-    def config(self, node_id: int) -> str:
-        return str(self.plans[node_id].config_path)
-
-    def directory_id(self, node_id: int) -> str:
-        meta = read_meta_properties(self.plans[node_id].properties["metadata.log.dir"])
-        assert meta is not None and meta.directory_id is not None
-        return meta.directory_id
-
-    def format(self, node_id: int, *flags: str) -> None:
-        code, out = _cli("storage", "format", "--config", self.config(node_id), "--cluster-id", self.cluster_id, *flags)
-        assert code == 0, out
-
-    def start(self, node_id: int) -> None:
-        plan = self.plans[node_id]
-        self.procs.append(launch(plan.role, plan.config_path, plan.events_file, plan.log_file))
-
-    def describe(self) -> QuorumDescription | None:
-        for node_id in (*STATIC, NEW):
-            answer = describe_one("127.0.0.1", self.port(node_id), 1.0)
-            if isinstance(answer, QuorumDescription) and answer.leader_id >= 0:
-                return answer
-        return None
-
-    def wait_voters(self, expected: list[int], timeout: float = 30.0) -> QuorumDescription:
-        def ok() -> QuorumDescription | None:
-            d = self.describe()
-            return d if d is not None and sorted(v.replica_id for v in d.voters) == expected else None
-
-        found: QuorumDescription = wait_until(f"voters {expected}", ok, timeout)
-        return found
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-
-    def diagnostics(self) -> str:
-        return "\n".join(
-            f"--- node {i} log tail\n{p.log_file.read_text()[-3000:]}"
-            for i, p in sorted(self.plans.items())
-            if p.log_file.exists()
-        )
 
 
 @pytest.fixture
@@ -117,10 +52,7 @@ def static_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[S
     try:
         yield c
     finally:
-        rep = getattr(request.node, "rep_call", None)
-        if rep is None or rep.failed:
-            print(c.diagnostics())
-        c.close()
+        close_clusters([c], request)
 
 
 def test_upgrade_a_static_quorum_then_add_and_remove_controllers_under_topic_creations(
