@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from metadata_cluster import SNAPSHOT_TIMINGS
 from quorum_cluster import describe_one, exchange, wait_until
 from voter_change_cluster import PlannedCluster, TopicLoad, close_clusters, pykraft_ok
 
@@ -33,11 +34,6 @@ from quorum.node.meta_properties import random_uuid, uuid_string
 from quorum.raft.describe import QuorumDescription
 from quorum.wire import codec
 from quorum.wire.transport import PeerUnavailable
-
-SNAPSHOT_OFTEN = {
-    "metadata.log.max.record.bytes.between.snapshots": "2000",
-    "metadata.log.segment.bytes": "4096",
-}
 
 
 class DynamicCluster(PlannedCluster):
@@ -94,7 +90,7 @@ def _replica(d: QuorumDescription, node_id: int, *, voter: bool) -> str:
 def test_grow_one_voter_to_five_and_shrink_to_three_under_topic_creations(
     make_dynamic: Callable[..., DynamicCluster],
 ) -> None:
-    c = make_dynamic(5, 1, SNAPSHOT_OFTEN)
+    c = make_dynamic(5, 1, SNAPSHOT_TIMINGS)
     broker = 6
     out = c.format(1, "--standalone", subprocess=True)
     assert f"voters 1@127.0.0.1:{c.port(1)}" in out

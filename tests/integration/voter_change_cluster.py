@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from metadata_cluster import FAST_TIMINGS
 from quorum_cluster import describe_one, run_pykraft, wait_until
 
 from api import cli
@@ -28,15 +29,6 @@ from quorum.node.cluster import NodePlan, free_cluster_base, launch, plan_cluste
 from quorum.node.config import format_properties
 from quorum.node.meta_properties import random_uuid, read_meta_properties
 from quorum.raft.describe import QuorumDescription
-
-FAST = {
-    "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "broker.session.timeout.ms": "3000",
-    "broker.heartbeat.interval.ms": "500",
-    "metadata.max.idle.interval.ms": "500",
-    "auto.leader.rebalance.enable": "false",
-}
 
 
 def pykraft_cli(*args: str) -> tuple[int, str, str]:
@@ -56,7 +48,7 @@ def pykraft_ok(*args: str) -> str:
 
 
 class PlannedCluster:
-    """Controllers 1..N and brokers after them, on free ports under `root`, with FAST and
+    """Controllers 1..N and brokers after them, on free ports under `root`, with FAST_TIMINGS and
     `extra` in every node's properties; `configure` (a subclass's) edits the plans' properties
     before the config files are written."""
 
@@ -66,7 +58,7 @@ class PlannedCluster:
         base = free_cluster_base(controllers, brokers)
         self.plans: dict[int, NodePlan] = {p.node_id: p for p in plan_cluster(root, controllers, base, brokers)}
         for plan in self.plans.values():
-            plan.properties.update(FAST)
+            plan.properties.update(FAST_TIMINGS)
             plan.properties.update(extra or {})
         self.configure()
         for plan in self.plans.values():
