@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from tests.scale import examples
-from tests.sim.core_mutants import Mutant
+from tests.sim.core_mutants import Mutant, first_caught
 from tests.sim.groups import mutants
 from tests.sim.groups.harness import Violation
 from tests.sim.groups.txn_world import txn_walk
@@ -48,13 +48,8 @@ def test_seeded_transactional_walks_hold_every_property() -> None:
 
 
 def first_violation(mutant: Mutant, seeds: range) -> tuple[int, str] | None:
-    with mutants.applied(mutant):
-        for seed in seeds:
-            try:
-                txn_walk(seed)
-            except Violation as exc:
-                return seed, str(exc)
-    return None
+    """(seed, message) of the first seeded walk the mutant fails, or None."""
+    return first_caught(mutants.applied(mutant), txn_walk, seeds, Violation)
 
 
 @pytest.mark.parametrize("mutant", CI_MUTANTS, ids=lambda m: m.name)

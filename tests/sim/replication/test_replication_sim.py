@@ -29,6 +29,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from broker.replica.state import PartitionState
 from tests.scale import long_profile
+from tests.sim.core_mutants import first_caught
 from tests.sim.replication import mutants
 from tests.sim.replication.harness import SimConfig, StateFactory, Violation, World
 
@@ -282,13 +283,7 @@ MUTANT_CONFIG = SimConfig(min_isr=2)
 def first_violation(mutant: mutants.Mutant, seeds: range, config: SimConfig = MUTANT_CONFIG) -> tuple[int, str] | None:
     """(seed, message) of the first seeded walk the mutant fails, or None."""
     config = SimConfig(**{**config.__dict__, "state_factory": _factory(mutant.state)})
-    with mutant.patch():
-        for seed in seeds:
-            try:
-                walk(seed, config)
-            except Violation as exc:
-                return seed, str(exc)
-    return None
+    return first_caught(mutant.patch(), lambda seed: walk(seed, config), seeds, Violation)
 
 
 # Every mutant gets the same budget of seeded walks and stops at its first violation (the
