@@ -79,9 +79,10 @@ from quorum.controller.requests import (
 )
 from quorum.kafka_errors import default_message
 from quorum.raft.errors import ErrorCode
-from quorum.wire._reader import MalformedError, entity_reader, read_request_body
+from quorum.wire import api_frames
+from quorum.wire._reader import MalformedError, entity_reader
 from quorum.wire.admin_versions import ADMIN_API_VERSIONS, AdminApiKey
-from quorum.wire.codec import RequestHeaderInfo, WireError, _frame, _kio_error, _make, _nested, _peek_header, _schema
+from quorum.wire.codec import RequestHeaderInfo, WireError, _frame, _kio_error, _make, _nested, _schema
 
 __all__ = [
     "ADMIN_API_VERSIONS",
@@ -1251,18 +1252,12 @@ def encode_admin_request(
     api = _BY_REQUEST_TYPE.get(type(request))
     if api is None:
         raise TypeError(f"not an admin request: {type(request).__name__}")
-    version = ADMIN_REQUEST_VERSIONS[api.key] if api_version is None else api_version
-    low, high = ADMIN_API_VERSIONS[api.key]
-    if not low <= version <= high:
-        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"api {api.key} v{version} is not in {low}..{high}")
-    cls = _schema(api.key, version, True)
-    if cls is None:  # pragma: no cover - ADMIN_API_VERSIONS only lists versions kio has
-        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"no schema for api {api.key} v{version}")
+    cls, version = api_frames.request_schema(ADMIN_API_VERSIONS, api.key, api_version)
     body = _build(type(request).__name__, lambda: api.enc_request(cls, request, version))
-    header = cls.__header_schema__(
-        request_api_key=api.key, request_api_version=version, correlation_id=correlation_id, client_id=client_id
+    frame = api_frames.request_frame(
+        cls, body, api_key=api.key, version=version, correlation_id=correlation_id, client_id=client_id
     )
-    return _frame(header, body), api.key, version
+    return frame, api.key, version
 
 
 def decode_admin_request(frame: bytes | bytearray | memoryview) -> DecodedAdmin:
@@ -1282,22 +1277,9 @@ def decode_admin_request(frame: bytes | bytearray | memoryview) -> DecodedAdmin:
 
 
 def _decode_admin_request(frame: bytes) -> DecodedAdmin:
-    head = _peek_header(frame)
-    api = _APIS.get(head.api_key)
-    if api is None:
-        raise WireError(ErrorCode.INVALID_REQUEST, f"api key {head.api_key} is not an admin api", header=head)
-    low, high = ADMIN_API_VERSIONS[api.key]
+    head, body = api_frames.read_request(frame, ADMIN_API_VERSIONS, "an admin api")
+    api = _APIS[head.api_key]
     version = head.api_version
-    if not low <= version <= high:
-        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"api {api.key} v{version} is not in {low}..{high}", header=head)
-    cls = _schema(api.key, version, True)
-    if cls is None:  # pragma: no cover - ADMIN_API_VERSIONS only lists versions kio has
-        raise WireError(ErrorCode.UNSUPPORTED_VERSION, "no schema", header=head)
-    try:
-        _, pos = entity_reader(cls.__header_schema__)(frame, 0)
-        body = read_request_body(cls, frame, pos)  # bytes after the body are ignored (Kafka's rule)
-    except MalformedError as exc:
-        raise WireError(ErrorCode.INVALID_REQUEST, f"malformed {cls.__name__} v{version}: {exc}", header=head) from exc
 
     def decoded(request: AdminCall) -> DecodedAdmin:
         return DecodedAdmin(api.key, version, head.correlation_id, head.client_id, head, request)
@@ -1307,7 +1289,7 @@ def _decode_admin_request(frame: bytes) -> DecodedAdmin:
     except _Reject as reject:
         raise AdminRequestError(reject.error_code, reject.message, decoded=decoded(reject.skeleton)) from None
     except (TypeError, ValueError, AttributeError) as exc:
-        raise WireError(ErrorCode.INVALID_REQUEST, f"bad {cls.__name__} v{version}: {exc}", header=head) from exc
+        raise WireError(ErrorCode.INVALID_REQUEST, f"bad {type(body).__name__} v{version}: {exc}", header=head) from exc
     return decoded(request)
 
 

@@ -1,5 +1,6 @@
-"""The frames of a request api that has its own small codec (UpdateFeatures, the KIP-853 voter
-changes): one request schema per (api key, version), read and written with kio's schemas.
+"""The request and response frames of the apis whose codecs map kio's schemas one to one (the
+admin apis, UpdateFeatures, the KIP-853 voter changes): one request schema per (api key,
+version), read and written with kio's schemas.
 
 Every function checks the version against `served` (api key -> (lowest, highest) version
 served), so that a codec states its versions once. Decoding raises only WireError: once the
@@ -46,8 +47,10 @@ def read_request(frame: bytes, served: Served, what: str) -> tuple[RequestHeader
     limits = served.get(head.api_key)
     if limits is None:
         raise WireError(ErrorCode.INVALID_REQUEST, f"api {head.api_key} is not {what}", header=head)
-    if not limits[0] <= head.api_version <= limits[1]:
-        raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"api {head.api_key} v{head.api_version}", header=head)
+    low, high = limits
+    if not low <= head.api_version <= high:
+        message = f"api {head.api_key} v{head.api_version} is not in {low}..{high}"
+        raise WireError(ErrorCode.UNSUPPORTED_VERSION, message, header=head)
     cls = _schema(head.api_key, head.api_version, True)
     if cls is None:  # pragma: no cover - a served map lists only versions kio has
         raise WireError(ErrorCode.UNSUPPORTED_VERSION, "no schema", header=head)
@@ -55,7 +58,8 @@ def read_request(frame: bytes, served: Served, what: str) -> tuple[RequestHeader
         _, pos = entity_reader(cls.__header_schema__)(frame, 0)
         body = read_request_body(cls, frame, pos)
     except MalformedError as exc:
-        raise WireError(ErrorCode.INVALID_REQUEST, f"malformed {cls.__name__}: {exc}", header=head) from exc
+        message = f"malformed {cls.__name__} v{head.api_version}: {exc}"
+        raise WireError(ErrorCode.INVALID_REQUEST, message, header=head) from exc
     return head, body
 
 
