@@ -18,7 +18,7 @@ from api import cli
 from quorum.node import features_cli, quorum_cli
 from quorum.node.free_ports import free_ports
 from quorum.raft.errors import ErrorCode
-from quorum.raft.voter_set import ReplicaKey
+from quorum.raft.voter_set import Endpoint, ReplicaKey, VoterNode
 from quorum.wire import codec, features_codec, voter_codec
 from quorum.wire.transport import close_server, serve
 
@@ -105,6 +105,23 @@ def test_a_refused_voter_change_is_reported_at_once_with_kafka_s_message() -> No
     with controller(port, [voter_answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)]):
         with pytest.raises(quorum_cli.QuorumCommandError, match="^CLUSTER_AUTHORIZATION_FAILED$"):
             quorum_cli.send_voter_call([("127.0.0.1", port)], call, timeout_s=10)
+
+
+def test_add_raft_voter_asks_for_no_more_than_the_time_left() -> None:
+    """AddRaftVoter's TimeoutMs is the tool's time left at most, as Kafka's admin client caps it."""
+    (port,) = free_ports(1)
+    sent: list[int] = []
+
+    def answer(frame: bytes) -> bytes:
+        head, call = voter_codec.decode_voter_request(frame)
+        assert isinstance(call, voter_codec.AddRaftVoter)
+        sent.append(call.timeout_ms)
+        return voter_codec.encode_voter_response(head, voter_codec.VoterCallAnswer(ErrorCode.NONE))
+
+    node = VoterNode(ReplicaKey(4, DIRECTORY), (Endpoint("CONTROLLER", "127.0.0.1", 1),))
+    with controller(port, [answer]):
+        quorum_cli.send_voter_call([("127.0.0.1", port)], voter_codec.AddRaftVoter(None, node, 30_000), timeout_s=2)
+    assert len(sent) == 1 and 0 < sent[0] <= 2_000, sent
 
 
 def test_an_update_that_stays_retriable_is_given_up_with_the_last_answer() -> None:
