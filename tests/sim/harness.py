@@ -113,6 +113,15 @@ class Disk:
     def latest_snapshot(self) -> OffsetAndEpoch | None:
         return max(self.snapshots, key=lambda s: s.offset) if self.snapshots else None
 
+    def latest_voter_set(self) -> VoterSet | None:
+        """The newest voter set this disk holds (a VotersRecord, else the newest snapshot's);
+        None when it holds none (the bootstrap's applies)."""
+        for b in reversed(self.batches):
+            if b.control_type is ControlType.KRAFT_VOTERS:
+                return decode_voters(b.records[0])
+        sid = self.latest_snapshot()
+        return None if sid is None else decode_snapshot(self.snapshots[sid])[1]
+
     def truncate_to(self, offset: Offset) -> None:
         self.batches = [b for b in self.batches if b.end_offset <= offset]
 
@@ -486,6 +495,18 @@ class Cluster:
         return uuid.UUID(int=(self.rng.getrandbits(64) << 16) | self._directories)
 
     # ------------------------------------------------------------ KIP-853
+
+    def voter_sets_in_use(self) -> list[VoterSet]:
+        """The committed voter set and every node's newest one: a live core's, or what a down
+        node's disk holds (a leader that wrote an uncommitted change and crashed may be the only
+        holder of the set a later election must count)."""
+        sets = [self.committed_voter_set()]
+        for n in self.nodes.values():
+            if n.core is not None:
+                sets.append(n.core.voter_set)
+            else:
+                sets.append(n.disk.latest_voter_set() or self.initial_voters)
+        return sets
 
     def committed_voter_set(self) -> VoterSet:
         """The voter set of the committed log (the last committed VotersRecord)."""

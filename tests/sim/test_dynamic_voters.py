@@ -162,8 +162,7 @@ def _wipe_one(c: Cluster, rng: random.Random) -> None:
     directory id, and added again with its new one once caught up (`_request` may do it)."""
     node_id = rng.choice(list(c.nodes))
     committed = c.committed_voter_set()
-    in_use = [committed, *(n.core.voter_set for n in _live(c) if n.core is not None)]
-    for voters in in_use:
+    for voters in c.voter_sets_in_use():
         if _stale(c, voters) or (node_id in voters.ids and len(voters.nodes) < 3):
             return  # one lost replica at a time, and never one of a set that cannot lose one
     if node_id in committed.ids and c.max_committed:
