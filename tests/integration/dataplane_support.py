@@ -93,8 +93,12 @@ def create_topic(cluster: MetadataCluster, name: str, partitions: int = 3, rf: i
 
 
 def partition_state(cluster: MetadataCluster, topic: str, node: int | None = None) -> dict[int, dict[str, Any]]:
-    """partition id -> {"leader": id, "isr": [...], "replicas": [...]} from a node's REST API."""
-    node = cluster.broker_ids[0] if node is None else node
+    """partition id -> {"leader": id, "isr": [...], "replicas": [...]} from a node's REST API
+    (by default the first broker that serves it: a broker restarted a moment ago is unfenced
+    before its REST listener opens, as Kafka's listeners open only once the broker is unfenced)."""
+    if node is None:
+        serving = [b for b in cluster.broker_ids if cluster.nodes[b].running and cluster.rest_up(b)]
+        node = serving[0] if serving else cluster.broker_ids[0]
     out: dict[int, dict[str, Any]] = {}
     for p in cluster.partitions(node, topic):
         pid = int(p["partition_id"])

@@ -214,6 +214,7 @@ def kill_and_restart(cluster: MetadataCluster, victim: int) -> None:
     cluster.kill9(victim)
     cluster.restart(victim)
     cluster.wait_unfenced([victim], timeout=60)
+    assert not cluster.wait_started(60, [victim]), f"broker {victim} exited after its restart"
 
 
 def test_consume_transform_produce_is_exactly_once_across_leader_and_coordinator_kills(
