@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, cast
 
 from broker.group.runtime import GroupCoordinator
@@ -61,6 +62,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+_Handler = Callable[[RequestContext], Awaitable[bytes | bytearray | SplicedResponse | None]]
+
 # ---------------------------------------------------------------------------------------
 # THE place where the per-connection pipeline depth is chosen (requests read ahead and
 # handled concurrently on one connection; answers still written in request order), as
@@ -91,6 +94,7 @@ class KafkaRequestHandler:
         )
         self.creator = AutoTopicCreator(services, config)
         self.requests_served = 0
+        self._by_key = self._handlers()
 
     async def __call__(self, frame: bytes) -> bytes | bytearray | SplicedResponse | None:
         view = memoryview(frame)
@@ -120,74 +124,50 @@ class KafkaRequestHandler:
         self.requests_served += 1
         return response
 
+    def _handlers(self) -> dict[int, _Handler]:
+        """Each api key's handler: one dict lookup per request (a `match` over the keys
+        compared an enum member per case, ~2 us for the keys near its end: OffsetCommit).
+        Each reads the handler's attributes at call time (tests replace `sessions`)."""
+        return {
+            ApiKey.PRODUCE: lambda ctx: handle_produce(ctx, self.services, self.config),
+            ApiKey.FETCH: lambda ctx: handle_fetch(ctx, self.services, self.config, self.sessions),
+            ApiKey.METADATA: lambda ctx: handle_metadata(ctx, self.services, self.config, self.creator),
+            ApiKey.LIST_OFFSETS: lambda ctx: handle_list_offsets(ctx, self.services),
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: lambda ctx: handle_offset_for_leader_epoch(ctx, self.services),
+            ApiKey.DELETE_RECORDS: lambda ctx: handle_delete_records(ctx, self.services),
+            ApiKey.DESCRIBE_LOG_DIRS: lambda ctx: handle_describe_log_dirs(ctx, self.services),
+            ApiKey.DESCRIBE_CLUSTER: lambda ctx: handle_describe_cluster(ctx, self.services, self.config),
+            ApiKey.INIT_PRODUCER_ID: lambda ctx: self.txns.init_producer_id(ctx),
+            ApiKey.ADD_PARTITIONS_TO_TXN: lambda ctx: self.txns.add_partitions_to_txn(ctx),
+            ApiKey.ADD_OFFSETS_TO_TXN: lambda ctx: self.txns.add_offsets_to_txn(ctx),
+            ApiKey.END_TXN: lambda ctx: self.txns.end_txn(ctx),
+            ApiKey.DESCRIBE_TRANSACTIONS: lambda ctx: self.txns.describe_transactions(ctx),
+            ApiKey.LIST_TRANSACTIONS: lambda ctx: self.txns.list_transactions(ctx),
+            ApiKey.ALTER_CONFIGS: lambda ctx: handle_alter_configs(ctx, self.services, self.config),
+            ApiKey.WRITE_TXN_MARKERS: lambda ctx: handle_write_txn_markers(ctx, self.services),
+            ApiKey.DESCRIBE_PRODUCERS: lambda ctx: handle_describe_producers(ctx, self.services),
+            ApiKey.FIND_COORDINATOR: lambda ctx: self.groups.find_coordinator(ctx),
+            ApiKey.JOIN_GROUP: lambda ctx: self.groups.join_group(ctx),
+            ApiKey.SYNC_GROUP: lambda ctx: self.groups.sync_group(ctx),
+            ApiKey.HEARTBEAT: lambda ctx: self.groups.heartbeat(ctx),
+            ApiKey.LEAVE_GROUP: lambda ctx: self.groups.leave_group(ctx),
+            ApiKey.OFFSET_COMMIT: lambda ctx: self.groups.offset_commit(ctx),
+            ApiKey.OFFSET_FETCH: lambda ctx: self.groups.offset_fetch(ctx),
+            ApiKey.TXN_OFFSET_COMMIT: lambda ctx: self.groups.txn_offset_commit(ctx),
+            ApiKey.DESCRIBE_GROUPS: lambda ctx: self.groups.describe_groups(ctx),
+            ApiKey.LIST_GROUPS: lambda ctx: self.groups.list_groups(ctx),
+            ApiKey.DELETE_GROUPS: lambda ctx: self.groups.delete_groups(ctx),
+            ApiKey.OFFSET_DELETE: lambda ctx: self.groups.offset_delete(ctx),
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: lambda ctx: self.groups.consumer_group_heartbeat(ctx),
+            ApiKey.CONSUMER_GROUP_DESCRIBE: lambda ctx: self.groups.consumer_group_describe(ctx),
+        }
+
     async def _dispatch(self, ctx: RequestContext) -> bytes | bytearray | SplicedResponse | None:
-        s = self.services
-        c = self.config
-        match ctx.api_key:
-            case ApiKey.PRODUCE:
-                return await handle_produce(ctx, s, c)
-            case ApiKey.FETCH:
-                return await handle_fetch(ctx, s, c, self.sessions)
-            case ApiKey.METADATA:
-                return await handle_metadata(ctx, s, c, self.creator)
-            case ApiKey.LIST_OFFSETS:
-                return await handle_list_offsets(ctx, s)
-            case ApiKey.OFFSET_FOR_LEADER_EPOCH:
-                return await handle_offset_for_leader_epoch(ctx, s)
-            case ApiKey.DELETE_RECORDS:
-                return await handle_delete_records(ctx, s)
-            case ApiKey.DESCRIBE_LOG_DIRS:
-                return await handle_describe_log_dirs(ctx, s)
-            case ApiKey.DESCRIBE_CLUSTER:
-                return await handle_describe_cluster(ctx, s, c)
-            case ApiKey.INIT_PRODUCER_ID:
-                return await self.txns.init_producer_id(ctx)
-            case ApiKey.ADD_PARTITIONS_TO_TXN:
-                return await self.txns.add_partitions_to_txn(ctx)
-            case ApiKey.ADD_OFFSETS_TO_TXN:
-                return await self.txns.add_offsets_to_txn(ctx)
-            case ApiKey.END_TXN:
-                return await self.txns.end_txn(ctx)
-            case ApiKey.DESCRIBE_TRANSACTIONS:
-                return await self.txns.describe_transactions(ctx)
-            case ApiKey.LIST_TRANSACTIONS:
-                return await self.txns.list_transactions(ctx)
-            case ApiKey.ALTER_CONFIGS:
-                return await handle_alter_configs(ctx, s, c)
-            case ApiKey.WRITE_TXN_MARKERS:
-                return await handle_write_txn_markers(ctx, s)
-            case ApiKey.DESCRIBE_PRODUCERS:
-                return await handle_describe_producers(ctx, s)
-            case ApiKey.FIND_COORDINATOR:
-                return await self.groups.find_coordinator(ctx)
-            case ApiKey.JOIN_GROUP:
-                return await self.groups.join_group(ctx)
-            case ApiKey.SYNC_GROUP:
-                return await self.groups.sync_group(ctx)
-            case ApiKey.HEARTBEAT:
-                return await self.groups.heartbeat(ctx)
-            case ApiKey.LEAVE_GROUP:
-                return await self.groups.leave_group(ctx)
-            case ApiKey.OFFSET_COMMIT:
-                return await self.groups.offset_commit(ctx)
-            case ApiKey.OFFSET_FETCH:
-                return await self.groups.offset_fetch(ctx)
-            case ApiKey.TXN_OFFSET_COMMIT:
-                return await self.groups.txn_offset_commit(ctx)
-            case ApiKey.DESCRIBE_GROUPS:
-                return await self.groups.describe_groups(ctx)
-            case ApiKey.LIST_GROUPS:
-                return await self.groups.list_groups(ctx)
-            case ApiKey.DELETE_GROUPS:
-                return await self.groups.delete_groups(ctx)
-            case ApiKey.OFFSET_DELETE:
-                return await self.groups.offset_delete(ctx)
-            case ApiKey.CONSUMER_GROUP_HEARTBEAT:
-                return await self.groups.consumer_group_heartbeat(ctx)
-            case ApiKey.CONSUMER_GROUP_DESCRIBE:
-                return await self.groups.consumer_group_describe(ctx)
-            case key if key in FORWARDED:
-                return await handle_forwarded(ctx, s, c)
+        handler = self._by_key.get(ctx.api_key)
+        if handler is not None:
+            return await handler(ctx)
+        if ctx.api_key in FORWARDED:
+            return await handle_forwarded(ctx, self.services, self.config)
         raise CloseConnection(f"api key {ctx.api_key} has no handler")  # pragma: no cover
 
     async def serve_frame(self, frame: bytes) -> bytes | StreamedResponse | None:
