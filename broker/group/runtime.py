@@ -135,6 +135,10 @@ class _Loaded:
     order: WriteOrder = field(default_factory=WriteOrder)
     results: dict[int, asyncio.Future[ErrorCode]] = field(default_factory=dict)  # by WriteOrder entry
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # The deadline (ms) the timer task sleeps until, or None (no deadline: it sleeps 1 s).
+    # Invariant: the task wakes at or before it, so an operation wakes it only when the
+    # shard's earliest deadline is now earlier (`_wake_timers`), not on every write.
+    sleeps_until: int | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     closed: bool = False
     # Appends: one batch per loop turn, up to APPENDS_IN_FLIGHT waiting for their acks; the
@@ -276,6 +280,7 @@ class GroupCoordinator:
             deadline = loaded.shard.next_deadline()
             delay = 1.0 if deadline is None else max(0.0, (deadline - self.clock()) / 1000)
             if delay > 0:
+                loaded.sleeps_until = deadline
                 loaded.wake.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(min(delay, 1.0)):
@@ -300,7 +305,7 @@ class GroupCoordinator:
         one loop turn are written together in one batch (as Kafka's coordinator runtime batches
         its writes), in order; up to APPENDS_IN_FLIGHT batches wait for their acks at a time."""
         loop = asyncio.get_running_loop()
-        loaded.wake.set()  # deadlines may have moved earlier
+        _wake_timers(loaded)
         entry = loaded.order.submit(out)
         result: asyncio.Future[ErrorCode] = loop.create_future()
         loaded.results[entry] = result
@@ -519,7 +524,7 @@ class GroupCoordinator:
             written = await self._dispatch(loaded, out)
             if written != ErrorCode.NONE:
                 return ConsumerHeartbeatResult(append_error(written))
-        loaded.wake.set()  # a session deadline moved
+        _wake_timers(loaded)  # a session deadline moved
         return result
 
     def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
@@ -537,6 +542,16 @@ class GroupCoordinator:
     async def close(self) -> None:
         for loaded in list(self.partitions.values()):
             self._unload(loaded)
+
+
+def _wake_timers(loaded: _Loaded) -> None:
+    """Wake the partition's timer task if the shard's earliest deadline is now before the
+    one it sleeps until (an operation set an earlier one); a later or unchanged deadline
+    waits for its wake-up, which recomputes it. (A commit sets none: waking the task for
+    each loop turn's commits cost a task switch and a timer handle.)"""
+    deadline = loaded.shard.next_deadline()
+    if deadline is not None and (loaded.sleeps_until is None or deadline < loaded.sleeps_until):
+        loaded.wake.set()
 
 
 # Group ids up to this many characters have their partition cached (the Java string hash is

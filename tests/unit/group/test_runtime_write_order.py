@@ -1,11 +1,12 @@
-"""`GroupCoordinator` (the runtime) answers through `WriteOrder`: a fake partition host whose
-appends complete when the test says so."""
+"""`GroupCoordinator` (the runtime) answers through `WriteOrder`, and wakes its timer task
+only for an earlier deadline: a fake partition host whose appends complete when the test
+says so."""
 
 from __future__ import annotations
 
 import asyncio
 
-from broker.group.messages import CommitPartition, CommitRequest
+from broker.group.messages import CommitPartition, CommitRequest, JoinRequest
 from broker.group.runtime import APPENDS_IN_FLIGHT, GroupCoordinator
 from broker.group.shard import CoordinatorConfig
 from quorum.kafka_errors import ErrorCode
@@ -131,6 +132,36 @@ def test_operations_that_come_while_the_appends_in_flight_are_full_are_written_t
         assert [await w for w in waiting] == [[ErrorCode.COORDINATOR_NOT_AVAILABLE]] * 3
         code, offsets = await coordinator.fetch_offsets("g", [("t", 0)])
         assert code == ErrorCode.NONE and offsets[0].offset == APPENDS_IN_FLIGHT  # their undos put it back
+        await coordinator.close()
+
+    asyncio.run(run())
+
+
+class CountingEvent(asyncio.Event):
+    """The timer task's wake-up event, counting who sets it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sets = 0
+
+    def set(self) -> None:
+        self.sets += 1
+        super().set()
+
+
+def test_commits_leave_the_timer_task_asleep_and_an_earlier_deadline_wakes_it() -> None:
+    async def run() -> None:
+        host, coordinator = await _started()
+        loaded = coordinator.partitions[0]
+        loaded.wake = wake = CountingEvent()
+        commits = [asyncio.create_task(coordinator.commit(request(n))) for n in (1, 2)]
+        await spin()
+        host.appends[0].set_result(ErrorCode.NONE)
+        assert [await c for c in commits] == [[ErrorCode.NONE]] * 2
+        assert wake.sets == 0  # no deadline moved: the timer task sleeps on
+        join = JoinRequest("g2", "", None, "consumer", (("range", b""),), 10_000, 10_000, "c", "h", 5)
+        assert (await coordinator.join(join)).error == ErrorCode.MEMBER_ID_REQUIRED
+        assert wake.sets == 1  # the pending member's deadline is now the earliest
         await coordinator.close()
 
     asyncio.run(run())
