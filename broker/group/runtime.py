@@ -547,8 +547,8 @@ class GroupCoordinator:
 def _wake_timers(loaded: _Loaded) -> None:
     """Wake the partition's timer task if the shard's earliest deadline is now before the
     one it sleeps until (an operation set an earlier one); a later or unchanged deadline
-    waits for its wake-up, which recomputes it. (A commit sets none: waking the task for
-    each loop turn's commits cost a task switch and a timer handle.)"""
+    waits for its wake-up, which recomputes it. (A commit sets no earlier one: waking the
+    task for each loop turn's commits cost a task switch and a timer handle.)"""
     deadline = loaded.shard.next_deadline()
     if deadline is not None and (loaded.sleeps_until is None or deadline < loaded.sleeps_until):
         loaded.wake.set()
