@@ -125,6 +125,8 @@ class QuorumController:
         self.node = node
         # A voter change the core appends goes after our open batch, not into its offsets.
         node.before_voter_change = self._seal
+        # The writes that gathered during an fsync of the log go into the next one (group commit).
+        node.after_flush = self._seal
         self.state_machine = state_machine
         self.cluster_id = cluster_id
         self.settings = settings
@@ -139,7 +141,7 @@ class QuorumController:
         self._last_write_ms = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         # controller.quorum.append.linger.ms: how long a write may wait in the open batch
-        # for others to join it while an earlier batch is still being committed.
+        # for others to join it while the log is being fsynced.
         self.append_linger_ms = append_linger_ms
         self._open: _OpenBatch | None = None
         self._inflight = 0  # batches appended to the log and not committed (or failed) yet
@@ -228,9 +230,11 @@ class QuorumController:
         committed (with the batch's last offset), or fails with NotLeaderError.
 
         Concurrent writes share the open batch: it is appended to the log (one batch,
-        one fsync) at the end of the current event-loop turn when nothing else of ours is
-        waiting for its commit, else when that commits or after append_linger_ms,
-        whichever comes first, or as soon as it is full. `own_batch` appends these
+        one fsync) at the end of the current event-loop turn when no fsync of the log is
+        under way, else when that fsync ends (`RaftNode.after_flush`) or after
+        append_linger_ms, whichever comes first, or as soon as it is full. It does not
+        wait for earlier batches to commit: while followers fetch and fsync those, the
+        leader already writes this one (batches in flight are pipelined). `own_batch` appends these
         records as a batch of their own, now. `fence_moves`: `_fence`'s own records.
         """
         image = self.working_image
@@ -264,7 +268,7 @@ class QuorumController:
             )
             ob.done.add_done_callback(_retrieve)
             if not own_batch:
-                delay = 0.0 if self._inflight == 0 else self.append_linger_ms / 1000
+                delay = self.append_linger_ms / 1000 if self.node.flushing else 0.0
                 ob.timer = loop.call_later(delay, self._seal_if, ob)
         offset = ob.first + len(ob.records)
         epoch = ob.epoch

@@ -194,6 +194,9 @@ class RaftNode:
         # Called right before the core may append a voter-set change: the active controller
         # appends its open batch first, so that its records keep the offsets it gave them.
         self.before_voter_change: Callable[[], None] | None = None
+        # Called after each fsync of the log, in the Raft task, once the core has taken what
+        # arrived meanwhile: the active controller appends the writes that gathered during it.
+        self.after_flush: Callable[[], None] | None = None
         # Serves the APIs on the controller listener that are not the quorum's own.
         self.extra_api_handler: Callable[[int, bytes], Awaitable[bytes | None]] | None = None
         self.failed = asyncio.Event()  # set when the loop stopped on an error
@@ -450,11 +453,7 @@ class RaftNode:
             sid = self._snapshots_created.popleft()
             if sid.offset <= core.high_watermark:
                 core.snapshot_created(sid)
-        while self._inbox:
-            core.handle(self._inbox.popleft(), now)
-        while self._failed:
-            destination, request_id = self._failed.popleft()
-            core.request_failed(destination, request_id, now)
+        self._take_messages(core, now)
         if self._proposals:
             self._propose(core, now)
         while self._voter_calls:
@@ -466,10 +465,17 @@ class RaftNode:
         core.tick(now)
         while core.has_ready():
             ready = core.ready()
-            if self._persist(ready):
+            # A leader's committed batches are durable on a majority already: applied and
+            # answered before it fsyncs newer entries, not one fsync later.
+            committed_first = ready.must_sync and bool(ready.committed) and isinstance(core.state, LeaderState)
+            if committed_first:
+                self._apply(ready.committed)
+                self._resolve_waiters(core)
+            flushed = self._persist(ready)
+            if flushed:
                 await self._flush()
             self._dispatch(ready.messages)
-            if ready.committed:
+            if ready.committed and not committed_first:
                 self._apply(ready.committed)
             if ready.delete_before is not None:
                 self._delete_before(ready.delete_before)
@@ -480,6 +486,13 @@ class RaftNode:
             core.advance(ready)
             if ready.high_watermark is not None or self._waiters:
                 self._resolve_waiters(core)
+            if flushed:
+                # What arrived during the fsync (followers' acks of earlier entries) counts
+                # before the next one: a write proposed meanwhile must not hold up the commit
+                # of those before it by one more fsync.
+                self._take_messages(core, self.now_ms())
+                if self.after_flush is not None:
+                    self.after_flush()
         self._note_role(core)
         if core.voter_set is not self._voter_set_seen:
             self._refresh_addresses(core)
@@ -490,6 +503,14 @@ class RaftNode:
             self._first_commit_epoch = core.epoch
             if self._on_first_commit is not None:
                 self._on_first_commit(core.epoch)
+
+    def _take_messages(self, core: RaftCore, now: int) -> None:
+        """Hand the core the messages that arrived and the requests that failed."""
+        while self._inbox:
+            core.handle(self._inbox.popleft(), now)
+        while self._failed:
+            destination, request_id = self._failed.popleft()
+            core.request_failed(destination, request_id, now)
 
     def _propose(self, core: RaftCore, now: int) -> None:
         if not core.accepts_writes:
@@ -809,6 +830,11 @@ class RaftNode:
             self._inbound.pop(request_id, None)
             return codec.encode_response(request, ErrorCode.REQUEST_TIMED_OUT, cluster_id=self.cluster_id)
         return codec.encode_response(request, response, cluster_id=self.cluster_id, endpoints=self._endpoints)
+
+    @property
+    def flushing(self) -> bool:
+        """An fsync of the log is under way (what is proposed now goes into the next one)."""
+        return self._flushing is not None
 
     @property
     def closing(self) -> bool:
