@@ -194,8 +194,8 @@ class RaftNode:
         # Called right before the core may append a voter-set change: the active controller
         # appends its open batch first, so that its records keep the offsets it gave them.
         self.before_voter_change: Callable[[], None] | None = None
-        # Called after each fsync of the log, in the Raft task, once the core has taken what
-        # arrived meanwhile: the active controller appends the writes that gathered during it.
+        # Called after each fsync of the log, in the Raft task: the active controller appends
+        # the writes that gathered during it (they go into the next fsync).
         self.after_flush: Callable[[], None] | None = None
         # Serves the APIs on the controller listener that are not the quorum's own.
         self.extra_api_handler: Callable[[int, bytes], Awaitable[bytes | None]] | None = None
@@ -405,7 +405,7 @@ class RaftNode:
         try:
             await self._step()
             while not self._closing:
-                if not self._inbox and not self._proposals and not self._failed and not self._pending_calls():
+                if not (self._inbox or self._proposals or self._failed or self._pending_calls() or core.has_ready()):
                     delay = max(0, core.next_deadline() - self.now_ms()) / 1000
                     self._wake.clear()
                     timer = loop.call_later(delay, self._wake.set)
@@ -453,7 +453,11 @@ class RaftNode:
             sid = self._snapshots_created.popleft()
             if sid.offset <= core.high_watermark:
                 core.snapshot_created(sid)
-        self._take_messages(core, now)
+        while self._inbox:
+            core.handle(self._inbox.popleft(), now)
+        while self._failed:
+            destination, request_id = self._failed.popleft()
+            core.request_failed(destination, request_id, now)
         if self._proposals:
             self._propose(core, now)
         while self._voter_calls:
@@ -487,12 +491,14 @@ class RaftNode:
             if ready.high_watermark is not None or self._waiters:
                 self._resolve_waiters(core)
             if flushed:
-                # What arrived during the fsync (followers' acks of earlier entries) counts
-                # before the next one: a write proposed meanwhile must not hold up the commit
-                # of those before it by one more fsync.
-                self._take_messages(core, self.now_ms())
                 if self.after_flush is not None:
                     self.after_flush()
+                if self._first_commit_epoch == core.epoch:
+                    # A leader past its first commit starts a new turn, which takes what
+                    # arrived during the fsync (followers' acks of earlier entries, votes,
+                    # resign and voter calls, timers) before the next fsync: a write proposed
+                    # meanwhile must not hold up the commit of those before it.
+                    break
         self._note_role(core)
         if core.voter_set is not self._voter_set_seen:
             self._refresh_addresses(core)
@@ -503,14 +509,6 @@ class RaftNode:
             self._first_commit_epoch = core.epoch
             if self._on_first_commit is not None:
                 self._on_first_commit(core.epoch)
-
-    def _take_messages(self, core: RaftCore, now: int) -> None:
-        """Hand the core the messages that arrived and the requests that failed."""
-        while self._inbox:
-            core.handle(self._inbox.popleft(), now)
-        while self._failed:
-            destination, request_id = self._failed.popleft()
-            core.request_failed(destination, request_id, now)
 
     def _propose(self, core: RaftCore, now: int) -> None:
         if not core.accepts_writes:
