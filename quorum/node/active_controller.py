@@ -303,7 +303,8 @@ class QuorumController:
         if ob.timer is not None:
             ob.timer.cancel()
         core = self.node.core
-        if core is None or not core.is_leader or core.epoch != ob.epoch or self._image is None:
+        # Not while handing leadership over either (`RaftNode.resign`): the core takes no writes.
+        if core is None or not core.accepts_writes or core.epoch != ob.epoch or self._image is None:
             _fail(ob.done, NotLeaderError(core.leader_id if core else -1, core.epoch if core else 0))
             return
         if core.log.end_offset != ob.first:

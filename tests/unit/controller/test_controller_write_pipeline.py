@@ -9,6 +9,7 @@ the flush still runs, on the Raft node's worker thread, after the wait.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -19,7 +20,7 @@ from pathlib import Path
 from quorum.controller.replication_control import ReplicationSettings
 from quorum.controller.requests import BrokerEndpoint, BrokerRegistrationRequest, BrokerRegistrationResponse
 from quorum.metadata.snapshot import MetadataStateMachine
-from quorum.node.active_controller import QuorumController
+from quorum.node.active_controller import NotControllerError, QuorumController
 from quorum.node.config import config_from_properties
 from quorum.node.free_ports import free_port
 from quorum.node.raft_node import RaftNode
@@ -213,6 +214,41 @@ def test_an_ack_that_arrives_during_an_fsync_commits_before_the_next_fsync(tmp_p
             await asyncio.gather(*done.values())
             # flush 0 holds A, flush 1 B, flush 2 C.
             assert events.index("answer A") < events.index("flush-end 2"), events.items
+        finally:
+            await stop_quorum(members)
+
+    asyncio.run(scenario())
+
+
+def test_a_write_while_the_leader_hands_over_is_answered_not_controller(tmp_path: Path) -> None:
+    """After `resign` the leader waits for a voter to catch up (here: the follower's slow
+    fsync) and takes no writes meanwhile. A write that arrives then is refused
+    (NOT_CONTROLLER) at once; its batch is not proposed to a core that refuses it (that
+    raised inside a timer callback and left the write waiting for ever)."""
+
+    async def scenario() -> None:
+        members = await start_quorum(tmp_path, linger_ms=25)
+        try:
+            leader, follower = await leader_and_follower(members)
+            await settled(leader)
+            core = leader.node.core
+            assert core is not None
+            slow_fsync(follower, 1.0)
+            a = asyncio.ensure_future(leader.controller.handle(register(10)))
+            end = core.log.end_offset
+            await until(lambda: core.log.end_offset > end)
+            leader.node.resign()
+            await until(lambda: not core.accepts_writes)
+            assert core.is_leader  # still handing over: the follower has not caught up
+            try:
+                async with asyncio.timeout(2.0):
+                    await leader.controller.handle(register(11))
+            except NotControllerError:
+                pass
+            else:
+                raise AssertionError("a write was taken while the leader was handing over")
+            with contextlib.suppress(NotControllerError):
+                await a
         finally:
             await stop_quorum(members)
 
