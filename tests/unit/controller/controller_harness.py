@@ -19,7 +19,7 @@ from quorum.controller.requests import (
 )
 from quorum.metadata.snapshot import MetadataStateMachine
 from quorum.node.active_controller import QuorumController
-from quorum.node.config import config_from_properties
+from quorum.node.config import NodeConfig, config_from_properties
 from quorum.node.free_ports import free_port
 from quorum.node.raft_node import RaftNode
 from quorum.raft.voter_set import ZERO_UUID
@@ -81,6 +81,42 @@ DEFAULT_SETTINGS = ReplicationSettings(num_partitions=3, default_replication_fac
 START_POLLS = 1000  # every 10 ms: a single voter elects itself and commits its first batch by then
 
 
+def controller_node(
+    config: NodeConfig,
+    *,
+    settings: ReplicationSettings = DEFAULT_SETTINGS,
+    session_timeout_ms: int = 60_000,
+    directory_id: uuid.UUID = ZERO_UUID,
+    append_linger_ms: int = 25,
+) -> tuple[RaftNode, MetadataStateMachine, QuorumController]:
+    """A RaftNode and the QuorumController it drives, wired to each other, not started (no
+    idle writes, no automatic leader rebalance)."""
+    sm = MetadataStateMachine()
+    holder: list[QuorumController] = []
+    node = RaftNode(
+        config,
+        cluster_id=CLUSTER,
+        state_machine=sm,
+        on_first_commit=lambda epoch: holder[0].on_first_commit(epoch),
+        on_role_change=lambda role, epoch: holder[0].on_role_change(role, epoch),
+        directory_id=directory_id,
+    )
+    controller = QuorumController(
+        node,
+        sm,
+        cluster_id=CLUSTER,
+        settings=settings,
+        session_timeout_ms=session_timeout_ms,
+        idle_interval_ms=0,
+        auto_rebalance=False,
+        rebalance_interval_s=300,
+        imbalance_percentage=10,
+        append_linger_ms=append_linger_ms,
+    )
+    holder.append(controller)
+    return node, sm, controller
+
+
 async def start(
     tmp_path: Path,
     session_timeout_ms: int = 60_000,
@@ -102,28 +138,9 @@ async def start(
             "controller.quorum.election.timeout.ms": "50",
         }
     )
-    sm = MetadataStateMachine()
-    holder: list[QuorumController] = []
-    node = RaftNode(
-        config,
-        cluster_id=CLUSTER,
-        state_machine=sm,
-        on_first_commit=lambda epoch: holder[0].on_first_commit(epoch),
-        on_role_change=lambda role, epoch: holder[0].on_role_change(role, epoch),
-        directory_id=directory_id,
+    node, sm, controller = controller_node(
+        config, settings=settings, session_timeout_ms=session_timeout_ms, directory_id=directory_id
     )
-    controller = QuorumController(
-        node,
-        sm,
-        cluster_id=CLUSTER,
-        settings=settings,
-        session_timeout_ms=session_timeout_ms,
-        idle_interval_ms=0,
-        auto_rebalance=False,
-        rebalance_interval_s=300,
-        imbalance_percentage=10,
-    )
-    holder.append(controller)
     await node.start()
     h = Harness(node, sm, controller)
     for _ in range(START_POLLS):

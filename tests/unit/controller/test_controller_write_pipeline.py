@@ -24,8 +24,7 @@ from quorum.node.active_controller import NotControllerError, QuorumController
 from quorum.node.config import config_from_properties
 from quorum.node.free_ports import free_port
 from quorum.node.raft_node import RaftNode
-
-CLUSTER = "MkU3OEVBNTcwNTJENDM2Qk"
+from tests.unit.controller.controller_harness import CLUSTER, controller_node
 
 
 @dataclass(slots=True)
@@ -88,28 +87,11 @@ async def start_quorum(tmp_path: Path, *, linger_ms: int) -> list[Member]:
                 "controller.quorum.election.timeout.ms": "100",
             }
         )
-        sm = MetadataStateMachine()
-        holder: list[QuorumController] = []
-        node = RaftNode(
+        node, sm, controller = controller_node(
             config,
-            cluster_id=CLUSTER,
-            state_machine=sm,
-            on_first_commit=lambda epoch, h=holder: h[0].on_first_commit(epoch),
-            on_role_change=lambda role, epoch, h=holder: h[0].on_role_change(role, epoch),
-        )
-        controller = QuorumController(
-            node,
-            sm,
-            cluster_id=CLUSTER,
             settings=ReplicationSettings(num_partitions=1, default_replication_factor=1),
-            session_timeout_ms=60_000,
-            idle_interval_ms=0,
-            auto_rebalance=False,
-            rebalance_interval_s=300,
-            imbalance_percentage=10,
             append_linger_ms=linger_ms,
         )
-        holder.append(controller)
         members.append(Member(node, sm, controller))
     for m in members:
         await m.node.start()
