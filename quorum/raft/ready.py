@@ -18,6 +18,9 @@ Contract (the driver must follow it; the simulation and the node do):
  9. Call `core.advance(ready)`.
 Steps 1-5 are "persist before send": a vote, a fetch offset (the follower's ack)
 or a leader's claim never leaves the node before the state it depends on is on disk.
+A leader's driver may apply `committed` (and answer what waited on it) before steps 1-5:
+the leader computed that high watermark from durable acknowledgements (its own flushed end
+among them), so those batches are on a majority's disks already and never among `entries`.
 """
 
 from __future__ import annotations
