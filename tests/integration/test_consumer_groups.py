@@ -184,10 +184,21 @@ def group_scenario(cluster: MetadataCluster, client: str, *extra: str) -> None:
         check_reads(everyone, produced)
         restarted = [r for m in members for r in m.reads()]
         assert len(restarted) <= 60 + 6, f"the restarted members re-read {len(restarted) - 60} records"
+    except BaseException:
+        print_members(everyone)
+        raise
     finally:
         for m in everyone:
             if m.proc.poll() is None:
                 m.kill()
+
+
+def print_members(members: list[Member]) -> None:
+    """What each member process printed besides its records (a failure's evidence)."""
+    for i, m in enumerate(members):
+        events = [e for e in m.snapshot() if e["event"] not in ("record", "committed")]
+        print(f"member {i} ({m.name}, pid {m.proc.pid}, exit {m.proc.poll()}): {len(m.snapshot())} events; "
+              f"the last others: {events[-8:]}")  # fmt: skip
 
 
 def test_kafka_python_group(cluster: MetadataCluster) -> None:
