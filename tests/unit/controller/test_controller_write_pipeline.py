@@ -108,15 +108,11 @@ async def leader_and_follower(members: list[Member]) -> tuple[Member, Member]:
     raise AssertionError("no active controller")
 
 
-def flushing(member: Member) -> bool:
-    return member.node._flushing is not None  # noqa: SLF001 - an fsync is under way
-
-
 async def settled(member: Member) -> None:
     """Everything the leader wrote so far (its activation's records too) is committed."""
     core = member.node.core
     assert core is not None
-    await until(lambda: core.high_watermark == core.log.end_offset and not flushing(member))
+    await until(lambda: core.high_watermark == core.log.end_offset and not member.node.flushing)
 
 
 async def stop_quorum(members: list[Member]) -> None:
@@ -158,7 +154,7 @@ def test_a_write_is_appended_while_an_earlier_batch_waits_for_its_follower(tmp_p
             slow_fsync(follower, 1.0)
             end = core.log.end_offset
             a = asyncio.ensure_future(leader.controller.handle(register(10)))
-            await until(lambda: core.log.end_offset > end and not flushing(leader))
+            await until(lambda: core.log.end_offset > end and not leader.node.flushing)
             end_a = core.log.end_offset
             b = asyncio.ensure_future(leader.controller.handle(register(11)))
             await until(lambda: core.log.end_offset > end_a, timeout_s=0.5)  # not held behind A
