@@ -38,6 +38,7 @@ position in the log), ABORT drops them. A tombstone of a partition drops its pen
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Callable, Iterable
@@ -128,6 +129,9 @@ class Outcome:
     # (producer id, producer epoch): `records` are that producer's transactional write (a
     # batch of their own, with the transactional bit), else None (a plain write).
     producer: tuple[int, int] | None = None
+
+
+log = logging.getLogger(__name__)
 
 
 def _default_id(prefix: str) -> str:
@@ -300,7 +304,7 @@ class GroupShard:
         if group.state == GroupState.PREPARING_REBALANCE and group.initial_delay_active:
             group.new_member_added = True
         self._touch(group, member, now)
-        self._prepare_rebalance(group, now, out)
+        self._prepare_rebalance(group, now, out, f"member {member_id} joined")
         self._maybe_complete_join(group, now, out)
 
     def _join_known_member(
@@ -332,7 +336,8 @@ class GroupShard:
         else:
             self._update_member(member, req, token, out)
             self._touch(group, member, now)
-            self._prepare_rebalance(group, now, out)
+            why = "changed its protocols" if changed else "rejoined"
+            self._prepare_rebalance(group, now, out, f"member {member.member_id} {why}")
             self._maybe_complete_join(group, now, out)
         return None
 
@@ -405,15 +410,17 @@ class GroupShard:
         self._update_member(member, req, token, out)
         self._touch(group, member, now)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self._prepare_rebalance(group, now, out)
+            self._prepare_rebalance(group, now, out, f"static member {instance} rejoined as {member.member_id}")
         self._maybe_complete_join(group, now, out)
         return None
 
     # ================================================================== rebalancing
 
-    def _prepare_rebalance(self, group: ClassicGroup, now: int, out: Outcome) -> None:
+    def _prepare_rebalance(self, group: ClassicGroup, now: int, out: Outcome, reason: str) -> None:
         if group.state not in (GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             return
+        log.info("group %s: preparing to rebalance in state %s, generation %d (%s)",
+                 group.group_id, group.state.name, group.generation, reason)  # fmt: skip
         if group.state == GroupState.COMPLETING_REBALANCE:
             for m in group.members.values():
                 m.assignment = b""
@@ -454,7 +461,7 @@ class GroupShard:
         group.initial_delay_active = False
         for m in list(group.members.values()):
             if m.join_token is None and m.group_instance_id is None:
-                self._remove_member(group, m)
+                self._remove_member(group, m, "it did not rejoin before the rebalance timeout")
         group.generation += 1
         if not group.members:
             group.protocol = None
@@ -471,6 +478,8 @@ class GroupShard:
             joined = [m.member_id for m in group.members.values() if m.join_token is not None]
             group.leader = joined[0] if joined else (group.leader if leader is not None else next(iter(group.members)))
         group.transition(GroupState.COMPLETING_REBALANCE, now)
+        log.info("group %s: generation %d joined by %d members (leader %s, protocol %s); waiting for the assignment",
+                 group.group_id, group.generation, len(group.members), group.leader, group.protocol)  # fmt: skip
         for m in group.members.values():
             if m.join_token is not None:
                 out.replies[m.join_token] = self._join_answer(group, m)
@@ -492,7 +501,8 @@ class GroupShard:
             JoinedMember(m.member_id, m.group_instance_id, m.metadata(protocol)) for m in group.members.values()
         )
 
-    def _remove_member(self, group: ClassicGroup, member: Member) -> None:
+    def _remove_member(self, group: ClassicGroup, member: Member, reason: str) -> None:
+        log.info("group %s: member %s removed (%s)", group.group_id, member.member_id, reason)
         del group.members[member.member_id]
         if (
             member.group_instance_id is not None
@@ -503,7 +513,7 @@ class GroupShard:
         if group.leader == member.member_id:
             group.leader = next(iter(group.members), None)
 
-    def _remove_and_rebalance(self, group: ClassicGroup, member: Member, now: int, out: Outcome) -> None:
+    def _remove_and_rebalance(self, group: ClassicGroup, member: Member, now: int, out: Outcome, reason: str) -> None:
         for t in (member.join_token, member.sync_token):
             if t is not None:
                 out.replies[t] = (
@@ -511,9 +521,9 @@ class GroupShard:
                     if t == member.join_token
                     else SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
                 )
-        self._remove_member(group, member)
+        self._remove_member(group, member, reason)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self._prepare_rebalance(group, now, out)
+            self._prepare_rebalance(group, now, out, f"member {member.member_id} removed: {reason}")
         self._maybe_complete_join(group, now, out)
 
     def _touch(self, group: ClassicGroup, member: Member, now: int) -> None:
@@ -572,6 +582,7 @@ class GroupShard:
         generation = group.generation
         out.records.append(self._group_record(group, now_ms))
         group.transition(GroupState.STABLE, now_ms)
+        log.info("group %s: generation %d stable with %d members", group.group_id, generation, len(group.members))
         self.deadlines.cancel(("sync", group.group_id, generation))
         waiting = {}
         for m in group.members.values():
@@ -588,7 +599,7 @@ class GroupShard:
                 for m in group.members.values():
                     m.assignment = b""
                 extra = Outcome()
-                self._prepare_rebalance(group, now_ms, extra)
+                self._prepare_rebalance(group, now_ms, extra, f"the assignment was not written ({code.name})")
                 answers.update(extra.replies)
             return answers
 
@@ -638,7 +649,7 @@ class GroupShard:
             if member is None:
                 answers.append((who, ErrorCode.UNKNOWN_MEMBER_ID))
                 continue
-            self._remove_and_rebalance(group, member, now_ms, out)
+            self._remove_and_rebalance(group, member, now_ms, out, "it left the group")
             answers.append((who, ErrorCode.NONE))
         out.replies[token] = LeaveResult(ErrorCode.NONE, tuple(answers))
         return out
@@ -662,7 +673,9 @@ class GroupShard:
             if kind == "session":
                 member = group.members.get(key[2])
                 if member is not None and member.join_token is None and member.sync_token is None:
-                    self._remove_and_rebalance(group, member, now_ms, out)
+                    self._remove_and_rebalance(
+                        group, member, now_ms, out, f"no heartbeat for {member.session_timeout_ms} ms"
+                    )
                 elif member is not None:
                     self._touch(group, member, now_ms)  # a member waiting for an answer is alive
             elif kind == "pending":
@@ -677,8 +690,8 @@ class GroupShard:
                     # Members that did not sync in time leave; the rest rebalance again.
                     for m in list(group.members.values()):
                         if m.sync_token is None:
-                            self._remove_member(group, m)
-                    self._prepare_rebalance(group, now_ms, out)
+                            self._remove_member(group, m, f"no SyncGroup for generation {key[2]} in time")
+                    self._prepare_rebalance(group, now_ms, out, "members did not sync in time")
                     self._maybe_complete_join(group, now_ms, out)
         return out
 

@@ -10,6 +10,8 @@ It prints one JSON object per line on stdout, flushed at once:
 - {"event": "committed", "p": P, "o": O} once a synchronous commit of offset O (the next
   record to read) on partition P succeeded;
 - {"event": "commit_failed", "error": "..."} when a commit was refused.
+On stderr: the client's own log of its group protocol (kafka-python's coordinator at DEBUG,
+librdkafka's `cgrp` debug contexts), which a failed test prints for the members that stalled.
 Commit policy: after each record, a synchronous commit of the offset after it. So a record
 is read again by a later member only if its commit did not succeed.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 import time
@@ -32,6 +35,9 @@ def emit(**event: Any) -> None:
 def run_kafka_python(args: argparse.Namespace, stop: list[bool]) -> None:
     from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
     from kafka.errors import KafkaError
+
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("kafka.coordinator").setLevel(logging.DEBUG)
 
     consumer = KafkaConsumer(
         bootstrap_servers=args.bootstrap,
@@ -77,6 +83,7 @@ def run_confluent(args: argparse.Namespace, stop: list[bool]) -> None:
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
         "client.id": args.client_id,
+        "debug": "cgrp",  # on stderr: the group protocol's steps, for a failed test to print
     }
     if args.protocol == "consumer":
         conf["group.protocol"] = "consumer"

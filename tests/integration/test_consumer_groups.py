@@ -30,6 +30,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -66,10 +67,12 @@ class Member:
 
     def __init__(self, brokers: str, client: str, group: str, topic: str, *extra: str) -> None:
         self.name = f"{client}:{' '.join(extra)}"
+        # The client's own log (see group_member.py): a file, read only when a test fails.
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close_log)
         self.proc = subprocess.Popen(
             [sys.executable, MEMBER, "--client", client, "--bootstrap", brokers, "--group", group, "--topic", topic,
              "--session-ms", str(SESSION_MS), *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE, stderr=self.log, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -89,6 +92,13 @@ class Member:
     def assignment(self) -> list[int] | None:
         found = [e["partitions"] for e in self.snapshot() if e["event"] == "assigned"]
         return found[-1] if found else None
+
+    def log_tail(self, lines: int) -> list[str]:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace").splitlines()[-lines:]
+
+    def close_log(self) -> None:
+        self.log.close()
 
     def reads(self) -> list[tuple[int, int, bool]]:
         """(partition, offset, committed) of each record read: committed when the member's next
@@ -191,14 +201,25 @@ def group_scenario(cluster: MetadataCluster, client: str, *extra: str) -> None:
         for m in everyone:
             if m.proc.poll() is None:
                 m.kill()
+            m.close_log()
 
 
 def print_members(members: list[Member]) -> None:
-    """What each member process printed besides its records (a failure's evidence)."""
+    """What each member process printed besides its records, and for each member that never
+    reported an assignment its client's last log lines and, if it still runs, where its threads
+    are (py-spy): a failure's evidence."""
     for i, m in enumerate(members):
         events = [e for e in m.snapshot() if e["event"] not in ("record", "committed")]
         print(f"member {i} ({m.name}, pid {m.proc.pid}, exit {m.proc.poll()}): {len(m.snapshot())} events; "
               f"the last others: {events[-8:]}")  # fmt: skip
+        if m.assignment() is not None:
+            continue
+        print(f"member {i}: its client's last log lines:", *m.log_tail(60), sep="\n    ")
+        if m.proc.poll() is None:
+            spy = Path(sys.executable).with_name("py-spy")
+            dump = subprocess.run([str(spy), "dump", "--pid", str(m.proc.pid)], capture_output=True, text=True,
+                                  timeout=30, check=False)  # fmt: skip
+            print(f"member {i}: py-spy dump (rc {dump.returncode}):", dump.stdout, dump.stderr, sep="\n")
 
 
 def test_kafka_python_group(cluster: MetadataCluster) -> None:
