@@ -134,6 +134,8 @@ class LogManager:
         self._reserved: dict[Path, int] = {}  # logs planned in each dir, not adopted yet
         self._hw: dict[TopicPartition, int] = {}
         self._pending_deletes: list[tuple[float, Path]] = []
+        # (dir, checkpoint file) -> the offsets last queued for it (`_queue_write`).
+        self._queued_checkpoints: dict[tuple[Path, str], dict[TopicPartition, int]] = {}
         # Logs whose leader-epoch checkpoint waits for write_dirty_epochs (on the loop only).
         self._epochs_dirty: set[PartitionLog] = set()
         # The log cleaner (compacted topics); its threads run once `start_cleaner` is called.
@@ -352,7 +354,15 @@ class LogManager:
 
     def _queue_write(self, root: Path, name: str, offsets: dict[TopicPartition, int]) -> None:
         """The snapshot `offsets` is taken by the caller (on the loop); the atomic write
-        (two fsyncs) runs on the dir's queue, after every job queued before it."""
+        (two fsyncs) runs on the dir's queue, after every job queued before it. A snapshot
+        equal to the one last queued for the same file is not written again: the file holds
+        it once the queue gets there (a write that fails takes the dir offline, and an
+        offline dir's files are never written), so an idle broker's checkpoint costs a
+        comparison, not 10,000 formatted lines and two fsyncs every 5 s."""
+        key = (root, name)
+        if self._queued_checkpoints.get(key) == offsets:
+            return
+        self._queued_checkpoints[key] = offsets
         self._disk[root].submit("writing the offset checkpoints", lambda: write_offsets(root / name, offsets))
 
     def checkpoint_high_watermarks(self, high_watermarks: Mapping[TopicPartition, int]) -> None:

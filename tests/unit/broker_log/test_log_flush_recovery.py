@@ -14,7 +14,13 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker.log import LogConfig, LogManager, PartitionLog
-from broker.log.checkpoints import LEADER_EPOCH_FILE, RECOVERY_POINT_FILE, read_epochs, read_offsets
+from broker.log.checkpoints import (
+    LEADER_EPOCH_FILE,
+    RECOVERY_POINT_FILE,
+    REPLICATION_OFFSET_FILE,
+    read_epochs,
+    read_offsets,
+)
 from broker.log.disk_queue import DiskQueue
 from quorum.storage.record_batch import scan_frames
 
@@ -374,4 +380,46 @@ def test_a_become_leader_queues_no_disk_work_the_epoch_file_goes_with_the_next_f
     gate.open()
     queue.drain()
     assert read_epochs(path) == [(1, 0), (5, 50)]
+    logs.close()
+
+
+def test_an_unchanged_checkpoint_is_not_written_again_and_a_changed_one_is(tmp_path: Path) -> None:
+    """An idle broker's periodic checkpoints: the same offsets are not rewritten (each write is
+    a new file renamed into place, so its inode changes); any change is written."""
+    root = tmp_path / "d"
+    logs = LogManager([root], SMALL)
+    logs.load()
+    plog = logs.get_or_create("t", 0, uuid.uuid4(), SMALL)
+    path = root / REPLICATION_OFFSET_FILE
+
+    def checkpoint(hw: int) -> int:
+        logs.checkpoint_high_watermarks({("t", 0): hw})
+        logs.drain()
+        assert read_offsets(path) == {("t", 0): hw}
+        return path.stat().st_ino
+
+    first = checkpoint(3)
+    assert checkpoint(3) == first  # unchanged: not rewritten
+    moved = checkpoint(4)
+    assert moved != first
+    assert checkpoint(4) == moved
+    # Another partition appears in the dir: the file changes though no offset moved.
+    logs.get_or_create("t", 1, uuid.uuid4(), SMALL)
+    logs.checkpoint_high_watermarks({("t", 0): 4, ("t", 1): 0})
+    logs.drain()
+    assert read_offsets(path) == {("t", 0): 4, ("t", 1): 0}
+    assert path.stat().st_ino != moved
+    # The recovery points and log starts follow the same rule.
+    logs.checkpoint_recovery_points()
+    logs.drain()
+    rp = (root / RECOVERY_POINT_FILE).stat().st_ino
+    logs.checkpoint_recovery_points()
+    logs.drain()
+    assert (root / RECOVERY_POINT_FILE).stat().st_ino == rp
+    fill(plog, 10)  # rolls segments: their flushes move the recovery point
+    logs.drain()
+    logs.checkpoint_recovery_points()
+    logs.drain()
+    assert (root / RECOVERY_POINT_FILE).stat().st_ino != rp
+    assert read_offsets(root / RECOVERY_POINT_FILE)[("t", 0)] == plog.recovery_point > 0
     logs.close()
