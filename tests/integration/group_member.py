@@ -5,13 +5,23 @@ kill it with SIGKILL, or stop it with SIGTERM for a clean LeaveGroup).
         [--instance ID] [--protocol classic|consumer] [--session-ms N]
 
 It prints one JSON object per line on stdout, flushed at once:
-- {"event": "assigned", "partitions": [..]} whenever its assignment changes;
+- {"event": "assigned", "partitions": [..]} whenever its assignment changes (from the client's
+  rebalance callbacks);
 - {"event": "record", "p": P, "o": O, "v": "..."} for each record it consumed;
 - {"event": "committed", "p": P, "o": O} once a synchronous commit of offset O (the next
   record to read) on partition P succeeded;
 - {"event": "commit_failed", "error": "..."} when a commit was refused.
 On stderr: the client's own log of its group protocol (kafka-python's coordinator at DEBUG,
 librdkafka's `cgrp` debug contexts), which a failed test prints for the members that stalled.
+
+kafka-python 3.0.12 polls with a 5 s timeout here, not a short one, because of a client bug
+that a short poll exposes: a group leader whose first assignment was made before the topic's
+metadata arrived rejoins at once (its assignment snapshot differs from the metadata); if the
+poll() that sent that JoinGroup times out before the SyncGroup answer, the next poll() finds
+`need_rejoin()` false (the leader's new assignment updated the snapshot) and never awaits the
+join that is still in flight, so the answer is dropped: the member never takes its partitions
+and never heartbeats again, and the coordinator rightly expires it. With a 5 s poll the
+rejoin, started at the beginning of a poll, has seconds to finish.
 Commit policy: after each record, a synchronous commit of the offset after it. So a record
 is read again by a later member only if its commit did not succeed.
 """
@@ -33,11 +43,24 @@ def emit(**event: Any) -> None:
 
 
 def run_kafka_python(args: argparse.Namespace, stop: list[bool]) -> None:
-    from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+    from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, TopicPartition
     from kafka.errors import KafkaError
 
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(threadName)s %(name)s %(message)s")
     logging.getLogger("kafka.coordinator").setLevel(logging.DEBUG)
+    logging.getLogger("kafka.coordinator.consumer").setLevel(logging.INFO)  # its DEBUG logs every poll
+    held: set[int] = set()
+
+    class Report(ConsumerRebalanceListener):
+        """Runs on the client's IO thread: it only prints."""
+
+        def on_partitions_revoked(self, revoked: Any) -> None:
+            held.difference_update(tp.partition for tp in revoked)
+            emit(event="assigned", partitions=sorted(held))
+
+        def on_partitions_assigned(self, assigned: Any) -> None:
+            held.update(tp.partition for tp in assigned)
+            emit(event="assigned", partitions=sorted(held))
 
     consumer = KafkaConsumer(
         bootstrap_servers=args.bootstrap,
@@ -50,15 +73,10 @@ def run_kafka_python(args: argparse.Namespace, stop: list[bool]) -> None:
         max_poll_interval_ms=60_000,
         client_id=args.client_id,
     )
-    consumer.subscribe([args.topic])
-    last: list[int] = []
+    consumer.subscribe([args.topic], listener=Report())
     try:
         while not stop[0]:
-            batches = consumer.poll(timeout_ms=200)
-            now = sorted(tp.partition for tp in consumer.assignment())
-            if now != last:
-                last = now
-                emit(event="assigned", partitions=now)
+            batches = consumer.poll(timeout_ms=5000)  # see the module docstring
             for tp, records in batches.items():
                 for r in records:
                     emit(event="record", p=tp.partition, o=r.offset, v=(r.value or b"").decode())
