@@ -37,6 +37,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import heapq
+import itertools
 import logging
 import os
 import shutil
@@ -58,7 +60,7 @@ from broker.log.checkpoints import (
 )
 from broker.log.cleaner_threads import LogCleanerThreads
 from broker.log.closing import DEFAULT_RECOVERY_THREADS_PER_DATA_DIR, DirClosed, LogToClose, close_dir_logs
-from broker.log.config import LogConfig
+from broker.log.config import LONG_MAX, LogConfig
 from broker.log.dir_failure import KafkaStorageError, LogDirFailures
 from broker.log.disk_queue import INLINE, DiskQueue
 from broker.log.partition_log import PartitionLog
@@ -70,6 +72,7 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 _DELETE_SUFFIX = "-delete"
+ROLL_SCAN_S = 60.0  # how often `roll_pass` re-derives every roll deadline (s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,14 @@ class LogManager:
         self._queued_checkpoints: dict[tuple[Path, str], dict[TopicPartition, int]] = {}
         # Logs whose leader-epoch checkpoint waits for write_dirty_epochs (on the loop only).
         self._epochs_dirty: set[PartitionLog] = set()
+        # Time rolls (`roll_pass`): each written active segment's deadline (ms), and a heap of
+        # (deadline, tie, log) whose entries count only while they match `_roll_deadlines`.
+        self._roll_deadlines: dict[PartitionLog, int] = {}
+        self._roll_heap: list[tuple[int, int, PartitionLog]] = []
+        self._roll_tie = itertools.count()
+        self._next_roll_scan = 0.0  # time.monotonic() of the next full scan (a safety net)
+        # The logs whose flush.ms is set (finite): the only ones `flush_pass` can flush.
+        self._timed_flush: set[PartitionLog] = set()
         # The log cleaner (compacted topics); its threads run once `start_cleaner` is called.
         self.cleaner = LogCleanerThreads(1, 128 * 1024 * 1024, self.disk, self._background_failure)
 
@@ -149,13 +160,19 @@ class LogManager:
         plog.producers.expiration_ms = self.producer_id_expiration_ms
         plog.producers.remove_expired(int(time.time() * 1000))  # it was loaded with the default
         plog.on_epochs_dirty = self._epochs_dirty.add
+        plog.on_roll_deadline = self._schedule_roll
         self.logs[tp] = plog
+        self._schedule_roll(plog)
+        self._track_flush(plog)
         self._by_topic.setdefault(tp[0], set()).add(tp[1])
         self._dir_of[tp] = root
         self._hosted[root] += 1
 
     def _remove(self, tp: TopicPartition) -> PartitionLog | None:
         plog = self.logs.pop(tp, None)
+        if plog is not None:
+            self._roll_deadlines.pop(plog, None)  # its heap entries no longer count
+            self._timed_flush.discard(plog)
         partitions = self._by_topic.get(tp[0])
         if partitions is not None:
             partitions.discard(tp[1])
@@ -249,7 +266,7 @@ class LogManager:
             refused = self.failures.refuse(self._dir_of[tp])  # its logs refuse every operation
             if refused is not None:
                 raise refused
-            existing.update_config(config)
+            self._update_config(existing, config)
             stored = existing.topic_id  # what partition.metadata holds (kept in memory: no read here)
             if stored is None:
                 existing.topic_id = topic_id
@@ -298,7 +315,28 @@ class LogManager:
             return
         config = self.config_for(topic_config)
         for partition in partitions:
-            self.logs[(topic, partition)].update_config(config)
+            self._update_config(self.logs[(topic, partition)], config)
+
+    def _update_config(self, plog: PartitionLog, config: LogConfig) -> None:
+        plog.update_config(config)
+        self._schedule_roll(plog)  # segment.ms may have changed
+        self._track_flush(plog)
+
+    def _track_flush(self, plog: PartitionLog) -> None:
+        if plog.config.flush_ms < LONG_MAX:
+            self._timed_flush.add(plog)
+        else:
+            self._timed_flush.discard(plog)
+
+    def _schedule_roll(self, plog: PartitionLog) -> None:
+        """Record when `plog`'s active segment becomes due for a time roll (after a write to
+        an empty segment, a truncation, a config change, adoption)."""
+        deadline = plog.roll_deadline_ms()
+        if deadline is None:
+            self._roll_deadlines.pop(plog, None)
+        elif self._roll_deadlines.get(plog) != deadline:
+            self._roll_deadlines[plog] = deadline
+            heapq.heappush(self._roll_heap, (deadline, next(self._roll_tie), plog))
 
     def delete(self, topic: str, partition: int) -> None:
         plog = self._remove((topic, partition))
@@ -402,12 +440,28 @@ class LogManager:
 
     def roll_pass(self, now_ms: int) -> None:
         """segment.ms: roll active segments that are old enough, even without new appends.
-        Runs every second over every log: only the cheap time check per log (an idle broker
-        with 10,000 partitions spent most of its idle CPU in full roll checks here)."""
-        for plog in self.logs.values():
+        Runs every second and visits only the logs whose deadline has come (`_roll_heap`), so
+        an idle broker's pass costs what is due, not what is hosted. Once a minute a full scan
+        re-derives every deadline and drops the heap's stale entries: a safety net for a
+        change no path reports (its roll is then at most a minute late)."""
+        if time.monotonic() >= self._next_roll_scan:
+            self._next_roll_scan = time.monotonic() + ROLL_SCAN_S
+            for plog in self.logs.values():
+                self._schedule_roll(plog)
+            self._roll_heap = [e for e in self._roll_heap if self._roll_deadlines.get(e[2]) == e[0]]
+            heapq.heapify(self._roll_heap)
+        heap, visited = self._roll_heap, []
+        while heap and heap[0][0] <= now_ms:
+            deadline, _, plog = heapq.heappop(heap)
+            if self._roll_deadlines.get(plog) != deadline:
+                continue  # superseded, or the log is gone
+            del self._roll_deadlines[plog]
             if plog.time_roll_due(now_ms):
                 with contextlib.suppress(KafkaStorageError):  # its dir is offline now (logged once)
                     plog.maybe_roll(now_ms)
+            visited.append(plog)
+        for plog in visited:  # after the loop: a log that could not roll is due again next pass
+            self._schedule_roll(plog)
 
     def write_dirty_epochs(self) -> None:
         """Queue the leader-epoch checkpoints that changed since the last call (each on its
@@ -420,7 +474,7 @@ class LogManager:
     def flush_pass(self, now_ms: int) -> None:
         """flush.ms (log.flush.interval.ms): fsync (in the background) logs whose oldest
         unflushed write is that old."""
-        for plog in self.logs.values():
+        for plog in self._timed_flush:  # with flush.ms unset (Kafka's default) nothing is ever due
             if plog.unflushed_messages and now_ms - plog.last_flush_ms >= plog.config.flush_ms:
                 with contextlib.suppress(KafkaStorageError):  # its dir is offline now (logged once)
                     plog.flush_in_background(plog.log_end_offset)

@@ -178,6 +178,10 @@ class PartitionLog:
         self._metadata_due: UUID | None = None
         # Set by the LogManager: told when the epoch cache needs writing (see _persist_epochs).
         self.on_epochs_dirty: Callable[[PartitionLog], None] | None = None
+        # Called when the active segment may have become due for a time roll at a new time:
+        # its first write, or a truncation that left an older, written segment active (the
+        # LogManager keeps the roll deadlines; see `LogManager.roll_pass`).
+        self.on_roll_deadline: Callable[[PartitionLog], None] | None = None
         self.recovery: RecoveryReport | None = None
         # Set by the LogManager: an OSError in a guarded operation takes the dir offline.
         self.dir_failures: LogDirFailures | None = None
@@ -525,6 +529,12 @@ class PartitionLog:
             or last_offset - seg.base_offset > _I32_MAX
         )
 
+    def roll_deadline_ms(self) -> int | None:
+        """When the active segment becomes due for a time roll (ms; None: it is empty and
+        never rolls by time)."""
+        seg = self.active
+        return seg.created_ms + self.config.segment_ms if seg.size > 0 else None
+
     def time_roll_due(self, now_ms: int) -> bool:
         """Whether the active segment is old enough to roll by `segment.ms` (the one roll
         condition that changes without an append: the others are checked on each append)."""
@@ -564,6 +574,8 @@ class PartitionLog:
         seg = self.active
         start = seg.size
         seg.append(data, frames)
+        if start == 0 and self.on_roll_deadline is not None:
+            self.on_roll_deadline(self)  # a written segment: it rolls by time from now on
         ends = self._batch_ends
         for f in frames:
             ends.append((f.last_offset + 1, seg, start + f.position + f.size))
@@ -932,6 +944,8 @@ class PartitionLog:
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self._reload_producer_state()
+        if self.on_roll_deadline is not None:
+            self.on_roll_deadline(self)  # an older segment may be active again
 
     @storage_op("truncate")
     def truncate_fully_and_start_at(self, offset: int) -> None:
