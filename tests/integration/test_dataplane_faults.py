@@ -44,7 +44,9 @@ pytestmark = pytest.mark.integration
 
 class NumberedProducer:
     """Writes "<n>" records (n = 0, 1, 2, ...) round-robin over partitions in a thread and
-    records which were acknowledged, at which (partition, offset)."""
+    records which were acknowledged, at which (partition, offset). The delivery callbacks run
+    on the producer's thread: read `acked` from another thread only through `acked_items()`
+    and `acked_since()` (a copy under the lock), or after `stop()`."""
 
     def __init__(self, brokers: str, topic: str, partitions: int, *, rate_per_s: float = 400.0) -> None:
         from confluent_kafka import Producer
@@ -54,6 +56,7 @@ class NumberedProducer:
         self.acked: dict[int, tuple[int, int]] = {}
         self.failed: dict[int, str] = {}
         self.errors_by_name: dict[str, int] = {}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._interval = 1.0 / rate_per_s
         self._producer = Producer(
@@ -72,11 +75,12 @@ class NumberedProducer:
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         n = int(msg.value())
-        if err is None:
-            self.acked[n] = (msg.partition(), msg.offset())
-        else:
-            self.failed[n] = err.name()
-            self.errors_by_name[err.name()] = self.errors_by_name.get(err.name(), 0) + 1
+        with self._lock:
+            if err is None:
+                self.acked[n] = (msg.partition(), msg.offset())
+            else:
+                self.failed[n] = err.name()
+                self.errors_by_name[err.name()] = self.errors_by_name.get(err.name(), 0) + 1
 
     def _run(self) -> None:
         n = 0
@@ -100,8 +104,13 @@ class NumberedProducer:
         self._stop.set()
         self._thread.join(60)
 
+    def acked_items(self) -> list[tuple[int, tuple[int, int]]]:
+        with self._lock:
+            return list(self.acked.items())
+
     def acked_since(self, t0_count: int) -> int:
-        return sum(1 for n in self.acked if n >= t0_count)
+        with self._lock:
+            return sum(1 for n in self.acked if n >= t0_count)
 
 
 def check_read_back(brokers: str, producer: NumberedProducer) -> dict[int, list[int]]:
@@ -354,7 +363,7 @@ def test_unclean_election(tmp_path: Path, unclean: bool) -> None:
         other = next(b for b in state["replicas"] if b != lead)
         observer = next(b for b in c.broker_ids if b not in state["replicas"])
         # The follower goes first (ISR shrinks to the leader), then the leader: no ISR member left.
-        acked_with_both = dict(producer.acked)  # acknowledged by the ISR {lead, other}
+        acked_with_both = dict(producer.acked_items())  # acknowledged by the ISR {lead, other}
         c.kill9(other)
         wait_until("ISR = leader only", lambda: partition_state(c, topic, observer)[0]["isr"] == [lead], 30)
         shrunk = len(producer.acked)

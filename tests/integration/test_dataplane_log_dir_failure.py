@@ -135,7 +135,7 @@ def test_full_log_dir_moves_leaders_and_isrs_away_and_loses_nothing(
         mark = producer.sent
         wait_until(
             "acks=all writes acknowledged on every partition after the failure",
-            lambda: {p for n, (p, _) in list(producer.acked.items()) if n >= mark} == set(range(PARTITIONS)),
+            lambda: {p for n, (p, _) in producer.acked_items() if n >= mark} == set(range(PARTITIONS)),
             30,
         )
         node = cluster.nodes[FAILING]
