@@ -538,8 +538,8 @@ class PartitionLog:
     def time_roll_due(self, now_ms: int) -> bool:
         """Whether the active segment is old enough to roll by `segment.ms` (the one roll
         condition that changes without an append: the others are checked on each append)."""
-        seg = self.active
-        return seg.size > 0 and now_ms - seg.created_ms >= self.config.segment_ms
+        deadline = self.roll_deadline_ms()
+        return deadline is not None and now_ms >= deadline
 
     @storage_op("roll")
     def maybe_roll(self, now_ms: int, incoming: int = 0, last_offset: int = -1) -> bool:
