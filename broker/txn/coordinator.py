@@ -37,6 +37,13 @@ after a failed write), so until then the old epoch is answered CONCURRENT_TRANSA
 not PRODUCER_FENCED, and a PRODUCER_FENCED answer is never taken back by a failover.
 The partitions still waiting for markers are kept apart from the transaction's partitions
 (Kafka removes them from the metadata), so the state always equals its last record.
+An AddPartitionsToTxn / AddOffsetsToTxn that finds its transactional id's previous
+transaction prepared (its markers or its completion record under way) is held, not answered
+CONCURRENT_TRANSACTIONS at once: clients send it right after EndTxn returns, and would
+otherwise back off (librdkafka and the Java client: 20 ms) while the markers take a few ms.
+It is answered once the completion commits, as it would be answered then, or when the
+completion gives up or `concurrent_transactions_hold_ms` passes, with the answer of that
+moment (CONCURRENT_TRANSACTIONS while still prepared): never an answer Kafka could not give.
 
 Units: times and durations in milliseconds; producer ids int64, epochs int16.
 """
@@ -115,6 +122,9 @@ class TxnConfig:
     remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     retry_backoff_ms: int = 100  # retry.backoff.ms: before a failed completion record is written again
     offsets_topic_num_partitions: int = 50  # offsets.topic.num.partitions (AddOffsetsToTxn's partition)
+    # How long an AddPartitionsToTxn / AddOffsetsToTxn may wait for the previous transaction's
+    # completion before it is answered CONCURRENT_TRANSACTIONS (ours; 0: at once, as Kafka).
+    concurrent_transactions_hold_ms: int = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +158,17 @@ class _Pending:
     retry_at_ms: int = -1  # a failed completion record: when to write it again
 
 
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """An AddPartitionsToTxn waiting for its id's previous transaction to complete."""
+
+    token: Token
+    producer_id: int
+    producer_epoch: int
+    partitions: frozenset[TopicPartition]
+    deadline_ms: int  # answered at the latest then
+
+
 @dataclass(slots=True)
 class _Markers:
     """A prepared transaction's markers: which partitions still wait for theirs."""
@@ -164,6 +185,7 @@ class TxnCoordinator:
         self.txns: dict[str, TxnMetadata] = {}
         self._pending: dict[str, _Pending] = {}
         self._markers: dict[str, _Markers] = {}
+        self._held: dict[str, list[_Held]] = {}  # by transactional id
         self._next_abort_check_ms = 0
         self._next_expiration_check_ms = 0
 
@@ -305,10 +327,14 @@ class TxnCoordinator:
         return m
 
     def _add_partitions(self, tid: str, producer_id: int, producer_epoch: int, partitions: frozenset[TopicPartition],
-                        token: Token, now: int, out: Outcome) -> ErrorCode | None:  # fmt: skip
+                        token: Token, now: int, out: Outcome, *, hold: bool = True) -> ErrorCode | None:  # fmt: skip
         m = self._check_producer(tid, producer_id, producer_epoch)
         if isinstance(m, ErrorCode):
             return m
+        if m.state in PREPARED and hold and self.config.concurrent_transactions_hold_ms > 0:
+            deadline = now + self.config.concurrent_transactions_hold_ms
+            self._held.setdefault(tid, []).append(_Held(token, producer_id, producer_epoch, partitions, deadline))
+            return None  # answered by `_release`
         if tid in self._pending or m.state in PREPARED:
             return ErrorCode.CONCURRENT_TRANSACTIONS
         if m.state == TxnState.ONGOING and partitions <= m.partitions:
@@ -318,6 +344,19 @@ class TxnCoordinator:
         transit = m.transit(TxnState.ONGOING, now_ms=now, partitions=added, start_ms=start)
         self._begin(m, transit, out, token, ErrorCode.NONE)
         return None
+
+    def _release(self, tid: str, now: int, out: Outcome, *, expired_only: bool = False) -> None:
+        """Answer the requests held on `tid` (only those past their deadline if
+        `expired_only`) as they are answered now, without holding them again."""
+        held = self._held.pop(tid, [])
+        for h in held:
+            if expired_only and h.deadline_ms > now:
+                self._held.setdefault(tid, []).append(h)
+                continue
+            reply = self._add_partitions(tid, h.producer_id, h.producer_epoch, h.partitions, h.token, now, out,
+                                         hold=False)  # fmt: skip
+            if reply is not None:
+                out.replies[h.token] = reply
 
     def verify_partitions(self, req: AddPartitionsRequest) -> dict[TopicPartition, ErrorCode]:
         """AddPartitionsToTxn v4+ with VerifyOnly (KIP-890 part 1, from a partition leader
@@ -397,6 +436,7 @@ class TxnCoordinator:
             if p.token is not None:
                 init = isinstance(p.reply, InitProducerIdResult)
                 out.replies[p.token] = InitProducerIdResult(mapped) if init else mapped
+            self._release(transactional_id, now_ms, out)  # the completion gave up: prepared until a reload
             return out
         del self._pending[transactional_id]
         if p.target.state == TxnState.DEAD:
@@ -407,6 +447,8 @@ class TxnCoordinator:
             out.replies[p.token] = p.reply
         if m.state in PREPARED:
             out.extend(self._start_markers(m, now_ms))
+        else:
+            self._release(transactional_id, now_ms, out)
         return out
 
     # ================================================================== markers
@@ -447,7 +489,7 @@ class TxnCoordinator:
                 retry.add(tp)
             else:
                 del self._markers[request.transactional_id]
-                return out
+                return out  # requests held on it are answered at their deadline
         if retry:
             r = markers.request
             out.markers.append(MarkerRequest(r.transactional_id, r.producer_id, r.producer_epoch, r.coordinator_epoch,
@@ -480,10 +522,13 @@ class TxnCoordinator:
     def next_deadline_ms(self) -> int:
         """When `tick` next has something to do."""
         retries = [p.retry_at_ms for p in self._pending.values() if p.retry_at_ms >= 0]
-        return min([self._next_abort_check_ms, self._next_expiration_check_ms, *retries])
+        holds = [h.deadline_ms for held in self._held.values() for h in held]
+        return min([self._next_abort_check_ms, self._next_expiration_check_ms, *retries, *holds])
 
     def tick(self, now_ms: int) -> Outcome:
         out = Outcome()
+        for tid in [tid for tid, held in self._held.items() if any(h.deadline_ms <= now_ms for h in held)]:
+            self._release(tid, now_ms, out, expired_only=True)
         for tid, p in self._pending.items():
             if 0 <= p.retry_at_ms <= now_ms:
                 p.retry_at_ms = -1

@@ -8,6 +8,7 @@ import pytest
 
 from broker.txn.coordinator import OFFSETS_TOPIC, TxnConfig
 from broker.txn.messages import (
+    AddOffsetsRequest,
     AddPartitionsRequest,
     EndTxnRequest,
     InitProducerIdRequest,
@@ -182,7 +183,7 @@ def test_add_partitions_already_in_the_transaction_writes_nothing() -> None:
 
 
 def test_add_partitions_errors() -> None:
-    h = Harness()
+    h = Harness(TxnConfig(concurrent_transactions_hold_ms=0))  # Kafka's answers: nothing is held
     assert h.add(1000, 0, A0) == E.INVALID_PRODUCER_ID_MAPPING  # unknown transactional id
     r = h.init()
     assert h.add(r.producer_id + 1, r.producer_epoch, A0) == E.INVALID_PRODUCER_ID_MAPPING
@@ -193,6 +194,80 @@ def test_add_partitions_errors() -> None:
     h.complete()
     assert h.end(r.producer_id, r.producer_epoch, COMMIT) == E.NONE
     assert h.add(r.producer_id, r.producer_epoch, A1) == E.CONCURRENT_TRANSACTIONS  # prepared
+
+
+def held_add(h: Harness, pid: int, epoch: int, *tps: tuple[str, int], token: int = 99) -> None:
+    """An AddPartitionsToTxn sent while the previous transaction completes: held, unanswered."""
+    out = h.c.add_partitions(AddPartitionsRequest(TID, pid, epoch, frozenset(tps)), token, h.now)
+    assert out.replies == {} and out.writes == [] and out.markers == []
+
+
+def test_add_partitions_is_held_until_the_previous_transaction_completes() -> None:
+    h = Harness()
+    pid, epoch = started(h, A0)
+    assert h.end(pid, epoch, COMMIT) == E.NONE  # PrepareCommit committed, markers out
+    h.now = 50
+    held_add(h, pid, epoch, A1)
+    held_add(h, pid, epoch, B0, token=98)  # a second one (a client would not) is held too
+    assert h.c.next_deadline_ms() == 50 + TxnConfig().concurrent_transactions_hold_ms
+    h.now = 60
+    m = h.markers.pop(0)
+    assert h.take(h.c.markers_written(m, dict.fromkeys(m.partitions, E.NONE))) == {}  # completion record in flight
+    # The completion commits: the first held request starts the next transaction (its record
+    # commits, then it is answered); the second found that transition pending.
+    assert h.complete() == {99: E.NONE, 98: E.CONCURRENT_TRANSACTIONS}
+    assert [(v.transaction_status if v else None) for _, v in records(h)][-3:] == [
+        S.PREPARE_COMMIT, S.COMPLETE_COMMIT, S.ONGOING,
+    ]  # fmt: skip
+    assert h.state().state == S.ONGOING and h.state().partitions == {A1} and h.state().start_ms == 60
+    # Nothing held any more: the next deadline is the periodic abort check's.
+    assert h.c.next_deadline_ms() == TxnConfig().abort_timed_out_transaction_cleanup_interval_ms
+
+
+def test_add_offsets_is_held_too() -> None:
+    h = Harness()
+    pid, epoch = started(h, A0)
+    assert h.end(pid, epoch, ABORT) == E.NONE
+    out = h.c.add_offsets(AddOffsetsRequest(TID, pid, epoch, "g"), 99, h.now)
+    assert out.replies == {} and out.writes == []
+    h.deliver()
+    assert h.complete() == {99: E.NONE}
+    assert h.state().state == S.ONGOING and {t for t, _ in h.state().partitions} == {OFFSETS_TOPIC}
+
+
+def test_a_held_request_is_answered_concurrent_transactions_at_its_deadline() -> None:
+    h = Harness(TxnConfig(concurrent_transactions_hold_ms=300))
+    pid, epoch = started(h, A0)
+    assert h.end(pid, epoch, COMMIT) == E.NONE
+    h.now = 10
+    held_add(h, pid, epoch, A1)
+    assert h.c.next_deadline_ms() == 310
+    assert h.c.tick(309).replies == {}
+    out = h.c.tick(310)
+    assert out.replies == {99: E.CONCURRENT_TRANSACTIONS} and out.writes == []
+    h.finish()  # the markers and the completion, later: nothing more is answered or started
+    assert h.state().state == S.COMPLETE_COMMIT and h.state().partitions == frozenset()
+
+
+def test_a_held_request_is_answered_when_the_completion_gives_up() -> None:
+    h = Harness()
+    pid, epoch = started(h, A0)
+    assert h.end(pid, epoch, COMMIT) == E.NONE
+    held_add(h, pid, epoch, A1)
+    h.deliver()
+    # The completion record fails for good (the partition moved): prepared until a reload.
+    assert h.complete(E.NOT_LEADER_OR_FOLLOWER) == {99: E.CONCURRENT_TRANSACTIONS}
+    assert h.state().state == S.PREPARE_COMMIT
+
+
+def test_fenced_or_unknown_producers_are_not_held() -> None:
+    h = Harness()
+    pid, epoch = started(h, A0)
+    assert h.end(pid, epoch, COMMIT) == E.NONE
+    out = h.c.add_partitions(AddPartitionsRequest(TID, pid, epoch + 1, frozenset({A1})), 99, h.now)
+    assert out.replies == {99: E.PRODUCER_FENCED}
+    out = h.c.add_partitions(AddPartitionsRequest(TID, pid + 1, epoch, frozenset({A1})), 98, h.now)
+    assert out.replies == {98: E.INVALID_PRODUCER_ID_MAPPING}
 
 
 def test_an_id_whose_first_init_is_not_committed_has_no_producer() -> None:

@@ -10,7 +10,8 @@ replays the committed records). Checked after every step:
 - after a reload the state equals the state before (plus the records in flight that the crash
   committed);
 - `drain` (markers and appends all succeed, time passes) takes every prepared transaction to
-  CompleteCommit / CompleteAbort.
+  CompleteCommit / CompleteAbort, and at the end every request has its answer (those held
+  while the previous transaction completed too).
 """
 
 from __future__ import annotations
@@ -310,6 +311,12 @@ class TxnCoordinatorModel(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.settle_everything(may_reload=True)
+        # Every request is answered in the end: held ones once their transaction completes
+        # (or their hold runs out), the rest once their records commit.
+        self.now += CONFIG.concurrent_transactions_hold_ms
+        self.take(self.c.tick(self.now))
+        self.settle_everything(may_reload=False)
+        assert not self.asked, f"never answered: {sorted(self.asked.values(), key=str)}"
 
 
 TestTxnCoordinatorModel = TxnCoordinatorModel.TestCase
