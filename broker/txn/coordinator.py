@@ -162,10 +162,8 @@ class _Pending:
 class _Held:
     """An AddPartitionsToTxn waiting for its id's previous transaction to complete."""
 
+    request: AddPartitionsRequest
     token: Token
-    producer_id: int
-    producer_epoch: int
-    partitions: frozenset[TopicPartition]
     deadline_ms: int  # answered at the latest then
 
 
@@ -298,8 +296,7 @@ class TxnCoordinator:
         """AddPartitionsToTxn (v0-3, and v4+ without VerifyOnly): one error for all the
         partitions of the transaction."""
         out = Outcome()
-        reply = self._add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, req.partitions,
-                                     token, now_ms, out)  # fmt: skip
+        reply = self._add_partitions(req, token, now_ms, out)
         if reply is not None:
             out.replies[token] = reply
         return out
@@ -326,14 +323,15 @@ class TxnCoordinator:
             return ErrorCode.PRODUCER_FENCED
         return m
 
-    def _add_partitions(self, tid: str, producer_id: int, producer_epoch: int, partitions: frozenset[TopicPartition],
-                        token: Token, now: int, out: Outcome, *, hold: bool = True) -> ErrorCode | None:  # fmt: skip
-        m = self._check_producer(tid, producer_id, producer_epoch)
+    def _add_partitions(self, req: AddPartitionsRequest, token: Token, now: int, out: Outcome, *,
+                        hold: bool = True) -> ErrorCode | None:  # fmt: skip
+        tid, partitions = req.transactional_id, req.partitions
+        m = self._check_producer(tid, req.producer_id, req.producer_epoch)
         if isinstance(m, ErrorCode):
             return m
         if m.state in PREPARED and hold and self.config.concurrent_transactions_hold_ms > 0:
             deadline = now + self.config.concurrent_transactions_hold_ms
-            self._held.setdefault(tid, []).append(_Held(token, producer_id, producer_epoch, partitions, deadline))
+            self._held.setdefault(tid, []).append(_Held(req, token, deadline))
             return None  # answered by `_release`
         if tid in self._pending or m.state in PREPARED:
             return ErrorCode.CONCURRENT_TRANSACTIONS
@@ -353,8 +351,7 @@ class TxnCoordinator:
             if expired_only and h.deadline_ms > now:
                 self._held.setdefault(tid, []).append(h)
                 continue
-            reply = self._add_partitions(tid, h.producer_id, h.producer_epoch, h.partitions, h.token, now, out,
-                                         hold=False)  # fmt: skip
+            reply = self._add_partitions(h.request, h.token, now, out, hold=False)
             if reply is not None:
                 out.replies[h.token] = reply
 
