@@ -41,13 +41,18 @@ idempotence off):
 * kcat consume (issue 22: a client that can go faster than the Python consumer): after the
   consumer above, kcat reads every partition from its log start to the end into a pipe
   that is dropped; MB/s from its first to its last byte; broker CPU per MB served. The same
-  against the mock. With --profile DIR, py-spy records the busiest broker during it too
+  against the mock.
+* Fast consumer (tests/perf/fast_consumer.c, built here with gcc and Debian's
+  librdkafka-dev): librdkafka's consumer reading every partition to its end in batches,
+  printing nothing per message, so neither kcat's output nor a pipe reader sets the rate;
+  the same against the mock. The consumption targets are judged on it (on kcat when it
+  cannot be built). With --profile DIR, py-spy records the busiest broker during it
   (DIR/consume).
 
 Targets (issue): acks=all RF 3 >= 100 MB/s and >= 1/3 of the mock cluster's acks=all rate in
 the same run; <= 10 ms broker CPU per MB ingested; p99 produce latency < 20 ms at half the
-maximum rate; consume >= 2x the produce rate; kcat consume >= 0.8x the mock's with kcat and
->= 2x the produce rate, < 1 ms broker CPU per MB served. Judged on the largest broker count with RF 3,
+maximum rate; consume >= 2x the produce rate; the fast consumer >= 0.8x the mock's with the
+same client and >= 2x the produce rate, < 1 ms broker CPU per MB served. Judged on the largest broker count with RF 3,
 on its partitions-per-broker count with the best acks=all rate.
 
 Many partitions (sequential acks=all latency, idle brokers) and a consume-only run over GBs
@@ -96,7 +101,7 @@ TARGET_MOCK_SHARE = 1 / 3
 TARGET_CPU_MS_PER_MB = 10.0
 TARGET_P99_MS = 20.0
 TARGET_CONSUME_RATIO = 2.0
-TARGET_KCAT_MOCK_SHARE = 0.8  # consumption from the page cache vs the mock, same fast client (kcat)
+TARGET_KCAT_MOCK_SHARE = 0.8  # consumption from the page cache vs the mock, same fast client
 TARGET_CPU_MS_PER_MB_SERVED = 1.0
 
 # librdkafka's own log lines (connection refused when the mock closes, etc.) go to a file.
@@ -146,6 +151,7 @@ class CpuWindow:
     start: dict[str, int] = field(default_factory=dict)
     machine0: tuple[int, int] = (0, 0)
     per_pid0: dict[int, int] = field(default_factory=dict)
+    active: float = 0.0  # seconds of the window spent moving data (set by the consume passes)
 
     def __enter__(self) -> CpuWindow:
         self.t0 = time.monotonic()
@@ -223,6 +229,11 @@ class Run:
     kcat_passes: int = 0
     kcat_broker_cpu_ms_per_mb: float = float("nan")
     kcat_broker_cores: float = float("nan")
+    rdk_mb_s: float | None = None  # tests/perf/fast_consumer.c: librdkafka with no per-message output
+    rdk_passes: int = 0
+    rdk_broker_cpu_ms_per_mb: float = float("nan")
+    rdk_broker_cores: float = float("nan")
+    rdk_client_cores: float = float("nan")
     load1: float = 0.0
     idle_broker_cores: float = float("nan")  # with the topic created, before any message
     note: str = ""
@@ -532,14 +543,110 @@ def kcat_consume_run(
     groups: dict[str, list[int]],
     profile: tuple[int, Path, str] | None = None,
 ) -> Run:
-    """Consumption measured with a client that is not the bottleneck: kcat (librdkafka, C)
-    reads every partition from its log start to the end (`-e`) and prints only the values
-    (`-f %s`) into a pipe this process reads in 1 MiB chunks and drops. MB/s = value bytes /
-    (first byte .. last byte) per pass, so kcat's start (metadata, offsets) is left out;
-    passes repeat until `min_seconds` have passed. Broker CPU counts the whole window."""
+    """Consumption by kcat (librdkafka, C): every partition from its log start to the end
+    (`-e`), only the values printed (`-f %s`) into a pipe this process reads in 1 MiB chunks
+    and drops. MB/s = value bytes / (first byte .. last byte) per pass, so kcat's start
+    (metadata, offsets) is left out; passes repeat until `min_seconds` have passed. Broker
+    CPU counts the whole window. kcat's per-message output and the pipe reader cost more than
+    the brokers do; `fast_consume_run` measures without them."""
     exe = shutil.which("kcat")
     if exe is None:
         return run
+
+    def one_pass() -> tuple[int, float]:
+        cmd = [exe, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%s"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # noqa: S603
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        first: float | None = None
+        got = 0
+        while chunk := os.read(fd, 1 << 20):
+            if first is None:
+                first = time.monotonic()
+            got += len(chunk)
+        last = time.monotonic()
+        proc.wait(timeout=60)
+        return (got, last - first) if first is not None else (0, 0.0)
+
+    mb_s, passes, cpu = _consume_passes(one_pass, min_seconds, groups, profile)
+    run.kcat_mb_s, run.kcat_passes = mb_s, passes
+    if "brokers" in groups and mb_s:
+        run.kcat_broker_cpu_ms_per_mb = cpu.seconds["brokers"] * 1000 / (mb_s * cpu.active)
+        run.kcat_broker_cores = cpu.cores("brokers")
+    return run
+
+
+FAST_CONSUMER_C = Path(__file__).resolve().parent / "fast_consumer.c"
+
+
+def fast_consumer_exe(work: Path) -> Path | None:
+    """tests/perf/fast_consumer.c built into `work` (gcc and librdkafka's headers, Debian's
+    librdkafka-dev); None, with the reason printed, when it cannot be built."""
+    exe = work / "fast_consumer"
+    if exe.exists():
+        return exe
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        print("fast consumer: no C compiler; its rows are skipped", flush=True)
+        return None
+    cmd = [gcc, "-O2", "-o", str(exe), str(FAST_CONSUMER_C), "-lrdkafka"]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+    if done.returncode != 0:
+        print(f"fast consumer: build failed (apt-get install librdkafka-dev?): {done.stderr.strip()[-300:]}",
+              flush=True)  # fmt: skip
+        return None
+    return exe
+
+
+def fast_consume_run(
+    run: Run,
+    exe: Path | None,
+    bootstrap: str,
+    topic: str,
+    min_seconds: float,
+    groups: dict[str, list[int]],
+    profile: tuple[int, Path, str] | None = None,
+) -> Run:
+    """Consumption by `fast_consumer` (librdkafka's consumer in C, batches of 4,096, nothing
+    printed per message): every partition from its log start to its end. MB/s = value bytes
+    / (first message .. last partition's end) as the program clocks it; passes repeat until
+    `min_seconds` have passed; broker CPU over the whole window; the consumer's own CPU from
+    this process's children (`os.times`)."""
+    if exe is None:
+        return run
+
+    def one_pass() -> tuple[int, float]:
+        cmd = [str(exe), bootstrap, topic]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=330, check=False)  # noqa: S603
+        if done.returncode != 0:
+            raise RuntimeError(f"fast_consumer failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+        out = json.loads(done.stdout)
+        if out["errors"]:
+            raise RuntimeError(f"fast_consumer saw {out['errors']} errors: {done.stderr.strip()[-500:]}")
+        return int(out["value_bytes"]), float(out["last_s"]) - float(out["first_s"])
+
+    children0 = os.times()
+    mb_s, passes, cpu = _consume_passes(one_pass, min_seconds, groups, profile)
+    children1 = os.times()
+    run.rdk_mb_s, run.rdk_passes = mb_s, passes
+    run.rdk_client_cores = (
+        children1.children_user + children1.children_system - children0.children_user - children0.children_system
+    ) / max(1e-9, cpu.elapsed)
+    if "brokers" in groups and mb_s:
+        run.rdk_broker_cpu_ms_per_mb = cpu.seconds["brokers"] * 1000 / (mb_s * cpu.active)
+        run.rdk_broker_cores = cpu.cores("brokers")
+    return run
+
+
+def _consume_passes(
+    one_pass: Callable[[], tuple[int, float]],
+    min_seconds: float,
+    groups: dict[str, list[int]],
+    profile: tuple[int, Path, str] | None,
+) -> tuple[float, int, CpuWindow]:
+    """Run `one_pass` (-> value bytes, seconds from first to last byte) until `min_seconds`
+    have passed; MB/s over the passes, their count, and the CPU window (`active`: the summed
+    seconds of the passes, for per-MB figures)."""
     size = 0
     active = 0.0
     passes = 0
@@ -550,31 +657,16 @@ def kcat_consume_run(
         with CpuWindow(groups) as cpu:
             t0 = time.monotonic()
             while passes == 0 or time.monotonic() - t0 < min_seconds:
-                cmd = [exe, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%s"]
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # noqa: S603
-                assert proc.stdout is not None
-                fd = proc.stdout.fileno()
-                first: float | None = None
-                got = 0
-                while chunk := os.read(fd, 1 << 20):
-                    if first is None:
-                        first = time.monotonic()
-                    got += len(chunk)
-                last = time.monotonic()
-                proc.wait(timeout=60)
-                if first is not None:
-                    active += last - first
+                got, seconds = one_pass()
+                if seconds > 0:
                     size += got
+                    active += seconds
                 passes += 1
     finally:
         if spy is not None:
             spy.stop()
-    run.kcat_mb_s = size / MB / active if active > 0 else 0.0
-    run.kcat_passes = passes
-    if "brokers" in groups and size:
-        run.kcat_broker_cpu_ms_per_mb = cpu.seconds["brokers"] * 1000 / (size / MB)
-        run.kcat_broker_cores = cpu.cores("brokers")
-    return run
+    cpu.active = active
+    return (size / MB / active if active > 0 else 0.0), passes, cpu
 
 
 def run_mock(args: argparse.Namespace, work: Path) -> list[Run]:
@@ -594,6 +686,7 @@ def run_mock(args: argparse.Namespace, work: Path) -> list[Run]:
             if acks == "all":
                 consume_run(run, bootstrap, topic, args.consume_seconds, {}, work)
                 kcat_consume_run(run, bootstrap, topic, args.consume_seconds, {})
+                fast_consume_run(run, fast_consumer_exe(work), bootstrap, topic, args.consume_seconds, {})
                 sat_all = run
             print_row(run)
             runs.append(run)
@@ -771,7 +864,9 @@ def run_pykraft(args: argparse.Namespace, work: Path, nb: int) -> list[Run]:
                     spy = None
                     if args.profile and nb == max(args.brokers) and ppb == args.verdict_ppb() and busiest_pid:
                         spy = (busiest_pid, args.profile / "consume", args.profile_format)
-                    kcat_consume_run(run, bootstrap, topic, args.consume_seconds, groups, profile=spy)
+                    exe = fast_consumer_exe(work)
+                    kcat_consume_run(run, bootstrap, topic, args.consume_seconds, groups, profile=None if exe else spy)
+                    fast_consume_run(run, exe, bootstrap, topic, args.consume_seconds, groups, profile=spy)
                     if rf == shape_rf and (best is None or run.mb_s > best.mb_s):
                         best = run
                 print_row(run)
@@ -844,6 +939,13 @@ def print_row(r: Run) -> None:
         if r.system != "mock":
             parts.append(f"brokers {_f(r.kcat_broker_cores, 2)} cores")
             parts.append(f"{_f(r.kcat_broker_cpu_ms_per_mb, 2)} ms broker CPU per MB served")
+        print("    " + ", ".join(parts), flush=True)
+    if r.rdk_mb_s is not None:
+        parts = [f"fast consumer (C): {_f(r.rdk_mb_s)} MB/s, {r.rdk_passes} pass(es)"]
+        parts.append(f"client {_f(r.rdk_client_cores, 2)} cores")
+        if r.system != "mock":
+            parts.append(f"brokers {_f(r.rdk_broker_cores, 2)} cores")
+            parts.append(f"{_f(r.rdk_broker_cpu_ms_per_mb, 2)} ms broker CPU per MB served")
         print("    " + ", ".join(parts), flush=True)
     if r.note:
         print(f"    {r.note}", flush=True)
@@ -925,28 +1027,36 @@ def verdicts(runs: list[Run]) -> list[tuple[str, bool | None, str]]:
         )
     else:
         out.append((f"p99 < {TARGET_P99_MS:.0f} ms at half the max rate", None, "no run at 0.5 of the max"))
-    if best.kcat_mb_s is not None:
-        kcat = best.kcat_mb_s
-        if mock_all is not None and mock_all.kcat_mb_s:
+    # The fast client: fast_consumer.c when it could be built, else kcat.
+    fast = [
+        (name, mb_s, ms_per_mb, mock_mb_s)
+        for name, mb_s, ms_per_mb, mock_mb_s in (
+            ("fast consumer", best.rdk_mb_s, best.rdk_broker_cpu_ms_per_mb, mock_all.rdk_mb_s if mock_all else None),
+            ("kcat", best.kcat_mb_s, best.kcat_broker_cpu_ms_per_mb, mock_all.kcat_mb_s if mock_all else None),
+        )
+        if mb_s is not None
+    ][:1]
+    for name, mb_s, ms_per_mb, mock_mb_s in fast:
+        if mock_mb_s:
             out.append(
                 (
-                    f"kcat consume >= {TARGET_KCAT_MOCK_SHARE:.1f}x the mock's",
-                    kcat >= TARGET_KCAT_MOCK_SHARE * mock_all.kcat_mb_s,
-                    f"{kcat:.1f} vs {mock_all.kcat_mb_s:.1f} MB/s = {kcat / mock_all.kcat_mb_s:.2f}x",
+                    f"{name} consume >= {TARGET_KCAT_MOCK_SHARE:.1f}x the mock's",
+                    mb_s >= TARGET_KCAT_MOCK_SHARE * mock_mb_s,
+                    f"{mb_s:.1f} vs {mock_mb_s:.1f} MB/s = {mb_s / mock_mb_s:.2f}x",
                 )
             )
         out.append(
             (
-                f"kcat consume >= {TARGET_CONSUME_RATIO:.0f}x produce",
-                kcat >= TARGET_CONSUME_RATIO * best.mb_s,
-                f"{kcat:.1f} vs {best.mb_s:.1f} MB/s = {kcat / best.mb_s:.2f}x" if best.mb_s else "-",
+                f"{name} consume >= {TARGET_CONSUME_RATIO:.0f}x produce",
+                mb_s >= TARGET_CONSUME_RATIO * best.mb_s,
+                f"{mb_s:.1f} vs {best.mb_s:.1f} MB/s = {mb_s / best.mb_s:.2f}x" if best.mb_s else "-",
             )
         )
         out.append(
             (
                 f"broker CPU < {TARGET_CPU_MS_PER_MB_SERVED:.0f} ms/MB served",
-                best.kcat_broker_cpu_ms_per_mb < TARGET_CPU_MS_PER_MB_SERVED,
-                f"{best.kcat_broker_cpu_ms_per_mb:.2f} ms/MB (kcat, {shape})",
+                ms_per_mb < TARGET_CPU_MS_PER_MB_SERVED,
+                f"{ms_per_mb:.2f} ms/MB ({name}, {shape})",
             )
         )
     cons = best.consume_mb_s or 0.0

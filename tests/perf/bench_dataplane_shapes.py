@@ -29,12 +29,15 @@ cluster (`test.mock.num.brokers=3`, in this process) beside pykraft with the sam
   segment files evicted from the page cache: `--cold fadvise` (default) syncs and drops
   only those files' pages with posix_fadvise(DONTNEED), leaving other engineers' caches
   alone; `--cold drop-caches` writes 3 to /proc/sys/vm/drop_caches, the whole machine's;
-  either way residency is measured before the pass), then again from the page cache; then
-  confluent-kafka's batch `consume()` from the page cache. The mock: acks=all produce for
-  --seconds, then kcat and `consume()` over what it keeps (~5 MB per partition: passes
-  repeat for --mock-consume-seconds). Broker CPU per MB served = all brokers'
-  utime+stime over the pass / MB of values read. Targets: page-cache kcat >= 0.8x the
-  mock's kcat and >= 2x pykraft's acks=all produce rate; broker CPU < 1 ms per MB served.
+  either way residency is measured before the pass), then again from the page cache; the
+  same two passes with tests/perf/fast_consumer.c (librdkafka's consumer in C printing
+  nothing per message: kcat's output and the pipe reader set kcat's rate, not the brokers);
+  then confluent-kafka's batch `consume()` from the page cache. The mock: acks=all produce
+  for --seconds, then kcat, the fast consumer and `consume()` over what it keeps (~5 MB
+  per partition: passes repeat for --mock-consume-seconds). Broker CPU per MB served = all
+  brokers' utime+stime over the pass / MB of values read. Targets, on the fast consumer
+  (kcat when it cannot be built): page cache >= 0.8x the mock's and >= 2x pykraft's acks=all
+  produce rate; broker CPU < 1 ms per MB served.
 
 The machine has 2 cores shared with other engineers: the load average is printed beside
 every figure, with the share of both CPUs that other processes used. Not collected by
@@ -70,6 +73,8 @@ from bench_dataplane import (  # noqa: E402
     broker_groups,
     code_version,
     consume_run,
+    fast_consume_run,
+    fast_consumer_exe,
     kcat_consume_run,
     loadavg,
     log_dirs,
@@ -428,6 +433,28 @@ def kcat_pass(what: str, bootstrap: str, topic: str, partitions: int, groups: di
     return p
 
 
+def fast_pass(
+    what: str,
+    exe: Path | None,
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    groups: dict[str, list[int]],
+    files: list[Path],
+    min_seconds: float = 0.0,
+) -> ConsumePass | None:
+    """A pass of tests/perf/fast_consumer.c (None when it could not be built)."""
+    if exe is None:
+        return None
+    p = ConsumePass(what, resident_before=resident_share(files), load=loadavg())
+    run = fast_consume_run(Run("x", 3, 3, partitions, "all", None), exe, bootstrap, topic, min_seconds, groups)
+    p.mb_s = run.rdk_mb_s or 0.0
+    p.broker_cpu_ms_per_mb = run.rdk_broker_cpu_ms_per_mb
+    p.broker_cores = run.rdk_broker_cores
+    p.note = f"{run.rdk_passes} pass(es), client {run.rdk_client_cores:.2f} cores"
+    return p
+
+
 def confluent_pass(what: str, bootstrap: str, topic: str, partitions: int, groups: dict[str, list[int]],
                    files: list[Path], work: Path, min_seconds: float = 0.0) -> ConsumePass:  # fmt: skip
     system = "mock" if what.startswith("mock") else "pykraft"
@@ -475,10 +502,13 @@ def run_consume_only(args: argparse.Namespace, work: Path) -> ConsumeResult:
             result.mock_produce = asdict(run)
             print(f"  mock acks=all produce {run.mb_s:.1f} MB/s (others {run.others_share:.0%}) [load {loadavg()}]")
             for p in (kcat_pass("mock kcat (memory)", mock_bootstrap, topic, parts, {}, [], args.mock_consume_seconds),
+                      fast_pass("mock fast consumer (memory)", fast_consumer_exe(work), mock_bootstrap, topic, parts,
+                                {}, [], args.mock_consume_seconds),
                       confluent_pass("mock consume() (memory)", mock_bootstrap, topic, parts, {}, [], work,
                                      args.mock_consume_seconds)):  # fmt: skip
-                print_pass(p)
-                result.passes.append(p)
+                if p is not None:
+                    print_pass(p)
+                    result.passes.append(p)
         finally:
             del host
     with shapes_cluster(work / "cluster-consume", args.keep) as cluster:
@@ -513,10 +543,19 @@ def run_consume_only(args: argparse.Namespace, work: Path) -> ConsumeResult:
         print_pass(cold)
         warm = kcat_pass("pykraft kcat page cache", bootstrap, topic, CONSUME_PARTITIONS, groups, leader_files)
         print_pass(warm)
+        result.passes += [cold, warm]
+        exe = fast_consumer_exe(work)
+        if exe is not None:
+            evict(files, args.cold)
+            for what in (f"pykraft fast consumer cold ({args.cold})", "pykraft fast consumer page cache"):
+                fast = fast_pass(what, exe, bootstrap, topic, CONSUME_PARTITIONS, groups, leader_files)
+                assert fast is not None
+                print_pass(fast)
+                result.passes.append(fast)
         py = confluent_pass("pykraft consume() page cache", bootstrap, topic, CONSUME_PARTITIONS, groups,
                             leader_files, work)  # fmt: skip
         print_pass(py)
-        result.passes += [cold, warm, py]
+        result.passes.append(py)
     return result
 
 
@@ -528,21 +567,24 @@ def leaders_files(admin: AdminClient, cluster: Any, topic: str) -> list[Path]:
 
 
 def consume_verdicts(res: ConsumeResult) -> list[tuple[str, bool | None, str]]:
+    """Judged on the fast consumer (fast_consumer.c) when it ran, else on kcat."""
     by = {p.what.split(" (")[0]: p for p in res.passes}
-    warm = by.get("pykraft kcat page cache")
-    mock = by.get("mock kcat")
+    client = "fast consumer" if "pykraft fast consumer page cache" in by else "kcat"
+    warm = by.get(f"pykraft {client} page cache")
+    mock = by.get(f"mock {client}")
     out: list[tuple[str, bool | None, str]] = []
     if warm is None:
-        return [("page-cache kcat figures", None, "no pykraft run")]
+        return [(f"page-cache {client} figures", None, "no pykraft run")]
     if mock is not None and mock.mb_s:
-        out.append((f"page-cache kcat >= {TARGET_KCAT_MOCK_SHARE}x the mock's kcat", warm.mb_s >= 0.8 * mock.mb_s,
+        out.append((f"page-cache {client} >= {TARGET_KCAT_MOCK_SHARE}x the mock's {client}",
+                    warm.mb_s >= TARGET_KCAT_MOCK_SHARE * mock.mb_s,
                     f"{warm.mb_s:.1f} vs {mock.mb_s:.1f} MB/s = {warm.mb_s / mock.mb_s:.2f}x"))  # fmt: skip
     prod = res.produce.get("mb_s", 0.0)
     if prod:
-        out.append((f"page-cache kcat >= {TARGET_CONSUME_RATIO:g}x pykraft acks=all produce",
+        out.append((f"page-cache {client} >= {TARGET_CONSUME_RATIO:g}x pykraft acks=all produce",
                     warm.mb_s >= TARGET_CONSUME_RATIO * prod, f"{warm.mb_s:.1f} vs {prod:.1f} MB/s = "
                     f"{warm.mb_s / prod:.2f}x"))  # fmt: skip
-    for p in (warm, by.get("pykraft kcat cold")):
+    for p in (warm, by.get(f"pykraft {client} cold")):
         if p is not None:
             out.append((f"broker CPU < {TARGET_CPU_MS_PER_MB_SERVED:g} ms/MB served ({p.what})",
                         p.broker_cpu_ms_per_mb < TARGET_CPU_MS_PER_MB_SERVED,
