@@ -356,7 +356,8 @@ def consume_run(
         marks = {}
         for p in range(run.partitions):
             marks[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
-        size = 0
+        size = 0  # value bytes in the rate (each pass's first batch left out)
+        served = 0  # all value bytes read, for the broker's CPU per MB
         passes = 0
         complete = True
         active = 0.0  # seconds from each pass's first message to its last one
@@ -374,16 +375,21 @@ def consume_run(
                 first_at: float | None = None
                 while pending:
                     batch = consumer.consume(num_messages=10000, timeout=0.2)
+                    got = 0
                     for m in batch:
                         if m.error() is not None:
                             continue
-                        size += len(m.value())
+                        got += len(m.value())
                         p = m.partition()
                         if p in pending and m.offset() + 1 >= marks[p][1]:
                             pending.discard(p)
+                    served += got
                     if batch:
                         last_progress = time.monotonic()
-                        first_at = first_at or last_progress
+                        if first_at is None:
+                            first_at = last_progress  # the rate runs from here: this batch is not in it
+                        else:
+                            size += got
                     elif time.monotonic() - last_progress > 15:
                         complete = False
                         break
@@ -399,8 +405,8 @@ def consume_run(
         run.consume_passes = passes
         run.consume_complete = complete
         run.consume_client_cores = cpu.cores("client")
-        if "brokers" in groups and size:
-            run.consume_broker_cpu_ms_per_mb = cpu.seconds["brokers"] * 1000 / (size / MB)
+        if "brokers" in groups and served:
+            run.consume_broker_cpu_ms_per_mb = cpu.seconds["brokers"] * 1000 / (served / MB)
             run.consume_broker_cores = cpu.cores("brokers")
     finally:
         consumer.close()

@@ -7,10 +7,11 @@
  * group (assign, not subscribe), in batches of up to 4,096 messages, and touches nothing
  * but the lengths. Prints one JSON line:
  *
- *   {"messages": N, "value_bytes": B, "first_s": T0, "last_s": T1, "errors": E}
+ *   {"messages": N, "value_bytes": B, "first_s": T0, "last_s": T1, "errors": E, ...}
  *
- * first_s / last_s: CLOCK_MONOTONIC seconds of the first message and of the last partition's
- * end, so the start (metadata, offsets) is left out of B / (T1 - T0).
+ * first_s / last_s: CLOCK_MONOTONIC seconds of the first batch's arrival and of the last
+ * partition's end; value_bytes counts the batches after the first, so B / (T1 - T0) leaves
+ * the start (metadata, offsets, the first fetch) out.
  *
  *   gcc -O2 -o fast_consumer fast_consumer.c -lrdkafka   (Debian: librdkafka-dev)
  *   fast_consumer BOOTSTRAP TOPIC [key=value librdkafka settings...]
@@ -99,13 +100,16 @@ int main(int argc, char **argv) {
             fprintf(stderr, "fast_consumer: %s\n", rd_kafka_err2str(rd_kafka_last_error()));
             return 1;
         }
+        /* The rate runs from the first batch's arrival: its own bytes are not in it. */
+        int first_batch = messages == 0;
         for (ssize_t i = 0; i < n; i++) {
             rd_kafka_message_t *m = batch[i];
             if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
                 if (messages == 0)
                     first = now_s();
                 messages++;
-                bytes += (long long)m->len;
+                if (!first_batch)
+                    bytes += (long long)m->len;
             } else if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
                 at_end++;
                 last = now_s();
