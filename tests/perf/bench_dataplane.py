@@ -33,6 +33,8 @@ idempotence off):
 * The mock cluster: the same producer and consumer code against its auto-created topic
   (4 partitions). The mock keeps only the last ~5 MB of each partition (its log start moves
   up), so its consumer repeats passes over what is kept until --consume-seconds have passed.
+  After the pykraft runs, a new mock cluster is offered pykraft's rate-limited rates too, so
+  that pykraft's p99 at half its maximum has the mock's p99 at the same offered rate beside it.
 * With --profile DIR: py-spy (`record --nonblocking --rate 100`) on the broker that used the
   most CPU in the acks=1 run of the same shape, during the acks=all saturation run of the
   largest broker count; speedscope JSON (open in https://www.speedscope.app) or an SVG flame
@@ -708,6 +710,29 @@ def run_mock(args: argparse.Namespace, work: Path) -> list[Run]:
     return runs
 
 
+def run_mock_at(args: argparse.Namespace, work: Path, offered_mb_s: list[float]) -> list[Run]:
+    """acks=all on a new mock cluster at the rates pykraft was offered (its own fractions of
+    its own maximum), so that each pykraft latency has the mock's at the same offered rate."""
+    host, bootstrap = mock_cluster(work)
+    runs: list[Run] = []
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap, "logger": rd_logger(work)})
+        topic = "mock-at-pykraft-rates"
+        parts = 0
+        deadline = time.monotonic() + 20
+        while not parts and time.monotonic() < deadline:
+            md = admin.list_topics(topic, timeout=5).topics.get(topic)
+            parts = len(md.partitions) if md is not None and md.error is None else 0
+        for mb_s in offered_mb_s:
+            run = Run("mock", 3, 1, parts, "all", mb_s, note="at pykraft's offered rate")
+            produce_run(run, bootstrap, topic, args.seconds, {}, work, rate_msgs_s=mb_s * MB / MSG_BYTES)
+            print_row(run)
+            runs.append(run)
+    finally:
+        del host
+    return runs
+
+
 # ----------------------------------------------------------------------------- clusters
 
 
@@ -1024,11 +1049,18 @@ def verdicts(runs: list[Run]) -> list[tuple[str, bool | None, str]]:
         )
     )
     if half is not None:
+        mock_same = next(
+            (r for r in runs if r.system == "mock" and r.note == "at pykraft's offered rate"
+             and r.offered_mb_s == half.offered_mb_s),
+            None,
+        )  # fmt: skip
+        beside = f" (the mock at that rate: p99 {mock_same.p99_ms:.1f} ms)" if mock_same is not None else ""
         out.append(
             (
                 f"p99 < {TARGET_P99_MS:.0f} ms at half the max rate",
                 half.p99_ms < TARGET_P99_MS and half.errors == 0,
-                f"p99 {half.p99_ms:.1f} ms at {half.offered_mb_s:.0f} MB/s offered, {half.mb_s:.1f} MB/s delivered",
+                f"p99 {half.p99_ms:.1f} ms at {half.offered_mb_s:.0f} MB/s offered, {half.mb_s:.1f} MB/s delivered"
+                + beside,
             )
         )
     else:
@@ -1454,6 +1486,12 @@ def main() -> int:
         runs += run_mock(args, work)
     for nb in args.brokers:
         runs += run_pykraft(args, work, nb)
+    if args.mock:
+        top = max(args.brokers)
+        offered = [r.offered_mb_s for r in runs if r.system == "pykraft" and r.brokers == top and r.offered_mb_s]
+        if offered:
+            print("\nThe mock at pykraft's offered rates (3 brokers):", flush=True)
+            runs += run_mock_at(args, work, offered)
 
     print_scaling(runs, args)
     print("\nTargets (issue), judged on the largest broker count with RF 3 and its best partitions-per-broker count:")
