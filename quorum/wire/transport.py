@@ -64,33 +64,39 @@ async def _write_response(writer: asyncio.StreamWriter, response: bytes | Stream
 
 
 _COALESCE_MAX_BYTES: Final = 64 << 10  # answers up to this size are joined into one write
-_NOTHING: Final = object()
 
 
-def _answered(task: _Answer) -> bool:
-    """Done with an answer (not an error: the writer meets those by awaiting them alone)."""
-    return task.done() and not task.cancelled() and task.exception() is None
-
-
-async def _write_responses(writer: asyncio.StreamWriter, responses: list[bytes | StreamedResponse | None]) -> None:
-    """Write `responses` (None: no answer, as for acks=0) in order: runs of small byte
-    answers joined into one write, the others written as they are; one drain at the end."""
+def _write_joined(writer: asyncio.StreamWriter, responses: list[bytes | StreamedResponse | None]) -> None:
+    """Write byte answers (None: no answer, as for acks=0) in order, those up to
+    `_COALESCE_MAX_BYTES` joined into one write."""
     joined: list[bytes | bytearray | memoryview] = []
     for response in responses:
         if response is None:
             continue
-        if isinstance(response, (bytes, bytearray, memoryview)) and len(response) <= _COALESCE_MAX_BYTES:
+        assert isinstance(response, (bytes, bytearray, memoryview))
+        if len(response) <= _COALESCE_MAX_BYTES:
             joined.append(response)
             continue
         if joined:
             writer.write(b"".join(joined) if len(joined) > 1 else joined[0])
             joined.clear()
-        if isinstance(response, (bytes, bytearray, memoryview)):
-            writer.write(response)
-        else:
-            await response.send(writer)
+        writer.write(response)
     if joined:
         writer.write(b"".join(joined) if len(joined) > 1 else joined[0])
+
+
+async def _write_responses(writer: asyncio.StreamWriter, responses: list[bytes | StreamedResponse | None]) -> None:
+    """Write `responses` (None: no answer, as for acks=0) in order: runs of small byte
+    answers joined into one write, the others written as they are; one drain at the end."""
+    run: list[bytes | StreamedResponse | None] = []
+    for response in responses:
+        if response is None or isinstance(response, (bytes, bytearray, memoryview)):
+            run.append(response)
+            continue
+        _write_joined(writer, run)
+        run.clear()
+        await response.send(writer)
+    _write_joined(writer, run)
     await writer.drain()
 
 
@@ -280,55 +286,105 @@ async def _serve_pipelined(
     pool: MemoryPool,
     depth: int,
 ) -> None:
-    """Up to `depth` requests in flight, handled concurrently, answered in request order."""
+    """Up to `depth` requests in flight, handled concurrently, answered in request order.
+
+    A handler's completion writes the answers that are ready at the head of the order, in
+    its done callback: answers ready together (acks=all produces completed by one
+    high-watermark move) leave in one write, one send syscall and one wake-up of the client.
+    An answer that sends itself (StreamedResponse), or a write that leaves bytes in the
+    transport's buffer (then drained before the slots are given back), goes through a
+    writer task; while it runs, later answers wait for it."""
+    loop = asyncio.get_running_loop()
     slots = asyncio.Semaphore(depth)
-    queue: asyncio.Queue[_Answer | None] = asyncio.Queue()
-    handlers: set[_Answer] = set()
+    order: collections.deque[_Answer] = collections.deque()  # handled, not yet answered; request order
     reading = asyncio.current_task()
     failure: list[BaseException] = []
+    writing: list[asyncio.Task[None]] = []  # the writer task while it runs (at most one)
+    closed = [False]  # the connection is closing: answers are no longer written
+    ended: list[asyncio.Future[None]] = []  # set when the client ended its stream: resolved once all is out
 
-    async def write_in_order() -> None:
-        # Answers that are ready together (acks=all produces completed by one high-watermark
-        # move) leave in one write: one send syscall, one wake-up of the client, where a
-        # write per answer cost the small-batch producer a syscall per batch.
-        carried: _Answer | None | object = _NOTHING  # taken from the queue, not ready yet
-        try:
-            while True:
-                task = await queue.get() if carried is _NOTHING else carried
-                carried = _NOTHING
-                if task is None:
-                    return  # the client ended its stream and every response is out
-                assert isinstance(task, asyncio.Future)
-                responses = [await task]
-                while not queue.empty():
-                    nxt = queue.get_nowait()
-                    if nxt is None or not _answered(nxt):
-                        carried = nxt  # next round: after this round's answers are out
-                        break
-                    responses.append(nxt.result())
-                conn.in_flight -= len(responses)
-                if writer.is_closing():
-                    break  # the peer or the server went away while we worked on it
-                await _write_responses(writer, responses)
-                conn.touch()
-                for _ in responses:
-                    slots.release()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
+    def stop(exc: BaseException | None) -> None:
+        """Close the connection: a failed handler or write (`exc`), or the peer gone."""
+        if closed[0]:
+            return
+        closed[0] = True
+        if exc is not None:
             failure.append(exc)
         writer.close()
         if reading is not None:
             reading.cancel()
 
+    def taken() -> list[bytes | StreamedResponse | None] | None:
+        """The answers at the head of the order that are ready (None: the connection closes)."""
+        responses: list[bytes | StreamedResponse | None] = []
+        while order:
+            task = order[0]
+            if not task.done():
+                break
+            if task.cancelled():
+                stop(None)
+                return None
+            exc = task.exception()
+            if exc is not None:
+                if responses:
+                    break  # the answers before it leave first
+                order.popleft()
+                stop(exc)
+                return None
+            order.popleft()
+            responses.append(task.result())
+        return responses
+
+    def flush() -> None:
+        if writing or closed[0]:
+            return
+        responses = taken()
+        if responses is None:
+            return
+        if responses:
+            conn.in_flight -= len(responses)
+            if writer.is_closing():
+                stop(None)  # the peer or the server went away while we worked on it
+                return
+            if any(r is not None and not isinstance(r, (bytes, bytearray, memoryview)) for r in responses):
+                writing.append(loop.create_task(write_async(responses)))
+                return
+            _write_joined(writer, responses)
+            conn.touch()
+            if writer.transport.get_write_buffer_size():
+                writing.append(loop.create_task(write_async([], len(responses))))
+                return
+            for _ in responses:
+                slots.release()
+            if order and order[0].done():
+                flush()  # a failure behind the answers just written
+                return
+        if ended and not order and not ended[0].done():
+            ended[0].set_result(None)
+
+    async def write_async(responses: list[bytes | StreamedResponse | None], written: int = 0) -> None:
+        try:
+            await _write_responses(writer, responses)
+            conn.touch()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            writing.clear()
+            stop(exc)
+            return
+        for _ in range(len(responses) + written):
+            slots.release()
+        writing.clear()
+        flush()
+
     def on_done(size: int) -> Callable[[_Answer], None]:
-        def release(task: _Answer) -> None:
-            handlers.discard(task)
+        def done(task: _Answer) -> None:
             pool.release(size)
+            if not closed[0] and order and order[0] is task:
+                flush()
 
-        return release
+        return done
 
-    writing = asyncio.get_running_loop().create_task(write_in_order())
     behind: asyncio.Future[None] | None = None
     try:
         while True:
@@ -339,38 +395,40 @@ async def _serve_pipelined(
             frame, size = read
             if behind is not None and not behind.done():
                 behind.set_result(None)  # the previous request now has one behind it
-            behind = asyncio.get_running_loop().create_future()
+            behind = loop.create_future()
             token = REQUEST_BEHIND.set(behind)
             task: _Answer = asyncio.ensure_future(handler(frame))  # runs in a copy of this context
             REQUEST_BEHIND.reset(token)
             del frame
-            handlers.add(task)
             task.add_done_callback(on_done(size))
             conn.in_flight += 1
-            queue.put_nowait(task)
-        queue.put_nowait(None)
-        await writing
+            order.append(task)
+        ended.append(loop.create_future())
+        flush()
+        await ended[0]
     except asyncio.CancelledError:
         if failure:
             raise failure[0] from None  # a handler failed: report it as the sequential mode does
         raise
     finally:
-        writing.cancel()
-        for task in list(handlers):
+        closed[0] = True
+        for w in writing:
+            w.cancel()
+        for task in order:
             task.cancel()
-        pending: set[asyncio.Future[Any]] = {writing, *handlers}
-        await asyncio.wait(pending)
-        _retrieve_unanswered(queue, conn.peer)
+        pending: set[asyncio.Future[Any]] = {*writing, *order}
+        if pending:
+            await asyncio.wait(pending)
+        _retrieve_unanswered(order, conn.peer)
 
 
-def _retrieve_unanswered(queue: asyncio.Queue[_Answer | None], peer: object) -> None:
+def _retrieve_unanswered(tasks: collections.deque[_Answer], peer: object) -> None:
     """Collect the outcome of every handler the writer never reached (the connection closed
     first; all are done by now). Their answers are dropped; a CloseConnection among them
     says nothing new, a handler bug is logged with the peer. Left alone, each failed task
     would surface as asyncio's "Task exception was never retrieved" error."""
-    while not queue.empty():
-        task = queue.get_nowait()
-        if task is None or not task.done() or task.cancelled():
+    for task in tasks:
+        if not task.done() or task.cancelled():
             continue
         exc = task.exception()
         if exc is not None and not isinstance(exc, CloseConnection):
