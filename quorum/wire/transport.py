@@ -450,7 +450,7 @@ class _PipelinedConnection(FlowControlMixin, asyncio.Protocol):
         pos = 0
         pool = self.state.pool
         try:
-            while not self.closed:
+            while not self.closed and self.reserving is None:
                 if self.size < 0:
                     if self.slots >= self.depth:
                         self._pause()
