@@ -420,7 +420,11 @@ class GroupCoordinator:
         if loaded is None:
             return [error] * len(req.partitions)
         out, errors = loaded.shard.commit(req, self.clock())
-        return await self._committed(loaded, out, errors)
+        code = await self._dispatch(loaded, out)  # `_committed` inline: one coroutine frame fewer per commit
+        if code != ErrorCode.NONE:
+            mapped = append_error(code)
+            return [mapped if e == ErrorCode.NONE else e for e in errors]
+        return errors
 
     async def txn_commit(self, req: TxnCommitRequest) -> list[ErrorCode]:
         """TxnOffsetCommit: answered once the producer's batch committed (or failed: then

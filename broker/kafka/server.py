@@ -118,7 +118,8 @@ class KafkaRequestHandler:
             flexible = is_flexible(api_key, version)
             header = parse_request_header(view, flexible)
             ctx = RequestContext(header, view, flexible)
-            response = await self._dispatch(ctx)
+            handler = self._by_key.get(api_key)
+            response = await (handler(ctx) if handler is not None else self._dispatch(ctx))
         except MalformedRequest as exc:
             raise CloseConnection(f"malformed api {api_key} v{version} request: {exc}") from exc
         self.requests_served += 1
