@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from broker.log.records import BatchHeader, Record, encode_records
+from broker.log.records import BatchHeader, encode_keyed_records
 from quorum.kafka_errors import ErrorCode
 from quorum.storage.batch_layout import ATTR_TRANSACTIONAL
 
@@ -53,7 +53,7 @@ def encode_batch(records: EncodedRecords, now_ms: int, producer: Producer | None
         if producer is None
         else BatchHeader(-1, ATTR_TRANSACTIONAL, producer_id=producer[0], producer_epoch=producer[1], base_sequence=0)
     )
-    return encode_records([Record(i, now_ms, k, v) for i, (k, v) in enumerate(records)], header)
+    return encode_keyed_records(records, now_ms, header)
 
 
 class AppendQueue:

@@ -48,7 +48,7 @@ from broker.kafka.wire import MalformedRequest, parse_request_header, peek_api
 from broker.kafka.write_txn_markers import handle_write_txn_markers
 from broker.txn.runtime import TxnRuntime
 from quorum.wire.limits import ConnectionLimits
-from quorum.wire.transport import CloseConnection, StreamedResponse, close_server, serve
+from quorum.wire.transport import CloseConnection, Handler, close_server, serve
 
 __all__ = [
     "PIPELINE_DEPTH",
@@ -118,7 +118,8 @@ class KafkaRequestHandler:
             flexible = is_flexible(api_key, version)
             header = parse_request_header(view, flexible)
             ctx = RequestContext(header, view, flexible)
-            response = await self._dispatch(ctx)
+            handler = self._by_key.get(api_key)
+            response = await (handler(ctx) if handler is not None else self._dispatch(ctx))
         except MalformedRequest as exc:
             raise CloseConnection(f"malformed api {api_key} v{version} request: {exc}") from exc
         self.requests_served += 1
@@ -170,11 +171,12 @@ class KafkaRequestHandler:
             return await handle_forwarded(ctx, self.services, self.config)
         raise CloseConnection(f"api key {ctx.api_key} has no handler")  # pragma: no cover
 
-    async def serve_frame(self, frame: bytes) -> bytes | StreamedResponse | None:
+    @property
+    def serve_frame(self) -> Handler:
         """`__call__` typed as the transport's Handler: a bytearray response is written
         as it is (the stream writer takes any bytes-like object), saving a copy; a
         SplicedResponse sends itself (its records from the segment files)."""
-        return cast(bytes | StreamedResponse | None, await self(frame))
+        return cast(Handler, self.__call__)
 
     async def close(self) -> None:
         await self.creator.close()

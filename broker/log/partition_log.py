@@ -598,10 +598,11 @@ class PartitionLog:
         and written, unless they repeat one of their producer's last 5 batches: then nothing is
         written and the answer holds the original batch's offsets (Kafka's duplicate rule).
         `coordinator`: a coordinator's own batches (`check_coordinator_append`: the guard and the
-        epoch only).
+        epoch only; every record has a key).
         `verification`: the KIP-890 guard of this request's transactional batches
         (`ProducerStateManager.start_verification`; VERIFICATION_OFF: not verified)."""
-        a = assign(records, self.config, next_offset=self.log_end_offset, leader_epoch=leader_epoch, now_ms=now_ms)
+        a = assign(records, self.config, next_offset=self.log_end_offset, leader_epoch=leader_epoch, now_ms=now_ms,
+                   keyed=coordinator)  # fmt: skip
         batches = _producer_batches(a.data, a.frames)
         if batches and coordinator:
             self.producers.check_coordinator_append(batches, verification)

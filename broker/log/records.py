@@ -181,10 +181,43 @@ def encode_records(records: list[Record], header: BatchHeader) -> bytes:
         attributes |= ATTR_DELETE_HORIZON
         base_ts = header.delete_horizon_ms
     body = b"".join(_encode_record(r, base, base_ts) for r in records)
+    return _framed(body, header, attributes, base, records[-1].offset - base, base_ts, max_ts, len(records))
+
+
+def encode_keyed_records(pairs: list[tuple[bytes, bytes | None]], timestamp: int, header: BatchHeader) -> bytes:
+    """`encode_records` of `Record(i, timestamp, key, value)` for the i-th (key, value) pair
+    (a coordinator's batch: offsets 0.., one timestamp, no headers), the same bytes without
+    a `Record` per pair."""
+    if header.attributes & ATTR_TIMESTAMP_TYPE or header.delete_horizon_ms >= 0:
+        return encode_records([Record(i, timestamp, k, v) for i, (k, v) in enumerate(pairs)], header)
+    if not pairs:
+        raise ValueError("a batch holds at least one record")
+    parts: list[bytes] = []
+    for i, (key, value) in enumerate(pairs):
+        # attributes 0, timestamp delta 0, offset delta i, key, value, 0 headers
+        record = b"".join((b"\x00\x00", zigzag_varint(i), _field(key), _field(value), b"\x00"))
+        parts.append(zigzag_varint(len(record)))
+        parts.append(record)
+    attributes = header.attributes & ~ATTR_DELETE_HORIZON
+    return _framed(b"".join(parts), header, attributes, 0, len(pairs) - 1, timestamp, timestamp, len(pairs))
+
+
+def _framed(
+    body: bytes,
+    header: BatchHeader,
+    attributes: int,
+    base: int,
+    last_offset_delta: int,
+    base_ts: int,
+    max_ts: int,
+    count: int,
+) -> bytes:
+    """The batch of the encoded records `body`: compressed with the codec of `attributes`,
+    its header's fields filled in and its CRC computed."""
     body = compress(attributes & ATTR_COMPRESSION_MASK, body)
     fields = [
-        base, 0, header.partition_leader_epoch, MAGIC, 0, attributes, records[-1].offset - base, base_ts,
-        max_ts, header.producer_id, header.producer_epoch, header.base_sequence, len(records),
+        base, 0, header.partition_leader_epoch, MAGIC, 0, attributes, last_offset_delta, base_ts,
+        max_ts, header.producer_id, header.producer_epoch, header.base_sequence, count,
     ]  # fmt: skip
     fields[1] = BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body)
     out = bytearray(HEADER.pack(*fields)) + body

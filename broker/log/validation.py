@@ -81,9 +81,12 @@ def _check_keys(view: memoryview, f: BatchFrame) -> None:
         raise LogError(ErrorCode.CORRUPT_MESSAGE, f"a record of the batch is malformed: {exc}") from None
 
 
-def validate(records: bytes | bytearray | memoryview, config: LogConfig, *, control: bool = False) -> list[BatchFrame]:
+def validate(
+    records: bytes | bytearray | memoryview, config: LogConfig, *, control: bool = False, keyed: bool = False
+) -> list[BatchFrame]:
     """The batches of a produce request (or, with `control`, a coordinator's marker batch),
-    or LogError with the Kafka code to answer."""
+    or LogError with the Kafka code to answer. `keyed`: every record is known to have a key
+    (a coordinator's own batch, built here), so a compacted topic's records are not re-read."""
     size = len(records)
     if size == 0:
         raise LogError(ErrorCode.INVALID_RECORD, "The produce request carries no record batch.")
@@ -113,7 +116,7 @@ def validate(records: bytes | bytearray | memoryview, config: LogConfig, *, cont
             raise LogError(ErrorCode.INVALID_RECORD, "Clients are not allowed to write control records.")
         if f.compression > _MAX_CODEC:
             raise LogError(ErrorCode.CORRUPT_MESSAGE, f"Unknown compression codec {f.compression}.")
-        if config.compacted and not f.attributes & ATTR_CONTROL:
+        if config.compacted and not keyed and not f.attributes & ATTR_CONTROL:
             _check_keys(view, f)
     return scan.frames
 
@@ -126,9 +129,10 @@ def assign(
     leader_epoch: int,
     now_ms: int,
     control: bool = False,
+    keyed: bool = False,
 ) -> Assigned:
-    """Validate, then give the batches offsets from `next_offset` and the leader's epoch."""
-    frames = validate(records, config, control=control)
+    """Validate (`validate`), then give the batches offsets from `next_offset` and the leader's epoch."""
+    frames = validate(records, config, control=control, keyed=keyed)
     # Patched in place when the caller's buffer is writable (a produce frame read into a
     # bytearray by the transport), else in one copy.
     view = memoryview(records)

@@ -119,9 +119,15 @@ class MemoryPool:
         """Reservations waiting for memory."""
         return len(self._waiters)
 
-    async def reserve(self, n: int) -> None:
+    def try_reserve(self, n: int) -> bool:
+        """Reserve `n` at once if `reserve` would not wait; whether it did."""
         if n <= UNMETERED_FRAME_BYTES or (not self._waiters and self._fits(n)):
             self.used += n
+            return True
+        return False
+
+    async def reserve(self, n: int) -> None:
+        if self.try_reserve(n):
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (n, fut)

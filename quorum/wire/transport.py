@@ -15,10 +15,12 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import functools
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from asyncio.streams import FlowControlMixin
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, Protocol, cast
 
 from quorum.wire.limits import DEFAULT_SOCKET_REQUEST_MAX_BYTES, ConnectionLimits, MemoryPool
@@ -53,6 +55,7 @@ class StreamedResponse(Protocol):
 
 Handler = Callable[[bytes], Awaitable[bytes | StreamedResponse | None]]
 _Answer = asyncio.Future[bytes | StreamedResponse | None]  # a handler's task
+_Handling = Coroutine[Any, Any, bytes | StreamedResponse | None]  # a handler's call
 
 
 async def _write_response(writer: asyncio.StreamWriter, response: bytes | StreamedResponse) -> None:
@@ -64,33 +67,39 @@ async def _write_response(writer: asyncio.StreamWriter, response: bytes | Stream
 
 
 _COALESCE_MAX_BYTES: Final = 64 << 10  # answers up to this size are joined into one write
-_NOTHING: Final = object()
 
 
-def _answered(task: _Answer) -> bool:
-    """Done with an answer (not an error: the writer meets those by awaiting them alone)."""
-    return task.done() and not task.cancelled() and task.exception() is None
-
-
-async def _write_responses(writer: asyncio.StreamWriter, responses: list[bytes | StreamedResponse | None]) -> None:
-    """Write `responses` (None: no answer, as for acks=0) in order: runs of small byte
-    answers joined into one write, the others written as they are; one drain at the end."""
+def _write_joined(writer: asyncio.StreamWriter, responses: list[bytes | StreamedResponse | None]) -> None:
+    """Write byte answers (None: no answer, as for acks=0) in order, those up to
+    `_COALESCE_MAX_BYTES` joined into one write."""
     joined: list[bytes | bytearray | memoryview] = []
     for response in responses:
         if response is None:
             continue
-        if isinstance(response, (bytes, bytearray, memoryview)) and len(response) <= _COALESCE_MAX_BYTES:
+        assert isinstance(response, (bytes, bytearray, memoryview))
+        if len(response) <= _COALESCE_MAX_BYTES:
             joined.append(response)
             continue
         if joined:
             writer.write(b"".join(joined) if len(joined) > 1 else joined[0])
             joined.clear()
-        if isinstance(response, (bytes, bytearray, memoryview)):
-            writer.write(response)
-        else:
-            await response.send(writer)
+        writer.write(response)
     if joined:
         writer.write(b"".join(joined) if len(joined) > 1 else joined[0])
+
+
+async def _write_responses(writer: asyncio.StreamWriter, responses: list[bytes | StreamedResponse | None]) -> None:
+    """Write `responses` (None: no answer, as for acks=0) in order: runs of small byte
+    answers joined into one write, the others written as they are; one drain at the end."""
+    run: list[bytes | StreamedResponse | None] = []
+    for response in responses:
+        if response is None or isinstance(response, (bytes, bytearray, memoryview)):
+            run.append(response)
+            continue
+        _write_joined(writer, run)
+        run.clear()
+        await response.send(writer)
+    _write_joined(writer, run)
     await writer.drain()
 
 
@@ -158,11 +167,18 @@ REQUEST_BEHIND: contextvars.ContextVar[asyncio.Future[None] | None] = contextvar
 class _Conn:
     """One accepted connection: its task, peer address and activity (monotonic seconds)."""
 
-    __slots__ = ("in_flight", "ip", "last_active", "peer", "task", "writer")
+    __slots__ = ("cancel", "in_flight", "ip", "last_active", "peer", "task", "writer")
 
-    def __init__(self, writer: asyncio.StreamWriter, task: asyncio.Task[None] | None) -> None:
+    def __init__(
+        self,
+        writer: asyncio.StreamWriter,
+        task: asyncio.Future[None] | None,
+        cancel: Callable[[], object] | None = None,
+    ) -> None:
         self.writer = writer
-        self.task = task
+        self.task = task  # done when the connection is over
+        # Stops its work in progress (closing: idle, or the server's grace time is over).
+        self.cancel = cancel if cancel is not None else (task.cancel if task is not None else None)
         self.peer = writer.get_extra_info("peername")
         self.ip: str = self.peer[0] if isinstance(self.peer, tuple) and self.peer else str(self.peer)
         self.last_active = time.monotonic()
@@ -191,8 +207,8 @@ class _ServerState:
                 if conn.in_flight == 0 and now - conn.last_active > idle_s:
                     log.info("closing connection from %s: idle for more than %.0f ms", conn.peer, idle_s * 1000)
                     conn.writer.close()
-                    if conn.task is not None:
-                        conn.task.cancel()
+                    if conn.cancel is not None:
+                        conn.cancel()
 
 
 # Per server, so that `close_server` can drop its connections: 3.11's Server.close()
@@ -271,106 +287,336 @@ async def _serve_sequential(
             conn.touch()
 
 
-async def _serve_pipelined(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    conn: _Conn,
-    handler: Handler,
-    limits: ConnectionLimits,
-    pool: MemoryPool,
-    depth: int,
-) -> None:
-    """Up to `depth` requests in flight, handled concurrently, answered in request order."""
-    slots = asyncio.Semaphore(depth)
-    queue: asyncio.Queue[_Answer | None] = asyncio.Queue()
-    handlers: set[_Answer] = set()
-    reading = asyncio.current_task()
-    failure: list[BaseException] = []
+class _PipelinedConnection(FlowControlMixin, asyncio.Protocol):
+    """One accepted connection served with up to `depth` requests in flight (`serve`).
 
-    async def write_in_order() -> None:
-        # Answers that are ready together (acks=all produces completed by one high-watermark
-        # move) leave in one write: one send syscall, one wake-up of the client, where a
-        # write per answer cost the small-batch producer a syscall per batch.
-        carried: _Answer | None | object = _NOTHING  # taken from the queue, not ready yet
-        try:
-            while True:
-                task = await queue.get() if carried is _NOTHING else carried
-                carried = _NOTHING
-                if task is None:
-                    return  # the client ended its stream and every response is out
-                assert isinstance(task, asyncio.Future)
-                responses = [await task]
-                while not queue.empty():
-                    nxt = queue.get_nowait()
-                    if nxt is None or not _answered(nxt):
-                        carried = nxt  # next round: after this round's answers are out
-                        break
-                    responses.append(nxt.result())
-                conn.in_flight -= len(responses)
-                if writer.is_closing():
-                    break  # the peer or the server went away while we worked on it
-                await _write_responses(writer, responses)
-                conn.touch()
-                for _ in responses:
-                    slots.release()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            failure.append(exc)
-        writer.close()
-        if reading is not None:
-            reading.cancel()
+    Frames are cut from the received bytes in `data_received`; each starts its handler task
+    at once (in a copy of the connection's context, with its REQUEST_BEHIND). A handler's
+    completion writes the answers ready at the head of the order, in its done callback:
+    answers ready together (acks=all produces completed by one high-watermark move) leave in
+    one write, one send and one wake-up of the client. An answer that sends itself
+    (StreamedResponse), or a write that left bytes in the transport's buffer (drained before
+    their slots are given back), goes through a writer task; later answers wait for it.
+    Reading pauses while `depth` requests are unanswered or a frame waits for the pool."""
 
-    def on_done(size: int) -> Callable[[_Answer], None]:
-        def release(task: _Answer) -> None:
-            handlers.discard(task)
-            pool.release(size)
+    def __init__(self, state: _ServerState, handler: Handler, depth: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.state = state
+        self.handler = handler
+        self.depth = depth
+        self.loop = loop
+        self.buf = bytearray()
+        self.size = -1  # body bytes of the frame being received (prefix read, pool reserved); -1: between frames
+        self.held = 0  # pool bytes reserved for the frame being received
+        self.order: collections.deque[_Answer] = collections.deque()  # started, not answered; request order
+        self.slots = 0  # requests started whose answers are not written (and drained) yet
+        self.writing: asyncio.Task[None] | None = None
+        self.reserving: asyncio.Task[None] | None = None  # waiting for the pool
+        self.behind: asyncio.Future[None] | None = None
+        self.paused = False
+        self.ended = False  # the peer ended its stream
+        self.closed = False  # nothing more is read or answered
+        self.lost = False
+        self.finished: asyncio.Future[None] = loop.create_future()  # closed and every handler done
+        self.close_waiter: asyncio.Future[None] = loop.create_future()
+        self.abort_timer: asyncio.TimerHandle | None = None
+        self.registered = False
 
-        return release
+    # ------------------------------------------------------------------ connection
 
-    writing = asyncio.get_running_loop().create_task(write_in_order())
-    behind: asyncio.Future[None] | None = None
-    try:
-        while True:
-            await slots.acquire()
-            read = await _read_frame(reader, conn, limits, pool)
-            if read is None:
-                break
-            frame, size = read
-            if behind is not None and not behind.done():
-                behind.set_result(None)  # the previous request now has one behind it
-            behind = asyncio.get_running_loop().create_future()
-            token = REQUEST_BEHIND.set(behind)
-            task: _Answer = asyncio.ensure_future(handler(frame))  # runs in a copy of this context
-            REQUEST_BEHIND.reset(token)
-            del frame
-            handlers.add(task)
-            task.add_done_callback(on_done(size))
-            conn.in_flight += 1
-            queue.put_nowait(task)
-        queue.put_nowait(None)
-        await writing
-    except asyncio.CancelledError:
-        if failure:
-            raise failure[0] from None  # a handler failed: report it as the sequential mode does
-        raise
-    finally:
-        writing.cancel()
-        for task in list(handlers):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.writer = asyncio.StreamWriter(self.transport, self, None, self.loop)
+        conn = self.conn = _Conn(self.writer, self.finished, self.cancel_handlers)
+        state = self.state
+        limits = state.limits
+        if len(state.connections) >= limits.max_connections or state.per_ip[conn.ip] >= limits.max_connections_per_ip:
+            log.warning(
+                "refusing connection from %s: %d connections open (%d from %s); max.connections=%d, "
+                "max.connections.per.ip=%d",
+                conn.peer,
+                len(state.connections),
+                state.per_ip[conn.ip],
+                conn.ip,
+                limits.max_connections,
+                limits.max_connections_per_ip,
+            )
+            self.closed = True
+            self.transport.close()
+            self._maybe_finish()
+            return
+        state.connections[self.writer] = conn
+        state.per_ip[conn.ip] += 1
+        self.registered = True
+        _set_nodelay(self.writer)
+        self.context = contextvars.copy_context()
+        self.context.run(PEER_HOST.set, conn.ip)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.lost = True
+        if not self.close_waiter.done():
+            self.close_waiter.set_result(None)
+        if self.abort_timer is not None:
+            self.abort_timer.cancel()
+        if not self.closed:
+            # The peer went away (exc), or the server closed the connection (idle sweep,
+            # close_server: that one gives handlers in flight their grace time).
+            if exc is not None:
+                log.debug("connection from %s lost", self.conn.peer)
+                self._close(None, cancel=True)
+            else:
+                self._close(None, cancel=False)
+        self._maybe_finish()
+
+    def eof_received(self) -> bool:
+        if self.closed:
+            return False
+        self.ended = True
+        self._read_frames()
+        return not self.closed  # the answers in flight are still written
+
+    def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future[None]:
+        return self.close_waiter
+
+    def cancel_handlers(self) -> None:
+        """Cancel the handlers still running (the connection is closing)."""
+        for task in self.order:
             task.cancel()
-        pending: set[asyncio.Future[Any]] = {writing, *handlers}
-        await asyncio.wait(pending)
-        _retrieve_unanswered(queue, conn.peer)
+        if self.writing is not None:
+            self.writing.cancel()
+
+    def _close(self, exc: BaseException | None, *, cancel: bool) -> None:
+        """Stop reading and answering; `exc` is why (logged as the serving loop did)."""
+        if self.closed:
+            return
+        self.closed = True
+        peer = self.conn.peer
+        if exc is None:
+            pass
+        elif isinstance(exc, (asyncio.IncompleteReadError, ConnectionError)):
+            log.debug("connection from %s lost", peer)
+        elif isinstance(exc, _BadFrameSize):
+            log.warning("closing connection from %s: %s", peer, exc)
+        elif isinstance(exc, CloseConnection):
+            log.info("closing connection from %s: %s", peer, exc)
+        else:
+            log.error("request handler failed; closing connection from %s", peer, exc_info=exc)
+        if self.reserving is not None:
+            self.reserving.cancel()
+            self.reserving = None
+        if self.held:
+            self.state.pool.release(self.held)
+            self.held = 0
+        if cancel:
+            self.cancel_handlers()
+        if not self.lost:
+            self.transport.close()
+            self.abort_timer = self.loop.call_later(_CLOSE_WAIT_S, self.transport.abort)
+
+    def _maybe_finish(self) -> None:
+        if not self.closed or self.finished.done():
+            return
+        if any(not task.done() for task in self.order) or (self.writing is not None and not self.writing.done()):
+            return
+        if self.registered:
+            self.registered = False
+            state = self.state
+            if state.connections.pop(self.writer, None) is not None:
+                state.per_ip[self.conn.ip] -= 1
+                if state.per_ip[self.conn.ip] <= 0:
+                    del state.per_ip[self.conn.ip]
+        _retrieve_unanswered(self.order, self.conn.peer)
+        self.order.clear()
+        self.finished.set_result(None)
+
+    def _maybe_end(self) -> None:
+        """After the peer's end of stream: close once every frame read is answered."""
+        if self.ended and not self.closed and not self.order and self.writing is None and self.size < 0:
+            self._close(None, cancel=False)
+            self._maybe_finish()
+
+    # ------------------------------------------------------------------ reading
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.conn.touch()
+        self.buf += data
+        self._read_frames()
+
+    def _read_frames(self) -> None:
+        buf = self.buf
+        pos = 0
+        pool = self.state.pool
+        try:
+            while not self.closed and self.reserving is None:
+                if self.size < 0:
+                    if self.slots >= self.depth:
+                        self._pause()
+                        return
+                    if len(buf) - pos < 4:
+                        if self.ended:
+                            self._ended(len(buf) - pos)
+                        return
+                    size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+                    limit = self.state.limits.socket_request_max_bytes
+                    if size < 0 or size > limit:
+                        self._close(_BadFrameSize(f"frame size {size} outside 0..{limit}"), cancel=True)
+                        return
+                    pos += 4
+                    self.size = size
+                    if not pool.try_reserve(size):
+                        self._pause()
+                        self.reserving = self.loop.create_task(self._reserve(size))
+                        return
+                    self.held = size
+                size = self.size
+                if len(buf) - pos < size:
+                    if self.ended:
+                        self._ended(-1)
+                    return
+                # Handlers take `bytes`; a large frame is a bytearray so that the produce path
+                # may patch its batches in place.
+                frame = bytes(buf[pos : pos + size]) if size <= _READ_CHUNK else cast(bytes, buf[pos : pos + size])
+                pos += size
+                self.size = -1
+                self.held = 0
+                self._start(frame, size)
+        finally:
+            if pos:
+                del buf[:pos]
+
+    def _ended(self, left: int) -> None:
+        """The peer's stream ended with `left` bytes of a frame's prefix unread (-1: its body)."""
+        if left:
+            log.debug("connection from %s lost", self.conn.peer)  # in the middle of a frame
+            self._close(None, cancel=True)
+        else:
+            self._maybe_end()
+
+    async def _reserve(self, size: int) -> None:
+        await self.state.pool.reserve(size)
+        self.reserving = None
+        if self.closed:
+            self.state.pool.release(size)
+            return
+        self.held = size
+        self._resume()
+
+    def _pause(self) -> None:
+        if not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def _resume(self) -> None:
+        if self.paused and not self.closed and self.reserving is None and self.slots < self.depth:
+            self.paused = False
+            self.transport.resume_reading()
+            self._read_frames()
+
+    def _start(self, frame: bytes, size: int) -> None:
+        behind = self.behind
+        if behind is not None and not behind.done():
+            behind.set_result(None)  # the previous request now has one behind it
+        behind = self.behind = self.loop.create_future()
+        context = self.context.copy()
+        context.run(REQUEST_BEHIND.set, behind)
+        task: _Answer = self.loop.create_task(cast(_Handling, self.handler(frame)), context=context)
+        task.add_done_callback(functools.partial(self._done, size))
+        self.conn.in_flight += 1
+        self.slots += 1
+        self.order.append(task)
+
+    def _done(self, size: int, task: _Answer) -> None:
+        self.state.pool.release(size)
+        if self.closed:
+            self._maybe_finish()
+        elif self.order and self.order[0] is task:
+            self._flush()
+
+    # ------------------------------------------------------------------ answering
+
+    def _taken(self) -> list[bytes | StreamedResponse | None] | None:
+        """The answers at the head of the order that are ready (None: the connection closes)."""
+        order = self.order
+        responses: list[bytes | StreamedResponse | None] = []
+        while order:
+            task = order[0]
+            if not task.done():
+                break
+            if task.cancelled():
+                self._close(None, cancel=True)
+                return None
+            exc = task.exception()
+            if exc is not None:
+                if responses:
+                    break  # the answers before it leave first
+                order.popleft()
+                self._close(exc, cancel=True)
+                return None
+            order.popleft()
+            responses.append(task.result())
+        return responses
+
+    def _flush(self) -> None:
+        if self.writing is not None or self.closed:
+            return
+        responses = self._taken()
+        if responses is None:
+            return
+        if responses:
+            self.conn.in_flight -= len(responses)
+            writer = self.writer
+            if writer.is_closing():
+                self._close(None, cancel=True)  # the server closed it while we worked on it
+                return
+            if any(r is not None and not isinstance(r, (bytes, bytearray, memoryview)) for r in responses):
+                self._write_in_task(responses, 0)
+                return
+            _write_joined(writer, responses)
+            self.conn.touch()
+            if self.transport.get_write_buffer_size():
+                self._write_in_task([], len(responses))
+                return
+            self._written(len(responses))
+            if self.order and self.order[0].done():
+                self._flush()  # a failure behind the answers just written
+                return
+        self._maybe_end()
+
+    def _written(self, n: int) -> None:
+        self.slots -= n
+        if self.paused:
+            self._resume()
+
+    async def _write_async(self, responses: list[bytes | StreamedResponse | None], written: int) -> None:
+        try:
+            await _write_responses(self.writer, responses)
+            self.conn.touch()
+        except Exception as exc:
+            self._close(exc, cancel=True)
+            return
+        self.writing = None
+        self._written(len(responses) + written)
+        self._flush()
+
+    def _write_in_task(self, responses: list[bytes | StreamedResponse | None], written: int) -> None:
+        self.writing = self.loop.create_task(self._write_async(responses, written))
+        self.writing.add_done_callback(self._writer_done)
+
+    def _writer_done(self, task: asyncio.Task[None]) -> None:
+        if self.closed:
+            self._maybe_finish()
 
 
-def _retrieve_unanswered(queue: asyncio.Queue[_Answer | None], peer: object) -> None:
+def _retrieve_unanswered(tasks: collections.deque[_Answer], peer: object) -> None:
     """Collect the outcome of every handler the writer never reached (the connection closed
     first; all are done by now). Their answers are dropped; a CloseConnection among them
     says nothing new, a handler bug is logged with the peer. Left alone, each failed task
     would surface as asyncio's "Task exception was never retrieved" error."""
-    while not queue.empty():
-        task = queue.get_nowait()
-        if task is None or not task.done() or task.cancelled():
+    for task in tasks:
+        if not task.done() or task.cancelled():
             continue
         exc = task.exception()
         if exc is not None and not isinstance(exc, CloseConnection):
@@ -428,10 +674,7 @@ async def serve(
         state.per_ip[conn.ip] += 1
         _set_nodelay(writer)
         try:
-            if pipeline_depth == 1:
-                await _serve_sequential(reader, writer, conn, handler, limits, pool)
-            else:
-                await _serve_pipelined(reader, writer, conn, handler, limits, pool, pipeline_depth)
+            await _serve_sequential(reader, writer, conn, handler, limits, pool)
         except (asyncio.IncompleteReadError, ConnectionError):
             log.debug("connection from %s lost", peer)
         except _BadFrameSize as exc:
@@ -451,7 +694,13 @@ async def serve(
                     del state.per_ip[conn.ip]
             await _close_writer(writer)
 
-    server = await asyncio.start_server(on_connect, host, port, limit=_SERVER_STREAM_LIMIT)
+    if pipeline_depth == 1:
+        server = await asyncio.start_server(on_connect, host, port, limit=_SERVER_STREAM_LIMIT)
+    else:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: _PipelinedConnection(state, handler, pipeline_depth, loop), host, port
+        )
     idle_s = limits.idle_s
     if idle_s is not None:
         state.sweeper = asyncio.get_running_loop().create_task(state.sweep_idle(idle_s))
@@ -473,11 +722,13 @@ async def close_server(server: asyncio.Server, *, grace_s: float = 1.0) -> None:
         for writer in connections:
             writer.close()
         current = asyncio.current_task()
-        tasks = {c.task for c in connections.values() if c.task is not None and c.task is not current}
-        if tasks:
-            _, busy = await asyncio.wait(tasks, timeout=grace_s)
+        by_task = {c.task: c for c in connections.values() if c.task is not None and c.task is not current}
+        if by_task:
+            _, busy = await asyncio.wait(by_task, timeout=grace_s)
             for task in busy:
-                task.cancel()
+                cancel = by_task[task].cancel
+                if cancel is not None:
+                    cancel()
             if busy:
                 await asyncio.wait(busy)
     with contextlib.suppress(Exception):

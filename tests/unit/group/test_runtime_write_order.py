@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from broker.group.messages import CommitPartition, CommitRequest, JoinRequest
 from broker.group.runtime import APPENDS_IN_FLIGHT, GroupCoordinator
 from broker.group.shard import CoordinatorConfig
@@ -42,9 +44,9 @@ def request(offset: int) -> CommitRequest:
     return CommitRequest("g", "", None, -1, -1, (CommitPartition("t", 0, offset),), 8)
 
 
-async def _started() -> tuple[Host, GroupCoordinator]:
+async def _started(in_flight: int = APPENDS_IN_FLIGHT) -> tuple[Host, GroupCoordinator]:
     host = Host()
-    coordinator = GroupCoordinator(4, host, CoordinatorConfig(), clock=lambda: 1_000)
+    coordinator = GroupCoordinator(4, host, CoordinatorConfig(), clock=lambda: 1_000, appends_in_flight=in_flight)
     coordinator.on_metadata()
     for _ in range(10):
         await asyncio.sleep(0)
@@ -74,7 +76,7 @@ def test_an_offset_fetch_behind_a_refused_commit_fails_instead_of_showing_it() -
 
 def test_a_commit_is_written_while_the_append_before_it_waits_and_answered_after_it() -> None:
     async def run() -> None:
-        host, coordinator = await _started()
+        host, coordinator = await _started(in_flight=2)
         first = asyncio.create_task(coordinator.commit(request(5)))
         await spin()
         second = asyncio.create_task(coordinator.commit(request(7)))
@@ -106,32 +108,33 @@ def test_operations_of_one_loop_turn_go_in_one_batch() -> None:
     asyncio.run(run())
 
 
-def test_operations_that_come_while_the_appends_in_flight_are_full_are_written_together_next() -> None:
+@pytest.mark.parametrize("in_flight", sorted({1, 4, APPENDS_IN_FLIGHT}))
+def test_operations_that_come_while_the_appends_in_flight_are_full_are_written_together_next(in_flight: int) -> None:
     from broker.log.records import batch_records
 
     async def run() -> None:
-        host, coordinator = await _started()
+        host, coordinator = await _started(in_flight)
         first = [asyncio.create_task(coordinator.commit(request(1)))]
         await spin()
-        for n in range(2, APPENDS_IN_FLIGHT + 1):
+        for n in range(2, in_flight + 1):
             first.append(asyncio.create_task(coordinator.commit(request(n))))
             await spin()
-        assert len(host.appends) == APPENDS_IN_FLIGHT
+        assert len(host.appends) == in_flight
         waiting = []
         for n in (100, 101, 102):
             waiting.append(asyncio.create_task(coordinator.commit(request(n))))
             await spin()
-        assert len(host.appends) == APPENDS_IN_FLIGHT  # they wait for a free slot
+        assert len(host.appends) == in_flight  # they wait for a free slot
         for fut in host.appends:
             fut.set_result(ErrorCode.NONE)
-        assert [await f for f in first] == [[ErrorCode.NONE]] * APPENDS_IN_FLIGHT
+        assert [await f for f in first] == [[ErrorCode.NONE]] * in_flight
         await spin()
-        assert len(host.appends) == APPENDS_IN_FLIGHT + 1  # the three commits in one batch
+        assert len(host.appends) == in_flight + 1  # the three commits in one batch
         assert len(list(batch_records(host.batches[-1]))) == 3
         host.appends[-1].set_result(ErrorCode.NOT_ENOUGH_REPLICAS)  # refused: all three answer it
         assert [await w for w in waiting] == [[ErrorCode.COORDINATOR_NOT_AVAILABLE]] * 3
         code, offsets = await coordinator.fetch_offsets("g", [("t", 0)])
-        assert code == ErrorCode.NONE and offsets[0].offset == APPENDS_IN_FLIGHT  # their undos put it back
+        assert code == ErrorCode.NONE and offsets[0].offset == in_flight  # their undos put it back
         await coordinator.close()
 
     asyncio.run(run())
