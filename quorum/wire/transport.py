@@ -19,7 +19,6 @@ import functools
 import logging
 import socket
 import time
-from asyncio.streams import FlowControlMixin
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, Protocol, cast
 
@@ -147,6 +146,10 @@ async def _close_writer(writer: asyncio.StreamWriter) -> None:
 
 _SERVER_STREAM_LIMIT: Final = 64 * 1024  # per connection: a StreamReader pauses the socket at 2x this
 _READ_CHUNK: Final = 256 * 1024  # large bodies are read in chunks so that activity is seen as it comes
+# A pipelined connection's receive buffer (bytes): frames up to _READ_CHUNK are cut from it
+# (it doubles for one that does not fit, and shrinks back once empty); larger ones are read
+# into buffers of their own size.
+_SCRATCH_BYTES: Final = 64 * 1024
 
 
 # The address of the client whose request is being handled (the connection's task sets it;
@@ -287,10 +290,57 @@ async def _serve_sequential(
             conn.touch()
 
 
-class _PipelinedConnection(FlowControlMixin, asyncio.Protocol):
+class _WriteFlow:
+    """The transport's write flow control, as a StreamWriter over this protocol awaits it:
+    `drain` (`_drain_helper`) waits while the transport's buffer is over its high-water
+    mark (`pause_writing` .. `resume_writing`) and fails once the connection is lost. Not an
+    `asyncio.Protocol` (uvloop reads a Protocol with `data_received`, never `get_buffer`)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._flow_loop = loop
+        self._write_paused = False
+        self._connection_gone = False
+        self._drain_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drainers(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._connection_gone = True
+        self._wake_drainers(exc if exc is not None else ConnectionResetError("connection lost"))
+
+    def _wake_drainers(self, exc: BaseException | None) -> None:
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                if exc is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(exc)
+
+    async def _drain_helper(self) -> None:
+        if self._connection_gone:
+            raise ConnectionResetError("connection lost")
+        if not self._write_paused:
+            return
+        waiter = self._flow_loop.create_future()
+        self._drain_waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            self._drain_waiters.remove(waiter)
+
+
+class _PipelinedConnection(_WriteFlow, asyncio.BufferedProtocol):
     """One accepted connection served with up to `depth` requests in flight (`serve`).
 
-    Frames are cut from the received bytes in `data_received`; each starts its handler task
+    The socket is read into buffers of ours (`get_buffer` / `buffer_updated`): small frames
+    are cut from a receive buffer (one copy out of it each, as `bytes`); a frame over
+    `_READ_CHUNK` is read straight into a bytearray of its own size, which becomes the frame
+    as it is (writable: the produce path patches its batches there), with no copy. Each frame starts its handler task
     at once (in a copy of the connection's context, with its REQUEST_BEHIND). A handler's
     completion writes the answers ready at the head of the order, in its done callback:
     answers ready together (acks=all produces completed by one high-watermark move) leave in
@@ -305,7 +355,11 @@ class _PipelinedConnection(FlowControlMixin, asyncio.Protocol):
         self.handler = handler
         self.depth = depth
         self.loop = loop
-        self.buf = bytearray()
+        self.buf = bytearray(_SCRATCH_BYTES)  # received bytes [start, end) not yet cut into frames
+        self.start = 0
+        self.end = 0
+        self.big: bytearray | None = None  # the large frame being read into its own buffer
+        self.big_got = 0  # its bytes received so far
         self.size = -1  # body bytes of the frame being received (prefix read, pool reserved); -1: between frames
         self.held = 0  # pool bytes reserved for the frame being received
         self.order: collections.deque[_Answer] = collections.deque()  # started, not answered; request order
@@ -373,7 +427,10 @@ class _PipelinedConnection(FlowControlMixin, asyncio.Protocol):
         if self.closed:
             return False
         self.ended = True
-        self._read_frames()
+        if self.big is not None:
+            self._ended(-1)
+        else:
+            self._read_frames()
         return not self.closed  # the answers in flight are still written
 
     def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future[None]:
@@ -438,26 +495,55 @@ class _PipelinedConnection(FlowControlMixin, asyncio.Protocol):
 
     # ------------------------------------------------------------------ reading
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        big = self.big
+        if big is not None:
+            return memoryview(big)[self.big_got :]
+        buf = self.buf
+        if self.end == len(buf):
+            kept = self.end - self.start
+            if self.start:
+                buf[:kept] = buf[self.start : self.end]  # same length: no resize of an exported buffer
+            else:  # a frame (up to _READ_CHUNK) larger than the buffer: a buffer twice the size
+                self.buf = buf = buf + bytes(len(buf))
+            self.start, self.end = 0, kept
+        return memoryview(buf)[self.end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.closed:
             return
         self.conn.touch()
-        self.buf += data
-        self._read_frames()
+        big = self.big
+        if big is None:
+            self.end += nbytes
+            self._read_frames()
+            return
+        self.big_got += nbytes
+        if self.big_got == len(big):
+            self.big = None
+            self._whole(big)
+            self._read_frames()
+
+    def _whole(self, frame: bytearray | bytes) -> None:
+        """The frame being received is complete: its handler starts."""
+        size = self.size
+        self.size = -1
+        self.held = 0
+        self._start(cast(bytes, frame), size)
 
     def _read_frames(self) -> None:
         buf = self.buf
-        pos = 0
+        pos, end = self.start, self.end
         pool = self.state.pool
         try:
-            while not self.closed and self.reserving is None:
+            while not self.closed and self.reserving is None and self.big is None:
                 if self.size < 0:
                     if self.slots >= self.depth:
                         self._pause()
                         return
-                    if len(buf) - pos < 4:
+                    if end - pos < 4:
                         if self.ended:
-                            self._ended(len(buf) - pos)
+                            self._ended(end - pos)
                         return
                     size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
                     limit = self.state.limits.socket_request_max_bytes
@@ -472,20 +558,35 @@ class _PipelinedConnection(FlowControlMixin, asyncio.Protocol):
                         return
                     self.held = size
                 size = self.size
-                if len(buf) - pos < size:
+                if size > _READ_CHUNK:
+                    # Its own buffer: what came with the prefix is copied there, the rest of
+                    # the frame is read into it (`get_buffer`).
+                    frame = bytearray(size)
+                    have = min(end - pos, size)
+                    frame[:have] = buf[pos : pos + have]
+                    pos += have
+                    if have == size:
+                        self._whole(frame)
+                        continue
+                    self.big, self.big_got = frame, have
                     if self.ended:
                         self._ended(-1)
                     return
-                # Handlers take `bytes`; a large frame is a bytearray so that the produce path
-                # may patch its batches in place.
-                frame = bytes(buf[pos : pos + size]) if size <= _READ_CHUNK else cast(bytes, buf[pos : pos + size])
+                if end - pos < size:
+                    if self.ended:
+                        self._ended(-1)
+                    return
+                with memoryview(buf) as view:
+                    body = bytes(view[pos : pos + size])
                 pos += size
-                self.size = -1
-                self.held = 0
-                self._start(frame, size)
+                self._whole(body)
         finally:
-            if pos:
-                del buf[:pos]
+            if pos == end:
+                self.start = self.end = 0
+                if len(self.buf) > _SCRATCH_BYTES:
+                    self.buf = bytearray(_SCRATCH_BYTES)  # back to its usual size once empty
+            else:
+                self.start = pos
 
     def _ended(self, left: int) -> None:
         """The peer's stream ended with `left` bytes of a frame's prefix unread (-1: its body)."""
