@@ -340,8 +340,9 @@ class _PipelinedConnection(_WriteFlow, asyncio.BufferedProtocol):
     The socket is read into buffers of ours (`get_buffer` / `buffer_updated`): small frames
     are cut from a receive buffer (one copy out of it each, as `bytes`); a frame over
     `_READ_CHUNK` is read straight into a bytearray of its own size, which becomes the frame
-    as it is (writable: the produce path patches its batches there), with no copy. Each frame starts its handler task
-    at once (in a copy of the connection's context, with its REQUEST_BEHIND). A handler's
+    as it is (writable: the produce path patches its batches there), with no copy. Each
+    frame starts its handler task at once (in a copy of the connection's context, with its
+    REQUEST_BEHIND). A handler's
     completion writes the answers ready at the head of the order, in its done callback:
     answers ready together (acks=all produces completed by one high-watermark move) leave in
     one write, one send and one wake-up of the client. An answer that sends itself
