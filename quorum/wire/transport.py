@@ -42,7 +42,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FRAME_BYTES: Final = DEFAULT_SOCKET_REQUEST_MAX_BYTES  # Kafka's socket.request.max.bytes
-_STREAM_LIMIT: Final = 1 << 20  # StreamReader buffer before it pauses the socket
 
 
 class StreamedResponse(Protocol):
@@ -290,6 +289,93 @@ async def _serve_sequential(
             conn.touch()
 
 
+class _Frames:
+    """Length-prefixed frames cut from a byte stream that the event loop reads into this
+    object's buffers (a BufferedProtocol's `get_buffer` / `buffer_updated`): a frame up to
+    `_READ_CHUNK` from the receive buffer, copied out as `bytes`; a larger one read straight
+    into a bytearray of its own size, handed over as it is (no copy). The receive buffer is
+    `_SCRATCH_BYTES`, doubled for a frame that does not fit and shrunk back once empty."""
+
+    __slots__ = ("big", "big_got", "buf", "end", "start")
+
+    def __init__(self) -> None:
+        self.buf = bytearray(_SCRATCH_BYTES)  # received bytes [start, end) not yet cut into frames
+        self.start = 0
+        self.end = 0
+        self.big: bytearray | None = None  # the large frame being read into its own buffer
+        self.big_got = 0  # its bytes received so far
+
+    def get_buffer(self) -> memoryview:
+        big = self.big
+        if big is not None:
+            return memoryview(big)[self.big_got :]
+        buf = self.buf
+        if self.end == len(buf):
+            kept = self.end - self.start
+            if self.start:
+                buf[:kept] = buf[self.start : self.end]  # same length: no resize of an exported buffer
+            else:  # a frame (up to _READ_CHUNK) larger than the buffer: a buffer twice the size
+                self.buf = buf = buf + bytes(len(buf))
+            self.start, self.end = 0, kept
+        return memoryview(buf)[self.end :]
+
+    def received(self, nbytes: int) -> None:
+        if self.big is None:
+            self.end += nbytes
+        else:
+            self.big_got += nbytes
+
+    @property
+    def loose(self) -> int:
+        """Bytes received that no frame holds yet (part of a length prefix)."""
+        return self.end - self.start
+
+    def prefix(self) -> int | None:
+        """The next frame's size, its 4-byte prefix taken (None: not all received yet)."""
+        start = self.start
+        if self.end - start < 4:
+            return None
+        self.start = start + 4
+        size = int.from_bytes(self.buf[start : start + 4], "big", signed=True)
+        self._settle()
+        return size
+
+    def body(self, size: int) -> bytes | bytearray | None:
+        """The body of the frame whose prefix said `size`, once all of it is received (None:
+        not yet; a large one is read into its own buffer meanwhile)."""
+        big = self.big
+        if big is not None:
+            if self.big_got < len(big):
+                return None
+            self.big = None
+            return big
+        start = self.start
+        have = self.end - start
+        if size > _READ_CHUNK:
+            frame = bytearray(size)
+            have = min(have, size)
+            frame[:have] = self.buf[start : start + have]  # what came with the prefix
+            self.start = start + have
+            self._settle()
+            if have == size:
+                return frame
+            self.big, self.big_got = frame, have
+            return None
+        if have < size:
+            return None
+        with memoryview(self.buf) as view:
+            body = bytes(view[start : start + size])
+        self.start = start + size
+        self._settle()
+        return body
+
+    def _settle(self) -> None:
+        if self.start == self.end:
+            self.start = self.end = 0
+            if len(self.buf) > _SCRATCH_BYTES:
+                self.buf = bytearray(_SCRATCH_BYTES)
+
+
 class _WriteFlow:
     """The transport's write flow control, as a StreamWriter over this protocol awaits it:
     `drain` (`_drain_helper`) waits while the transport's buffer is over its high-water
@@ -356,11 +442,7 @@ class _PipelinedConnection(_WriteFlow, asyncio.BufferedProtocol):
         self.handler = handler
         self.depth = depth
         self.loop = loop
-        self.buf = bytearray(_SCRATCH_BYTES)  # received bytes [start, end) not yet cut into frames
-        self.start = 0
-        self.end = 0
-        self.big: bytearray | None = None  # the large frame being read into its own buffer
-        self.big_got = 0  # its bytes received so far
+        self.frames = _Frames()
         self.size = -1  # body bytes of the frame being received (prefix read, pool reserved); -1: between frames
         self.held = 0  # pool bytes reserved for the frame being received
         self.order: collections.deque[_Answer] = collections.deque()  # started, not answered; request order
@@ -428,10 +510,7 @@ class _PipelinedConnection(_WriteFlow, asyncio.BufferedProtocol):
         if self.closed:
             return False
         self.ended = True
-        if self.big is not None:
-            self._ended(-1)
-        else:
-            self._read_frames()
+        self._read_frames()
         return not self.closed  # the answers in flight are still written
 
     def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future[None]:
@@ -497,97 +576,47 @@ class _PipelinedConnection(_WriteFlow, asyncio.BufferedProtocol):
     # ------------------------------------------------------------------ reading
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        big = self.big
-        if big is not None:
-            return memoryview(big)[self.big_got :]
-        buf = self.buf
-        if self.end == len(buf):
-            kept = self.end - self.start
-            if self.start:
-                buf[:kept] = buf[self.start : self.end]  # same length: no resize of an exported buffer
-            else:  # a frame (up to _READ_CHUNK) larger than the buffer: a buffer twice the size
-                self.buf = buf = buf + bytes(len(buf))
-            self.start, self.end = 0, kept
-        return memoryview(buf)[self.end :]
+        return self.frames.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         if self.closed:
             return
         self.conn.touch()
-        big = self.big
-        if big is None:
-            self.end += nbytes
-            self._read_frames()
-            return
-        self.big_got += nbytes
-        if self.big_got == len(big):
-            self.big = None
-            self._whole(big)
-            self._read_frames()
-
-    def _whole(self, frame: bytearray | bytes) -> None:
-        """The frame being received is complete: its handler starts."""
-        size = self.size
-        self.size = -1
-        self.held = 0
-        self._start(cast(bytes, frame), size)
+        self.frames.received(nbytes)
+        self._read_frames()
 
     def _read_frames(self) -> None:
-        buf = self.buf
-        pos, end = self.start, self.end
+        frames = self.frames
         pool = self.state.pool
-        try:
-            while not self.closed and self.reserving is None and self.big is None:
-                if self.size < 0:
-                    if self.slots >= self.depth:
-                        self._pause()
-                        return
-                    if end - pos < 4:
-                        if self.ended:
-                            self._ended(end - pos)
-                        return
-                    size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
-                    limit = self.state.limits.socket_request_max_bytes
-                    if size < 0 or size > limit:
-                        self._close(_BadFrameSize(f"frame size {size} outside 0..{limit}"), cancel=True)
-                        return
-                    pos += 4
-                    self.size = size
-                    if not pool.try_reserve(size):
-                        self._pause()
-                        self.reserving = self.loop.create_task(self._reserve(size))
-                        return
-                    self.held = size
-                size = self.size
-                if size > _READ_CHUNK:
-                    # Its own buffer: what came with the prefix is copied there, the rest of
-                    # the frame is read into it (`get_buffer`).
-                    frame = bytearray(size)
-                    have = min(end - pos, size)
-                    frame[:have] = buf[pos : pos + have]
-                    pos += have
-                    if have == size:
-                        self._whole(frame)
-                        continue
-                    self.big, self.big_got = frame, have
-                    if self.ended:
-                        self._ended(-1)
+        while not self.closed and self.reserving is None:
+            if self.size < 0:
+                if self.slots >= self.depth:
+                    self._pause()
                     return
-                if end - pos < size:
+                size = frames.prefix()
+                if size is None:
                     if self.ended:
-                        self._ended(-1)
+                        self._ended(frames.loose)
                     return
-                with memoryview(buf) as view:
-                    body = bytes(view[pos : pos + size])
-                pos += size
-                self._whole(body)
-        finally:
-            if pos == end:
-                self.start = self.end = 0
-                if len(self.buf) > _SCRATCH_BYTES:
-                    self.buf = bytearray(_SCRATCH_BYTES)  # back to its usual size once empty
-            else:
-                self.start = pos
+                limit = self.state.limits.socket_request_max_bytes
+                if size < 0 or size > limit:
+                    self._close(_BadFrameSize(f"frame size {size} outside 0..{limit}"), cancel=True)
+                    return
+                self.size = size
+                if not pool.try_reserve(size):
+                    self._pause()
+                    self.reserving = self.loop.create_task(self._reserve(size))
+                    return
+                self.held = size
+            body = frames.body(self.size)
+            if body is None:
+                if self.ended:
+                    self._ended(-1)
+                return
+            size = self.size
+            self.size = -1
+            self.held = 0
+            self._start(cast(bytes, body), size)
 
     def _ended(self, left: int) -> None:
         """The peer's stream ended with `left` bytes of a frame's prefix unread (-1: its body)."""
@@ -852,40 +881,68 @@ def server_stats(server: asyncio.Server) -> dict[str, int]:
 # --------------------------------------------------------------------------- client
 
 
-class _Connection:
-    """One TCP connection to a peer, its in-flight requests and its reader task."""
+class _Connection(_WriteFlow, asyncio.BufferedProtocol):
+    """One TCP connection to a peer: its requests in flight, each answered by the response
+    frame with its correlation id, cut from what the connection reads (`_Frames`: a large
+    response, such as a fetch answer, is read straight into a buffer of its own)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, name: str, max_frame: int) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self, name: str, max_frame: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
         self.name = name
         self.max_frame = max_frame
+        self.loop = loop
         self.pending: dict[int, asyncio.Future[bytes]] = {}
         self.closed = False
-        self.task = asyncio.get_running_loop().create_task(self._read_loop())
+        self.frames = _Frames()
+        self.size = -1  # body bytes of the response being received; -1: between frames
+        self.gone: asyncio.Future[None] = loop.create_future()  # the connection is lost
 
-    async def _read_loop(self) -> None:
-        reader = self.reader
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.writer = asyncio.StreamWriter(self.transport, self, None, self.loop)
+
+    def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future[None]:
+        return self.gone
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.closed:
+            return
+        frames = self.frames
+        frames.received(nbytes)
         pending = self.pending
-        try:
-            while True:
-                size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
+        while True:
+            if self.size < 0:
+                size = frames.prefix()
+                if size is None:
+                    return
                 if size < 4 or size > self.max_frame:
                     self.fail(PeerUnavailable(f"{self.name}: bad response frame size {size}"))
                     return
-                body = await reader.readexactly(size)
-                correlation_id = int.from_bytes(body[:4], "big", signed=True)
-                fut = pending.pop(correlation_id, None)
-                if fut is None:
-                    # The sender gave up on it (cancelled); responses stay in order, so go on.
-                    log.debug("%s: response to unknown correlation id %d dropped", self.name, correlation_id)
-                elif not fut.done():
-                    fut.set_result(body)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            self.fail(PeerUnavailable(f"{self.name}: connection closed ({exc!r})"))
-        except asyncio.CancelledError:
-            self.fail(PeerUnavailable(f"{self.name}: connection closed"))
-            raise
+                self.size = size
+            body = frames.body(self.size)
+            if body is None:
+                return
+            self.size = -1
+            correlation_id = int.from_bytes(body[:4], "big", signed=True)
+            fut = pending.pop(correlation_id, None)
+            if fut is None:
+                # The sender gave up on it (cancelled); responses stay in order, so go on.
+                log.debug("%s: response to unknown correlation id %d dropped", self.name, correlation_id)
+            elif not fut.done():
+                fut.set_result(cast(bytes, body))
+
+    def eof_received(self) -> bool:
+        self.fail(PeerUnavailable(f"{self.name}: connection closed by the peer"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.fail(PeerUnavailable(f"{self.name}: connection closed ({exc!r})"))
+        if not self.gone.done():
+            self.gone.set_result(None)
 
     def fail(self, exc: PeerUnavailable) -> None:
         """Close the connection and fail every request in flight on it."""
@@ -896,9 +953,7 @@ class _Connection:
         for fut in pending.values():
             if not fut.done():
                 fut.set_exception(exc)
-        self.writer.close()
-        if asyncio.current_task() is not self.task:
-            self.task.cancel()
+        self.transport.close()
 
 
 def _expire(fut: asyncio.Future[bytes], timeout_s: float) -> None:
@@ -948,12 +1003,19 @@ class PeerClient:
                 return conn
             try:
                 async with asyncio.timeout(self.connect_timeout_s):
-                    reader, writer = await asyncio.open_connection(self.host, self.port, limit=_STREAM_LIMIT)
+                    conn = await self._open()
             except (OSError, TimeoutError) as exc:
                 raise PeerUnavailable(f"cannot connect to {self._name}: {exc!r}") from exc
-            _set_nodelay(writer)
-            conn = self._conn = _Connection(reader, writer, self._name, self.max_frame_bytes)
+            _set_nodelay(conn.writer)
+            self._conn = conn
             return conn
+
+    async def _open(self, **where: Any) -> _Connection:
+        """A new connection to the peer (`where`: create_connection's arguments instead)."""
+        loop = asyncio.get_running_loop()
+        address = where or {"host": self.host, "port": self.port}
+        _, conn = await loop.create_connection(lambda: _Connection(self._name, self.max_frame_bytes, loop), **address)
+        return conn
 
     async def send(self, frame: bytes, correlation_id: int, api_key: int, api_version: int) -> bytes:
         """Send one request frame (with length prefix); return the response frame body.
@@ -993,7 +1055,6 @@ class PeerClient:
         if conn is None:
             return
         conn.fail(PeerUnavailable(f"{self._name}: client closed"))
-        await asyncio.wait([conn.task])
         await _close_writer(conn.writer)
 
 

@@ -23,15 +23,15 @@ def test_a_send_cancelled_as_its_connection_opens_is_cancelled(
 ) -> None:
     async def scenario() -> str:
         ours, theirs = socket.socketpair()
-        streams = await asyncio.open_connection(sock=ours)
         opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        async def open_when_told(*_args: Any, **_kwargs: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-            await opened
-            return streams
-
-        monkeypatch.setattr(asyncio, "open_connection", open_when_told)
         peer = PeerClient("127.0.0.1", 9, connect_timeout_s=5.0, request_timeout_s=30.0)
+        conn = await peer._open(sock=ours)  # the connection the send gets, made up front
+
+        async def open_when_told(self: PeerClient) -> Any:
+            await opened
+            return conn
+
+        monkeypatch.setattr(PeerClient, "_open", open_when_told)
         frame = (8).to_bytes(4, "big") + bytes(8)
         sending = asyncio.ensure_future(peer.send(frame, 0, 0, 0))
         for _ in range(3):
@@ -41,7 +41,6 @@ def test_a_send_cancelled_as_its_connection_opens_is_cancelled(
         done, _ = await asyncio.wait({sending}, timeout=2.0)
         await peer.close()  # ends a send that went on (its answer never comes)
         await asyncio.wait({sending})
-        streams[1].close()
         theirs.close()
         if not done:
             return f"the send went on after it was cancelled ({sending.exception()!r} once the peer closed)"

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quorum.wire import ConnectionLimits, close_server, serve
+from quorum.wire import ConnectionLimits, PeerClient, close_server, serve
 from quorum.wire.transport import _READ_CHUNK, _SCRATCH_BYTES
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -75,5 +75,48 @@ def test_frames_are_cut_the_same_from_any_chunking(run, sizes, cuts, depth, smal
             assert got == want
         finally:
             await close_server(server)
+
+    run(main())
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow], deadline=None)
+@given(sizes=frame_sizes, cuts=chunkings)
+def test_a_peer_client_cuts_responses_the_same_from_any_chunking(run, sizes, cuts):
+    """The client side (PeerClient): responses of every size, the stream split anywhere;
+    each send gets its own response's body."""
+    bodies = [struct.pack(">i", i) + _payload(i, n) for i, n in enumerate(sizes)]
+    stream = b"".join(struct.pack(">i", len(b)) + b for b in bodies)
+    bounds = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
+    chunks = [stream[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+    async def main() -> None:
+        asked = asyncio.Event()
+        requests = 0
+
+        async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal requests
+            while requests < len(bodies):
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                await reader.readexactly(size)
+                requests += 1
+            asked.set()
+            for chunk in chunks:
+                writer.write(chunk)
+                await writer.drain()
+                await asyncio.sleep(0)
+            await reader.read()  # until the client closes
+            writer.close()
+
+        server = await asyncio.start_server(peer, "127.0.0.1", 0)
+        client = PeerClient("127.0.0.1", server.sockets[0].getsockname()[1], request_timeout_s=30)
+        try:
+            sends = [asyncio.ensure_future(client.send(struct.pack(">ii", 4, i), i, 0, 0)) for i in range(len(bodies))]
+            got = await asyncio.gather(*sends)
+            assert asked.is_set()
+            assert [bytes(g) for g in got] == bodies
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
 
     run(main())
