@@ -118,8 +118,7 @@ class KafkaRequestHandler:
             flexible = is_flexible(api_key, version)
             header = parse_request_header(view, flexible)
             ctx = RequestContext(header, view, flexible)
-            handler = self._by_key.get(api_key)
-            response = await (handler(ctx) if handler is not None else self._dispatch(ctx))
+            response = await self._route(ctx)
         except MalformedRequest as exc:
             raise CloseConnection(f"malformed api {api_key} v{version} request: {exc}") from exc
         self.requests_served += 1
@@ -163,12 +162,13 @@ class KafkaRequestHandler:
             ApiKey.CONSUMER_GROUP_DESCRIBE: lambda ctx: self.groups.consumer_group_describe(ctx),
         }
 
-    async def _dispatch(self, ctx: RequestContext) -> bytes | bytearray | SplicedResponse | None:
+    def _route(self, ctx: RequestContext) -> Awaitable[bytes | bytearray | SplicedResponse | None]:
+        """The awaitable answering `ctx` (not a coroutine of its own: one frame fewer per request)."""
         handler = self._by_key.get(ctx.api_key)
         if handler is not None:
-            return await handler(ctx)
+            return handler(ctx)
         if ctx.api_key in FORWARDED:
-            return await handle_forwarded(ctx, self.services, self.config)
+            return handle_forwarded(ctx, self.services, self.config)
         raise CloseConnection(f"api key {ctx.api_key} has no handler")  # pragma: no cover
 
     @property

@@ -39,7 +39,6 @@ _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
 _HEAD: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
-_HEAD_CLIENT_ID: Final = struct.Struct(">hhih")  # the same and the client id's int16 length
 
 
 class MalformedRequest(ValueError):
@@ -243,29 +242,16 @@ class RequestHeader:
 def parse_request_header(frame: memoryview, flexible: bool) -> RequestHeader:
     """Request header v1 (legacy) or v2 (flexible: + tagged fields). The client id keeps
     its legacy int16 form in both (Kafka's rule)."""
-    end = len(frame)
-    if end < _HEAD_CLIENT_ID.size:
-        r = Reader(frame)  # too short: its error
-        r.i16(), r.i16(), r.i32(), r.string(False)
-    api_key, api_version, correlation_id, n = _HEAD_CLIENT_ID.unpack_from(frame, 0)
-    pos = _HEAD_CLIENT_ID.size
-    if n < 0:
-        if n < -1:
-            raise MalformedRequest(f"negative length {n}")
-        client_id = None
-    else:
-        if pos + n > end:
-            raise MalformedRequest(f"need {n} bytes at {pos}, {end - pos} left")
-        try:
-            client_id = str(frame[pos : pos + n], "utf-8")
-        except UnicodeDecodeError as exc:
-            raise MalformedRequest("string is not utf-8") from exc
-        pos += n
+    if len(frame) >= _HEAD.size:  # the fixed fields in one unpack
+        api_key, api_version, correlation_id = _HEAD.unpack_from(frame, 0)
+        r = Reader(frame, _HEAD.size)
+    else:  # too short: the reader says so
+        r = Reader(frame)
+        api_key, api_version, correlation_id = r.i16(), r.i16(), r.i32()
+    client_id = r.string(False)
     if flexible:
-        r = Reader(frame, pos)
         r.skip_tags()
-        pos = r.pos
-    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, r.pos)
 
 
 def peek_api(frame: memoryview) -> tuple[int, int, int]:

@@ -13,7 +13,7 @@ Kafka's zigzag varints. A walk that would leave its bounds raises `RecordsError`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from crc32c import crc32c
@@ -148,16 +148,22 @@ def _field(data: bytes | None) -> bytes:
     return zigzag_varint(-1) if data is None else zigzag_varint(len(data)) + data
 
 
-def _encode_record(r: Record, base_offset: int, base_timestamp: int) -> bytes:
-    headers = b"".join(_field(k) + _field(v) for k, v in r.headers)
+def _record(
+    timestamp_delta: int,
+    offset_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[bytes, bytes | None]] = (),
+) -> bytes:
+    """One record of a magic-v2 batch, with its length prefix."""
     body = b"".join((
         b"\x00",  # record attributes (unused in magic v2)
-        zigzag_varint(r.timestamp - base_timestamp),
-        zigzag_varint(r.offset - base_offset),
-        _field(r.key),
-        _field(r.value),
-        zigzag_varint(len(r.headers)),
-        headers,
+        zigzag_varint(timestamp_delta),
+        zigzag_varint(offset_delta),
+        _field(key),
+        _field(value),
+        zigzag_varint(len(headers)),
+        *(_field(k) + _field(v) for k, v in headers),
     ))  # fmt: skip
     return zigzag_varint(len(body)) + body
 
@@ -180,7 +186,7 @@ def encode_records(records: list[Record], header: BatchHeader) -> bytes:
     if header.delete_horizon_ms >= 0:
         attributes |= ATTR_DELETE_HORIZON
         base_ts = header.delete_horizon_ms
-    body = b"".join(_encode_record(r, base, base_ts) for r in records)
+    body = b"".join(_record(r.timestamp - base_ts, r.offset - base, r.key, r.value, r.headers) for r in records)
     return _framed(body, header, attributes, base, records[-1].offset - base, base_ts, max_ts, len(records))
 
 
@@ -192,14 +198,9 @@ def encode_keyed_records(pairs: list[tuple[bytes, bytes | None]], timestamp: int
         return encode_records([Record(i, timestamp, k, v) for i, (k, v) in enumerate(pairs)], header)
     if not pairs:
         raise ValueError("a batch holds at least one record")
-    parts: list[bytes] = []
-    for i, (key, value) in enumerate(pairs):
-        # attributes 0, timestamp delta 0, offset delta i, key, value, 0 headers
-        record = b"".join((b"\x00\x00", zigzag_varint(i), _field(key), _field(value), b"\x00"))
-        parts.append(zigzag_varint(len(record)))
-        parts.append(record)
+    body = b"".join(_record(0, i, key, value) for i, (key, value) in enumerate(pairs))
     attributes = header.attributes & ~ATTR_DELETE_HORIZON
-    return _framed(b"".join(parts), header, attributes, 0, len(pairs) - 1, timestamp, timestamp, len(pairs))
+    return _framed(body, header, attributes, 0, len(pairs) - 1, timestamp, timestamp, len(pairs))
 
 
 def _framed(

@@ -56,14 +56,6 @@ _Answer = asyncio.Future[bytes | StreamedResponse | None]  # a handler's task
 _Handling = Coroutine[Any, Any, bytes | StreamedResponse | None]  # a handler's call
 
 
-async def _write_response(writer: asyncio.StreamWriter, response: bytes | StreamedResponse) -> None:
-    if isinstance(response, (bytes, bytearray, memoryview)):
-        writer.write(response)
-    else:
-        await response.send(writer)
-    await writer.drain()
-
-
 _COALESCE_MAX_BYTES: Final = 64 << 10  # answers up to this size are joined into one write
 
 
@@ -143,11 +135,10 @@ async def _close_writer(writer: asyncio.StreamWriter) -> None:
 
 # --------------------------------------------------------------------------- server
 
-_SERVER_STREAM_LIMIT: Final = 64 * 1024  # per connection: a StreamReader pauses the socket at 2x this
-_READ_CHUNK: Final = 256 * 1024  # large bodies are read in chunks so that activity is seen as it comes
-# A pipelined connection's receive buffer (bytes): frames up to _READ_CHUNK are cut from it
-# (it doubles for one that does not fit, and shrinks back once empty); larger ones are read
-# into buffers of their own size.
+# A connection's receive buffer (bytes): frames up to _READ_CHUNK are cut from it (it
+# doubles for one that does not fit, and shrinks back once empty); larger ones are read into
+# buffers of their own size.
+_READ_CHUNK: Final = 256 * 1024
 _SCRATCH_BYTES: Final = 64 * 1024
 
 
@@ -167,20 +158,15 @@ REQUEST_BEHIND: contextvars.ContextVar[asyncio.Future[None] | None] = contextvar
 
 
 class _Conn:
-    """One accepted connection: its task, peer address and activity (monotonic seconds)."""
+    """One accepted connection: when it is over, how to stop its work, its peer address and
+    activity (monotonic seconds)."""
 
     __slots__ = ("cancel", "in_flight", "ip", "last_active", "peer", "task", "writer")
 
-    def __init__(
-        self,
-        writer: asyncio.StreamWriter,
-        task: asyncio.Future[None] | None,
-        cancel: Callable[[], object] | None = None,
-    ) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, task: asyncio.Future[None], cancel: Callable[[], object]) -> None:
         self.writer = writer
         self.task = task  # done when the connection is over
-        # Stops its work in progress (closing: idle, or the server's grace time is over).
-        self.cancel = cancel if cancel is not None else (task.cancel if task is not None else None)
+        self.cancel = cancel  # stops its work in progress (closing: idle, or the server's grace time is over)
         self.peer = writer.get_extra_info("peername")
         self.ip: str = self.peer[0] if isinstance(self.peer, tuple) and self.peer else str(self.peer)
         self.last_active = time.monotonic()
@@ -209,84 +195,12 @@ class _ServerState:
                 if conn.in_flight == 0 and now - conn.last_active > idle_s:
                     log.info("closing connection from %s: idle for more than %.0f ms", conn.peer, idle_s * 1000)
                     conn.writer.close()
-                    if conn.cancel is not None:
-                        conn.cancel()
+                    conn.cancel()
 
 
 # Per server, so that `close_server` can drop its connections: 3.11's Server.close()
 # leaves accepted connections running.
 _SERVERS: dict[asyncio.Server, _ServerState] = {}
-
-
-async def _read_frame(
-    reader: asyncio.StreamReader, conn: _Conn, limits: ConnectionLimits, pool: MemoryPool
-) -> tuple[bytes, int] | None:
-    """The next request frame (without prefix) and its size reserved in `pool`; None at a
-    clean end of stream. The caller releases the reservation once the frame is handled."""
-    try:
-        prefix = await reader.readexactly(4)
-    except asyncio.IncompleteReadError as exc:
-        if exc.partial:
-            raise
-        return None  # the client closed the connection between requests
-    conn.touch()
-    size = int.from_bytes(prefix, "big", signed=True)
-    if size < 0 or size > limits.socket_request_max_bytes:
-        raise _BadFrameSize(f"frame size {size} outside 0..{limits.socket_request_max_bytes}")
-    await pool.reserve(size)
-    try:
-        if size <= _READ_CHUNK:
-            body = await reader.readexactly(size)
-        else:
-            # One buffer of the frame's size, filled in place and handed over as it is (a
-            # writable frame: the produce path patches its batches there, no copy).
-            buf = bytearray(size)
-            view = memoryview(buf)
-            got = 0
-            while got < size:
-                chunk = await reader.read(min(size - got, _READ_CHUNK))
-                if not chunk:
-                    raise asyncio.IncompleteReadError(bytes(view[:got]), size)
-                view[got : got + len(chunk)] = chunk
-                got += len(chunk)
-                conn.touch()
-            view.release()
-            # Handlers take `bytes` and read frames through memoryviews; this one is a
-            # bytearray so that the produce path may patch its batches in place.
-            body = cast(bytes, buf)
-    except BaseException:
-        pool.release(size)
-        raise
-    conn.touch()
-    return body, size
-
-
-async def _serve_sequential(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    conn: _Conn,
-    handler: Handler,
-    limits: ConnectionLimits,
-    pool: MemoryPool,
-) -> None:
-    """One request at a time: read, handle, answer (Kafka mutes a connection in flight)."""
-    while True:
-        read = await _read_frame(reader, conn, limits, pool)
-        if read is None:
-            return
-        frame, size = read
-        conn.in_flight = 1
-        try:
-            response = await handler(frame)
-        finally:
-            del frame
-            pool.release(size)
-            conn.in_flight = 0
-        if response is not None:
-            if writer.is_closing():
-                return  # the peer or the server went away while we worked on it
-            await _write_response(writer, response)
-            conn.touch()
 
 
 class _Frames:
@@ -420,16 +334,17 @@ class _WriteFlow:
             self._drain_waiters.remove(waiter)
 
 
-class _PipelinedConnection(_WriteFlow, asyncio.BufferedProtocol):
-    """One accepted connection served with up to `depth` requests in flight (`serve`).
+class _Connected(_WriteFlow, asyncio.BufferedProtocol):
+    """One accepted connection served with up to `depth` requests in flight (`serve`; depth
+    1: one at a time, the next frame read once the answer is written).
 
     The socket is read into buffers of ours (`get_buffer` / `buffer_updated`): small frames
     are cut from a receive buffer (one copy out of it each, as `bytes`); a frame over
     `_READ_CHUNK` is read straight into a bytearray of its own size, which becomes the frame
     as it is (writable: the produce path patches its batches there), with no copy. Each
     frame starts its handler task at once (in a copy of the connection's context, with its
-    REQUEST_BEHIND). A handler's
-    completion writes the answers ready at the head of the order, in its done callback:
+    REQUEST_BEHIND above depth 1). A handler's completion writes the answers ready at the head of the
+    order, in its done callback:
     answers ready together (acks=all produces completed by one high-watermark move) leave in
     one write, one send and one wake-up of the client. An answer that sends itself
     (StreamedResponse), or a write that left bytes in the transport's buffer (drained before
@@ -531,7 +446,7 @@ class _PipelinedConnection(_WriteFlow, asyncio.BufferedProtocol):
         peer = self.conn.peer
         if exc is None:
             pass
-        elif isinstance(exc, (asyncio.IncompleteReadError, ConnectionError)):
+        elif isinstance(exc, ConnectionError):
             log.debug("connection from %s lost", peer)
         elif isinstance(exc, _BadFrameSize):
             log.warning("closing connection from %s: %s", peer, exc)
@@ -647,12 +562,13 @@ class _PipelinedConnection(_WriteFlow, asyncio.BufferedProtocol):
             self._read_frames()
 
     def _start(self, frame: bytes, size: int) -> None:
-        behind = self.behind
-        if behind is not None and not behind.done():
-            behind.set_result(None)  # the previous request now has one behind it
-        behind = self.behind = self.loop.create_future()
         context = self.context.copy()
-        context.run(REQUEST_BEHIND.set, behind)
+        if self.depth > 1:  # at depth 1 nothing is read behind a request in flight: no REQUEST_BEHIND
+            behind = self.behind
+            if behind is not None and not behind.done():
+                behind.set_result(None)  # the previous request now has one behind it
+            behind = self.behind = self.loop.create_future()
+            context.run(REQUEST_BEHIND.set, behind)
         task: _Answer = self.loop.create_task(cast(_Handling, self.handler(frame)), context=context)
         task.add_done_callback(functools.partial(self._done, size))
         self.conn.in_flight += 1
@@ -771,11 +687,12 @@ async def serve(
     length prefix, a handler exception or CloseConnection close that connection only.
 
     `pipeline_depth` 1 (default): a connection's requests are read and answered one at a
-    time. Above 1: up to that many frames are read ahead and handled concurrently, and
-    their responses written strictly in request order (a None response is skipped in
-    place). Received frames count against `queued_max_request_bytes` until their handler
-    returns; when the pool is full, reading stops (sockets back-pressure) until it is
-    released. `memory_pool` shares one budget between servers (default: one per server).
+    time (Kafka mutes a connection with a request in flight). Above 1: up to that many
+    frames are read ahead and handled concurrently, and their responses written strictly in
+    request order (a None response is skipped in place). Received frames count against
+    `queued_max_request_bytes` until their handler returns; when the pool is full, reading
+    stops (sockets back-pressure) until it is released. `memory_pool` shares one budget
+    between servers (default: one per server).
     Stop with `close_server`.
     """
     if pipeline_depth < 1:
@@ -784,54 +701,8 @@ async def serve(
     pool = memory_pool if memory_pool is not None else MemoryPool(limits.queued_max_request_bytes)
     state = _ServerState(limits, pool)
 
-    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = _Conn(writer, asyncio.current_task())
-        peer = conn.peer
-        PEER_HOST.set(conn.ip)
-        if len(state.connections) >= limits.max_connections or state.per_ip[conn.ip] >= limits.max_connections_per_ip:
-            log.warning(
-                "refusing connection from %s: %d connections open (%d from %s); max.connections=%d, "
-                "max.connections.per.ip=%d",
-                peer,
-                len(state.connections),
-                state.per_ip[conn.ip],
-                conn.ip,
-                limits.max_connections,
-                limits.max_connections_per_ip,
-            )
-            await _close_writer(writer)
-            return
-        state.connections[writer] = conn
-        state.per_ip[conn.ip] += 1
-        _set_nodelay(writer)
-        try:
-            await _serve_sequential(reader, writer, conn, handler, limits, pool)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            log.debug("connection from %s lost", peer)
-        except _BadFrameSize as exc:
-            log.warning("closing connection from %s: %s", peer, exc)
-        except CloseConnection as exc:
-            log.info("closing connection from %s: %s", peer, exc)
-        except Exception:
-            log.exception("request handler failed; closing connection from %s", peer)
-        except asyncio.CancelledError:
-            # Ending normally: Python 3.11's StreamReaderProtocol logs a spurious error
-            # for a cancelled connection task. Nothing awaits this task but close_server.
-            log.debug("connection from %s cancelled", peer)
-        finally:
-            if state.connections.pop(writer, None) is not None:
-                state.per_ip[conn.ip] -= 1
-                if state.per_ip[conn.ip] <= 0:
-                    del state.per_ip[conn.ip]
-            await _close_writer(writer)
-
-    if pipeline_depth == 1:
-        server = await asyncio.start_server(on_connect, host, port, limit=_SERVER_STREAM_LIMIT)
-    else:
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: _PipelinedConnection(state, handler, pipeline_depth, loop), host, port
-        )
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _Connected(state, handler, pipeline_depth, loop), host, port)
     idle_s = limits.idle_s
     if idle_s is not None:
         state.sweeper = asyncio.get_running_loop().create_task(state.sweep_idle(idle_s))
@@ -852,14 +723,11 @@ async def close_server(server: asyncio.Server, *, grace_s: float = 1.0) -> None:
         connections = dict(state.connections)
         for writer in connections:
             writer.close()
-        current = asyncio.current_task()
-        by_task = {c.task: c for c in connections.values() if c.task is not None and c.task is not current}
+        by_task = {c.task: c for c in connections.values()}
         if by_task:
             _, busy = await asyncio.wait(by_task, timeout=grace_s)
             for task in busy:
-                cancel = by_task[task].cancel
-                if cancel is not None:
-                    cancel()
+                by_task[task].cancel()
             if busy:
                 await asyncio.wait(busy)
     with contextlib.suppress(Exception):

@@ -1,8 +1,9 @@
-"""A pipelined connection (quorum.wire.transport) cuts the same frames from the byte stream
+"""A server connection (quorum.wire.transport) cuts the same frames from the byte stream
 whatever their sizes and however the stream is split across reads: frames smaller than the
 receive buffer, frames that make it grow, frames read into buffers of their own
 (> _READ_CHUNK), the prefix or the body split anywhere, reading paused at the pipeline depth
-or by the memory pool, and the peer's end of stream right after the last frame."""
+or by the memory pool (depth 1 included: one request at a time), and the peer's end of stream
+right after the last frame."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ async def _answer(frame: bytes) -> bytes:
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow], deadline=None)
-@given(sizes=frame_sizes, cuts=chunkings, depth=st.sampled_from([2, 3, 64]), small_pool=st.booleans())
+@given(sizes=frame_sizes, cuts=chunkings, depth=st.sampled_from([1, 2, 3, 64]), small_pool=st.booleans())
 def test_frames_are_cut_the_same_from_any_chunking(run, sizes, cuts, depth, small_pool):
     frames = [_payload(i, n) for i, n in enumerate(sizes)]
     stream = b"".join(struct.pack(">i", len(f)) + f for f in frames)
