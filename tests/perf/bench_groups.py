@@ -2,7 +2,8 @@
 
     PYTHONPATH=. .venv/bin/python tests/perf/bench_groups.py
         [--only rebalance,kip848,confluent,confluent848,commits,failover,compaction] [--sizes 3,30,300]
-        [--kip848-sizes 3,30,300] [--departures 5] [--kills 5] [--duration 10] [--profile DIR] [--json-out F] [--keep]
+        [--kip848-sizes 3,30,300] [--departures 5] [--kills 5] [--duration 10] [--heartbeat-ms 2000]
+        [--profile DIR] [--json-out F] [--keep]
 
 One real 3+3 cluster (`start_dataplane_cluster`: RF 3, min.insync.replicas 2,
 broker.session.timeout.ms 3000, fsync on) with `group.initial.rebalance.delay.ms` 3000
@@ -17,14 +18,20 @@ by default: that would only add a wait before the measured cleaning). It prints 
    does: an empty member id gets MEMBER_ID_REQUIRED and joins again with the id (KIP-394),
    the leader assigns (range over a nominal 600-partition topic; the broker relays
    assignments untouched and never reads the topic), heartbeats every session/3 (session
-   6000 ms, group.min.session.timeout.ms, so every 2000 ms), REBALANCE_IN_PROGRESS on a
+   6000 ms, group.min.session.timeout.ms, so every 2000 ms; ``--heartbeat-ms`` sets it, as
+   `heartbeat.interval.ms` does for a Kafka client), REBALANCE_IN_PROGRESS on a
    heartbeat sends it back to JoinGroup). Once the group is Stable, after a random pause in
    [0, heartbeat interval) (so that the heartbeats' phase is random), a member that is not the
    leader sends LeaveGroup. Measured from just before that LeaveGroup is written to when the
    last remaining member got its SyncGroup answer (error NONE) of a newer generation; split
    into "detect" (until the last member sent its JoinGroup: the heartbeat interval) and
    "rebalance" (from there to the last SyncGroup answer: the coordinator's part). A new member
-   then joins (its rebalance is not measured) before the next departure.
+   then joins (its rebalance is not measured) before the next departure. In the classic
+   protocol a member learns of a rebalance only from its next heartbeat's
+   REBALANCE_IN_PROGRESS, on Kafka as here, so "detect" is up to one heartbeat interval and
+   the issue's target (a 30-member group stable within 1 s of a LeaveGroup) can hold only
+   with heartbeats under 1 s: its verdict names the interval it was measured at and judges
+   the slowest departure, not the median.
    **KIP-848** (`kip848`): the same departures with `ConsumerProtocolMember`s
    (ConsumerGroupHeartbeat v1, client-made member ids, the broker's default `uniform`
    assignor over a real 600-partition topic of RF 1 that is never written;
@@ -1009,9 +1016,16 @@ def _f(x: float) -> str:
 
 
 def main() -> int:  # noqa: C901 (one scenario after the other)
+    global HEARTBEAT_MS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="rebalance,kip848,confluent,confluent848,commits,failover,compaction")
     ap.add_argument("--sizes", default="3,30,300")
+    ap.add_argument(
+        "--heartbeat-ms",
+        type=int,
+        default=HEARTBEAT_MS,
+        help="the classic members' heartbeat interval (heartbeat.interval.ms; default session/3)",
+    )
     ap.add_argument("--kip848-sizes", default="3,30,300")
     ap.add_argument("--departures", type=int, default=5)
     ap.add_argument("--kills", type=int, default=5)
@@ -1026,6 +1040,7 @@ def main() -> int:  # noqa: C901 (one scenario after the other)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--note", default="")
     args = ap.parse_args()
+    HEARTBEAT_MS = args.heartbeat_ms
     only = set(args.only.split(","))
     work = Path(tempfile.mkdtemp(prefix="bench-groups-", dir=args.dir))
     print(f"pykraft consumer-group benchmark, {datetime.utcnow():%Y-%m-%d %H:%M} UTC; code: {code_version()}")
@@ -1070,7 +1085,8 @@ def main() -> int:  # noqa: C901 (one scenario after the other)
                 row = [f"{protocol}, {size} members (own client)", str(len(deps)), f"{min(total):,.0f}",
                        f"{med(total):,.0f}", f"{max(total):,.0f}", _f(med([d.detect_ms for d in deps])),
                        _f(med([d.rebalance_ms for d in deps])),
-                       "< 1,000 ms" if size == 30 and protocol == "classic" else "-",
+                       (f"max < 1,000 ms at heartbeat {HEARTBEAT_MS} ms: "
+                        f"{'PASS' if max(total) < 1000 else 'MISS'}") if size == 30 and protocol == "classic" else "-",
                        f"{100 * cpu.others_share:.0f}%"]  # fmt: skip
                 rows.append(row)
                 results[f"rebalance_{protocol}_{size}"] = {"departures": [d.__dict__ for d in deps],
