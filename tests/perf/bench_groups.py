@@ -97,6 +97,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "perf"))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
+import uvloop  # noqa: E402
 from bench_dataplane import CpuWindow, PySpy, code_version, loadavg, percentile, summarize_speedscope  # noqa: E402
 from dataplane_support import bootstrap, broker_port, log_dir, start_dataplane_cluster  # noqa: E402
 from kio.index import load_request_schema, load_response_schema  # noqa: E402
@@ -179,7 +180,8 @@ class Conn:
         self.pending[cid] = (fut, flexible and api_key != 18)
         self.writer.write(struct.pack(">i", len(header) + len(body)) + header + body)
         try:
-            return await asyncio.wait_for(fut, limit_s)
+            async with asyncio.timeout(limit_s):  # (wait_for would wrap each answer in a task of its own)
+                return await fut
         finally:
             self.pending.pop(cid, None)
 
@@ -1129,7 +1131,7 @@ def main() -> int:  # noqa: C901 (one scenario after the other)
                     spy = PySpy(cluster.nodes[coord].pid, args.profile, "speedscope")
                     spy.start()
                 try:
-                    r = asyncio.run(commit_run(port, group, clients, per, args.warmup, args.duration, pids))
+                    r = uvloop.run(commit_run(port, group, clients, per, args.warmup, args.duration, pids))
                 finally:
                     if spy:
                         spy.stop()
