@@ -8,8 +8,12 @@ sent and those forgotten). Records come back as opaque
 bytes: the follower appends them as they are (`PartitionLog.append_as_follower`), so this
 module never walks a batch.
 
-Encoding uses kio's generated schemas; decoding goes through the project's defensive reader
-(`quorum.wire._reader`), so a hostile or corrupt response raises `FetchWireError`.
+Fetch v12 is written and read by hand (`broker.kafka.wire`'s Writer and Reader), once per
+replication round on every follower: kio's reflective writer and the generic reader cost
+more than the rest of a round's Python at moderate load. Both walk the fields kio's schemas
+name, in their order (tests compare them over generated requests and answers); the reader
+checks every length against the bytes left, so a hostile or corrupt answer raises
+`FetchWireError`. ListOffsets, rare, keeps kio's schemas and the generic reader.
 """
 
 from __future__ import annotations
@@ -18,31 +22,23 @@ import io
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
 
+from broker.kafka.wire import MalformedRequest, Reader, Writer
 from quorum.kafka_errors import ErrorCode
 from quorum.wire._reader import MalformedError, entity_reader
 
 FETCH_API_KEY: Final = 1
 FETCH_VERSION: Final = 12
 
-_REQUEST: Any = load_request_schema(FETCH_API_KEY, FETCH_VERSION)
-_RESPONSE: Any = load_response_schema(FETCH_API_KEY, FETCH_VERSION)
-
 
 def _nested(cls: type[Any], name: str) -> Any:
     import sys
 
     return getattr(sys.modules[cls.__module__], name)
-
-
-_FetchTopic = _nested(_REQUEST, "FetchTopic")
-_FetchPartition = _nested(_REQUEST, "FetchPartition")
-_ForgottenTopic = _nested(_REQUEST, "ForgottenTopic")
 
 
 class FetchWireError(ValueError):
@@ -73,6 +69,14 @@ class FetchPartitionResponse:
     records: bytes | memoryview  # a slice of the response frame: appended from there, not copied
 
 
+_REQUEST_HEAD: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id (header v2)
+# replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch
+_BODY_HEAD: Final = struct.Struct(">iiiibii")
+# partition, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset, partition_max_bytes
+_PARTITION: Final = struct.Struct(">iiqiqi")
+_I32: Final = struct.Struct(">i")
+
+
 def encode_fetch_request(
     *,
     correlation_id: int,
@@ -87,40 +91,40 @@ def encode_fetch_request(
     forgotten: Sequence[tuple[str, int]] = (),
 ) -> bytes:
     """A complete frame (length prefix included) of a replica Fetch; by default a sessionless
-    full one (session 0, epoch -1)."""
-    by_topic: dict[str, list[Any]] = {}
+    full one (session 0, epoch -1). Partitions of one topic go under one topic entry, in
+    the order their topics first appear (as kio's writer is given them)."""
+    w = Writer()
+    w.buf += _REQUEST_HEAD.pack(FETCH_API_KEY, FETCH_VERSION, correlation_id)
+    w.string(client_id, False)  # the header's client_id is a legacy string even in v2
+    w.no_tags()
+    w.buf += _BODY_HEAD.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, session_id, session_epoch)
+    by_topic: dict[str, list[FetchPartitionRequest]] = {}
     for p in partitions:
-        by_topic.setdefault(p.topic, []).append(
-            _FetchPartition(
-                partition=p.partition,
-                current_leader_epoch=p.current_leader_epoch,
-                fetch_offset=p.fetch_offset,
-                last_fetched_epoch=p.last_fetched_epoch,
-                log_start_offset=p.log_start_offset,
-                partition_max_bytes=p.partition_max_bytes,
-            )
-        )
-    body = _REQUEST(
-        cluster_id=None,
-        replica_id=replica_id,
-        max_wait=timedelta(milliseconds=max_wait_ms),
-        min_bytes=min_bytes,
-        max_bytes=max_bytes,
-        isolation_level=0,
-        session_id=session_id,
-        session_epoch=session_epoch,
-        topics=tuple(_FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-        forgotten_topics_data=_forgotten(forgotten),
-        rack_id="",
-    )
-    return _frame(_REQUEST, FETCH_API_KEY, FETCH_VERSION, correlation_id, client_id, body)
-
-
-def _forgotten(keys: Sequence[tuple[str, int]]) -> tuple[Any, ...]:
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in keys:
-        by_topic.setdefault(topic, []).append(partition)
-    return tuple(_ForgottenTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+        by_topic.setdefault(p.topic, []).append(p)
+    w.uvarint(len(by_topic) + 1)
+    for topic, parts in by_topic.items():
+        w.string(topic, True)
+        w.uvarint(len(parts) + 1)
+        for p in parts:
+            w.buf += _PARTITION.pack(
+                p.partition, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch, p.log_start_offset,
+                p.partition_max_bytes,
+            )  # fmt: skip
+            w.no_tags()
+        w.no_tags()
+    gone: dict[str, list[int]] = {}
+    for topic, partition in forgotten:
+        gone.setdefault(topic, []).append(partition)
+    w.uvarint(len(gone) + 1)
+    for topic, indexes in gone.items():
+        w.string(topic, True)
+        w.uvarint(len(indexes) + 1)
+        for index in indexes:
+            w.buf += _I32.pack(index)
+        w.no_tags()
+    w.string("", True)  # rack_id
+    w.no_tags()  # cluster_id (tag 0) is null: no tagged fields
+    return bytes(w.frame())
 
 
 def _frame(schema: Any, api_key: int, version: int, correlation_id: int, client_id: str, body: Any) -> bytes:
@@ -172,30 +176,82 @@ def decode_fetch_response(frame: bytes) -> tuple[ErrorCode, list[FetchPartitionR
 
 
 def decode_fetch_answer(frame: bytes) -> FetchAnswer:
-    """The answer in a response frame without its length prefix."""
-    # Read through a memoryview: the records come back as slices of the frame (no copy). The
-    # reader is typed for bytes; it only indexes, slices, unpacks and utf-8-decodes its
-    # buffer, which a memoryview does alike (tests/unit/broker_replica/test_fetch_wire_views.py).
-    body = _decode(_RESPONSE, cast(bytes, memoryview(frame)), "fetch")
-    out: list[FetchPartitionResponse] = []
-    for t in body.responses:
-        for p in t.partitions:
-            de = p.diverging_epoch
-            diverging = None if (de.epoch == -1 and de.end_offset == -1) else (int(de.epoch), int(de.end_offset))
-            out.append(
-                FetchPartitionResponse(
-                    topic=str(t.topic),
-                    partition=int(p.partition_index),
-                    error=_error(p.error_code),
-                    high_watermark=int(p.high_watermark),
-                    log_start_offset=int(p.log_start_offset),
-                    diverging_epoch=diverging,
-                    leader_id=int(p.current_leader.leader_id),
-                    leader_epoch=int(p.current_leader.leader_epoch),
-                    records=b"" if p.records is None else p.records,
-                )
-            )
-    return FetchAnswer(_error(body.error_code), int(body.session_id), out)
+    """The answer in a response frame without its length prefix (header v1 and the Fetch v12
+    body, nothing after them). The records come back as slices of the frame (a memoryview
+    over it: no copy); a partition without records has b""."""
+    try:
+        r = Reader(memoryview(frame))
+        r.i32()  # correlation_id (the caller matched it)
+        r.skip_tags()
+        r.i32()  # throttle_time_ms
+        error = r.i16()
+        session_id = r.i32()
+        out: list[FetchPartitionResponse] = []
+        for _ in range(_count(r)):
+            topic = r.nonnull_string(True)
+            for _ in range(_count(r)):
+                out.append(_partition(r, topic))
+            r.skip_tags()
+        r.skip_tags()
+        if r.pos != r.end:
+            raise FetchWireError(f"{r.end - r.pos} trailing bytes after the fetch response")
+    except MalformedRequest as exc:
+        raise FetchWireError(f"malformed fetch response: {exc}") from exc
+    return FetchAnswer(_error(error), session_id, out)
+
+
+def _count(r: Reader) -> int:
+    """A non-nullable compact array's length."""
+    n = r.uvarint() - 1
+    if n < 0:
+        raise MalformedRequest("null in a non-nullable array")
+    if n > r.end - r.pos:  # every item takes at least one byte
+        raise MalformedRequest(f"array of {n} items in {r.end - r.pos} bytes")
+    return n
+
+
+def _partition(r: Reader, topic: str) -> FetchPartitionResponse:
+    index = r.i32()
+    error = r.i16()
+    high_watermark = r.i64()
+    r.i64()  # last_stable_offset (a follower reads uncommitted)
+    log_start_offset = r.i64()
+    aborted = r.uvarint() - 1  # aborted_transactions: nullable; each producer_id, first_offset, tags
+    if aborted > r.end - r.pos:
+        raise MalformedRequest(f"array of {aborted} items in {r.end - r.pos} bytes")
+    for _ in range(aborted):
+        r.i64()
+        r.i64()
+        r.skip_tags()
+    r.i32()  # preferred_read_replica
+    records = r.bytes_(True)
+    diverging: tuple[int, int] | None = None
+    leader_id = leader_epoch = -1
+    tags = r.uvarint()
+    if tags > r.end - r.pos:
+        raise MalformedRequest("tagged-field count exceeds the bytes left")
+    for _ in range(tags):
+        tag = r.uvarint()
+        field = Reader(r.raw(r.uvarint()))  # a tag's value is read within its own size
+        if tag == 0:  # DivergingEpoch: epoch, end_offset
+            epoch, end_offset = field.i32(), field.i64()
+            field.skip_tags()
+            diverging = None if (epoch == -1 and end_offset == -1) else (epoch, end_offset)
+        elif tag == 1:  # CurrentLeader: leader_id, leader_epoch
+            leader_id, leader_epoch = field.i32(), field.i32()
+            field.skip_tags()
+        # tag 2 (SnapshotId) and unknown tags: not a follower's concern here
+    return FetchPartitionResponse(
+        topic=topic,
+        partition=index,
+        error=_error(error),
+        high_watermark=high_watermark,
+        log_start_offset=log_start_offset,
+        diverging_epoch=diverging,
+        leader_id=leader_id,
+        leader_epoch=leader_epoch,
+        records=b"" if records is None else records,
+    )
 
 
 # ---------------------------------------------------------------- ListOffsets (a follower's OFFSET_OUT_OF_RANGE)
