@@ -21,7 +21,7 @@ commit_transaction(). Per transaction (medians, p10, p90), from the client's com
     along) -> held AddPartitionsToTxn answered -> first Produce of the next transaction
 
 then each leader's WriteTxnMarkers time, and per broker the slow segment writes: wall time,
-on the CPU, waiting for a CPU, and the rest (blocked in the kernel).
+on the CPU, waiting for a CPU, and the rest (asleep: in the kernel, or waiting for the GIL).
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def per_broker(diag: Path) -> None:
             wall, cpu, wait = (sum(r[i] for r in chosen) for i in (2, 4, 5))
             print(
                 f"  slow segment writes, {kind:<15} {len(chosen):5d}: {wall * 1000:7.0f} ms, on the CPU "
-                f"{cpu * 1000:6.0f}, waiting for a CPU {wait * 1000:6.0f}, blocked {(wall - cpu - wait) * 1000:6.0f}"
+                f"{cpu * 1000:6.0f}, waiting for a CPU {wait * 1000:6.0f}, asleep {(wall - cpu - wait) * 1000:6.0f}"
             )
 
 
