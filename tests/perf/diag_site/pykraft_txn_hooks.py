@@ -3,10 +3,10 @@
 Wraps (never changes the behaviour of) the transaction coordinator's requests, records and
 their commits, the marker sender's requests, the leaders' WriteTxnMarkers, transactional
 Produce requests, and every segment write that takes over 0.5 ms (with the thread's time on
-the CPU and waiting for one, from /proc/self/task/<tid>/schedstat: the rest is time asleep:
-in the kernel, or waiting for the GIL). Wall-clock times (time.time(), comparable across the processes of one
-machine), one JSON list per line in $PYKRAFT_TXN_DIAG_OUT/txn-<pid>.jsonl, written as they
-happen (line-buffered).
+the CPU and waiting for one, from /proc/self/task/<tid>/schedstat; the rest is time asleep:
+in the kernel, or waiting for the GIL). Wall-clock times (time.time(), comparable across the
+processes of one machine), one JSON list per line in $PYKRAFT_TXN_DIAG_OUT/txn-<pid>.jsonl,
+written as they happen (line-buffered).
 """
 
 from __future__ import annotations
