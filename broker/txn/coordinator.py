@@ -44,12 +44,16 @@ otherwise back off (librdkafka and the Java client: 20 ms) while the markers tak
 It is answered once the completion commits, as it would be answered then, or when the
 completion gives up or `concurrent_transactions_hold_ms` passes, with the answer of that
 moment (CONCURRENT_TRANSACTIONS while still prepared): never an answer Kafka could not give.
+A request held when the last marker is written starts its transaction in the completion's
+own append (its record right behind the completion's, committed together): the log is the
+one writing them one after the other gives, one acks=all round trip sooner.
 
 Units: times and durations in milliseconds; producer ids int64, epochs int16.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -85,7 +89,7 @@ from broker.txn.metadata import (
 from broker.txn.records import TransactionLogKey, TransactionLogValue
 from quorum.kafka_errors import ErrorCode
 
-__all__ = ["OFFSETS_TOPIC", "Outcome", "ProducerIdSource", "TxnConfig", "TxnCoordinator", "Write"]
+__all__ = ["OFFSETS_TOPIC", "Outcome", "ProducerIdSource", "TxnConfig", "TxnCoordinator", "Write", "appends_of"]
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 Token = int  # the runtime's id of a request waiting for its answer
@@ -129,10 +133,22 @@ class TxnConfig:
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """One record to append; report its result with `TxnCoordinator.appended(key.transactional_id, ...)`."""
+    """One record to append. The records of one `Outcome` go in its order; those of one
+    transactional id (at most two: a completion and the next transaction's first record,
+    see `TxnCoordinator.markers_written`) go in one append, all committed or none; report
+    that append's result once per id with `TxnCoordinator.appended(key.transactional_id, ...)`."""
 
     key: TransactionLogKey
     value: TransactionLogValue | None  # None: a tombstone
+
+
+def appends_of(writes: Iterable[Write]) -> list[list[Write]]:
+    """`writes` (an `Outcome`'s) as the appends they need at least: the records of one
+    transactional id together, in order (ids in the order of their first record)."""
+    by_id: dict[str, list[Write]] = {}
+    for w in writes:
+        by_id.setdefault(w.key.transactional_id, []).append(w)
+    return list(by_id.values())
 
 
 @dataclass(slots=True)
@@ -156,6 +172,15 @@ class _Pending:
     reply: Reply | None  # the answer once the record is committed
     written: bool  # its record is handed out (False while markers are outstanding or before a retry)
     retry_at_ms: int = -1  # a failed completion record: when to write it again
+    # A held request whose transition rides in the same append as this completion (its
+    # record right after the completion's): applied and answered when the append commits.
+    then: _Chained | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Chained:
+    held: _Held  # back to the held requests if the append fails
+    target: Transit
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,13 +360,20 @@ class TxnCoordinator:
             return None  # answered by `_release`
         if tid in self._pending or m.state in PREPARED:
             return ErrorCode.CONCURRENT_TRANSACTIONS
-        if m.state == TxnState.ONGOING and partitions <= m.partitions:
+        transit = self._ongoing(m, partitions, now)
+        if transit is None:
             return ErrorCode.NONE  # already in the transaction: nothing to write
-        start = now if m.state in EXPIRABLE else m.start_ms  # a new transaction starts now
-        added = frozenset(m.partitions | partitions)
-        transit = m.transit(TxnState.ONGOING, now_ms=now, partitions=added, start_ms=start)
         self._begin(m, transit, out, token, ErrorCode.NONE)
         return None
+
+    @staticmethod
+    def _ongoing(m: TxnMetadata, partitions: frozenset[TopicPartition], now: int) -> Transit | None:
+        """The transition of partitions joining `m`'s transaction (`m` neither prepared nor
+        pending); None if they are in it already (nothing to write)."""
+        if m.state == TxnState.ONGOING and partitions <= m.partitions:
+            return None
+        start = now if m.state in EXPIRABLE else m.start_ms  # a new transaction starts now
+        return m.transit(TxnState.ONGOING, now_ms=now, partitions=frozenset(m.partitions | partitions), start_ms=start)
 
     def _release(self, tid: str, now: int, out: Outcome, *, expired_only: bool = False) -> None:
         """Answer the requests held on `tid` (only those past their deadline if
@@ -424,7 +456,10 @@ class TxnCoordinator:
         if p is None or not p.written or m is None:
             return out  # not ours (a stale report)
         p.written = False
+        chained, p.then = p.then, None
         if code != ErrorCode.NONE:
+            if chained is not None:  # held again, as it was before the append (its deadline kept)
+                self._held.setdefault(transactional_id, []).insert(0, chained.held)
             mapped = append_error(code)
             if p.target.state in COMPLETED and mapped == ErrorCode.COORDINATOR_NOT_AVAILABLE:
                 p.retry_at_ms = now_ms + self.config.retry_backoff_ms  # Kafka retries the completion
@@ -442,6 +477,9 @@ class TxnCoordinator:
         m.apply(p.target)
         if p.token is not None and p.reply is not None:
             out.replies[p.token] = p.reply
+        if chained is not None:  # the next transaction's first record, committed with the completion
+            m.apply(chained.target)
+            out.replies[chained.held.token] = ErrorCode.NONE
         if m.state in PREPARED:
             out.extend(self._start_markers(m, now_ms))
         else:
@@ -465,13 +503,17 @@ class TxnCoordinator:
         if m.partitions:
             out.markers.append(request)
         else:
-            out.extend(self._maybe_complete(m.transactional_id))
+            out.extend(self._maybe_complete(m.transactional_id, now))
         return out
 
-    def markers_written(self, request: MarkerRequest, results: Mapping[TopicPartition, ErrorCode]) -> Outcome:
+    def markers_written(
+        self, request: MarkerRequest, results: Mapping[TopicPartition, ErrorCode], now_ms: int | None = None
+    ) -> Outcome:
         """The results of `request`'s markers, per partition: written (or not writable there),
         worth sending again (returned as a new request), or the end of this transaction's
-        markers until the partition is loaded again."""
+        markers until the partition is loaded again. Once every partition has its marker the
+        completion record is written, with (given `now_ms`) the first held request's
+        transition right behind it in the same append (`_chain_held`)."""
         out = Outcome()
         markers = self._markers.get(request.transactional_id)
         if markers is None or not _same_markers(markers.request, request):
@@ -491,28 +533,62 @@ class TxnCoordinator:
             r = markers.request
             out.markers.append(MarkerRequest(r.transactional_id, r.producer_id, r.producer_epoch, r.coordinator_epoch,
                                              r.result, frozenset(retry)))  # fmt: skip
-        out.extend(self._maybe_complete(request.transactional_id))
+        out.extend(self._maybe_complete(request.transactional_id, now_ms))
         return out
 
-    def partitions_deleted(self, request: MarkerRequest, partitions: Iterable[TopicPartition]) -> Outcome:
+    def partitions_deleted(
+        self, request: MarkerRequest, partitions: Iterable[TopicPartition], now_ms: int | None = None
+    ) -> Outcome:
         """Partitions of `request` that have no leader any more (their topic was deleted):
         no marker is needed there (Kafka skips them)."""
         markers = self._markers.get(request.transactional_id)
         if markers is None or not _same_markers(markers.request, request):
             return Outcome()
         markers.remaining.difference_update(partitions)
-        return self._maybe_complete(request.transactional_id)
+        return self._maybe_complete(request.transactional_id, now_ms)
 
-    def _maybe_complete(self, tid: str) -> Outcome:
+    def _maybe_complete(self, tid: str, now: int | None) -> Outcome:
         out = Outcome()
         markers = self._markers.get(tid)
         if markers is None or markers.remaining:
             return out
         del self._markers[tid]
+        self._write_completion(tid, now, out)
+        return out
+
+    def _write_completion(self, tid: str, now: int | None, out: Outcome) -> None:
         p = self._pending[tid]
         p.written = True
-        out.writes.append(self._write(self.txns[tid], p.target))
-        return out
+        m = self.txns[tid]
+        out.writes.append(self._write(m, p.target))
+        if now is not None:
+            self._chain_held(m, p, now, out)
+
+    def _chain_held(self, m: TxnMetadata, p: _Pending, now: int, out: Outcome) -> None:
+        """The first request held on `m`'s id starts the next transaction in the completion's
+        own append: its record right after the completion's, so both commit together (one
+        acks=all round trip instead of two, one after the other). The log and every answer
+        are what writing the two records one after the other gives: the request is
+        answered once both are committed, as `_release` would answer it then; if the append
+        fails it is held again. A request the completed state would not start a transition
+        for (another producer or epoch; partitions already in) stays held (`_release`)."""
+        held = self._held.get(m.transactional_id)
+        if not held:
+            return
+        h = held[0]
+        after = copy.copy(m)
+        after.apply(p.target)
+        req = h.request
+        if (req.producer_id, req.producer_epoch) != (after.producer_id, after.producer_epoch):
+            return
+        transit = self._ongoing(after, req.partitions, now)
+        if transit is None:
+            return
+        del held[0]
+        if not held:
+            del self._held[m.transactional_id]
+        p.then = _Chained(h, transit)
+        out.writes.append(self._write(after, transit))
 
     # ================================================================== timers
 
@@ -529,8 +605,7 @@ class TxnCoordinator:
         for tid, p in self._pending.items():
             if 0 <= p.retry_at_ms <= now_ms:
                 p.retry_at_ms = -1
-                p.written = True
-                out.writes.append(self._write(self.txns[tid], p.target))
+                self._write_completion(tid, now_ms, out)
         if now_ms >= self._next_abort_check_ms:
             self._next_abort_check_ms = now_ms + self.config.abort_timed_out_transaction_cleanup_interval_ms
             for m in list(self.txns.values()):

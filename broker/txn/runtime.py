@@ -198,7 +198,9 @@ class TxnRuntime:
                 fut.set_result(reply)
         if out.writes and p.appends is not None and not p.closed:
             entry = next(self._entries)
-            p.written[entry] = [w.key.transactional_id for w in out.writes]
+            # One result per transactional id: its records (a completion and the next
+            # transaction's first record, at most) are in this one append.
+            p.written[entry] = list(dict.fromkeys(w.key.transactional_id for w in out.writes))
             encoded: EncodedRecords = [
                 (encode_key(w.key), None if w.value is None else encode_value(w.value)) for w in out.writes
             ]
@@ -251,12 +253,12 @@ class TxnRuntime:
     def markers_written(self, request: MarkerRequest, results: Mapping[TopicPartition, ErrorCode]) -> None:
         p = self.current(request)
         if p is not None:
-            self._dispatch(p, p.coordinator.markers_written(request, results))
+            self._dispatch(p, p.coordinator.markers_written(request, results, self.clock()))
 
     def partitions_deleted(self, request: MarkerRequest, partitions: frozenset[TopicPartition]) -> None:
         p = self.current(request)
         if p is not None:
-            self._dispatch(p, p.coordinator.partitions_deleted(request, partitions))
+            self._dispatch(p, p.coordinator.partitions_deleted(request, partitions, self.clock()))
 
     # ================================================================== requests
 

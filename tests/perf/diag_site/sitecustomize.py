@@ -8,3 +8,6 @@ if os.environ.get("PYKRAFT_DIAG_OUT"):
 
 if os.environ.get("PYKRAFT_PRODUCE_DIAG_OUT"):
     import pykraft_produce_hooks  # noqa: F401 - installs the broker's produce hooks (diag_produce_latency.py)
+
+if os.environ.get("PYKRAFT_TXN_DIAG_OUT"):
+    import pykraft_txn_hooks  # noqa: F401 - installs the transaction hooks (diag_txn_latency.py)

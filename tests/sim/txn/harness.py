@@ -57,7 +57,7 @@ from broker.log.control_records import EndTxnMarker
 from broker.log.errors import LogError
 from broker.log.producer_state import ProducerBatch, ProducerStateManager
 from broker.log.txn_index import AbortedTxn, collect_aborted
-from broker.txn.coordinator import Outcome, TxnConfig, TxnCoordinator, Write
+from broker.txn.coordinator import Outcome, TxnConfig, TxnCoordinator, Write, appends_of
 from broker.txn.messages import (
     AddPartitionsRequest,
     EndTxnRequest,
@@ -203,7 +203,7 @@ class CoordPartition:
     log: list[Write] = field(default_factory=list)
     coordinator: TxnCoordinator | None = None  # None: no leader, or loading
     epoch: int = 0
-    inflight: list[Write] = field(default_factory=list)
+    inflight: list[list[Write]] = field(default_factory=list)  # appends (the records of one id in one)
     tokens: dict[int, Callable[[object], None]] = field(default_factory=dict)
 
 
@@ -311,9 +311,10 @@ class World:
         if c.coordinator is None:
             return
         self.stats["coordinator_moves"] += 1
-        for w in c.inflight:  # an append in flight may have committed before the crash
+        for append in c.inflight:  # an append in flight may have committed before the crash
             if self.rng.random() < 0.5:
-                self._commit_record(c, w)
+                for w in append:
+                    self._commit_record(c, w)
         c.inflight = []
         c.tokens = {}
         load_in = self.rng.randint(20, 1_500)
@@ -417,8 +418,8 @@ class World:
         if not self.acting(c, coordinator):
             return
         if c.coordinator is not coordinator:  # a deposed coordinator: no record of it commits
-            for w in out.writes:
-                tid = w.key.transactional_id
+            for append in appends_of(out.writes):
+                tid = append[0].key.transactional_id
                 self.after(
                     self.rng.randint(1, 60),
                     lambda tid=tid: self._outcome(  # type: ignore[misc]
@@ -432,22 +433,23 @@ class World:
             fn = c.tokens.pop(token, None)
             if fn is not None:
                 self.send(lambda fn=fn, reply=reply: fn(reply))  # type: ignore[misc]
-        for w in out.writes:
-            c.inflight.append(w)
-            self.after(self.rng.randint(1, 60), lambda w=w: self._append_done(c, coordinator, w))  # type: ignore[misc]
+        for append in appends_of(out.writes):
+            c.inflight.append(append)
+            self.after(self.rng.randint(1, 60), lambda a=append: self._append_done(c, coordinator, a))  # type: ignore[misc]
         for m in out.markers:
             self._send_markers(c, coordinator, m)
 
-    def _append_done(self, c: CoordPartition, coordinator: TxnCoordinator, w: Write) -> None:
-        if c.coordinator is not coordinator or not any(x is w for x in c.inflight):
+    def _append_done(self, c: CoordPartition, coordinator: TxnCoordinator, append: list[Write]) -> None:
+        if c.coordinator is not coordinator or not any(x is append for x in c.inflight):
             return
-        c.inflight = [x for x in c.inflight if x is not w]
-        tid = w.key.transactional_id
+        c.inflight = [x for x in c.inflight if x is not append]
+        tid = append[0].key.transactional_id
         if self.faults and self.rng.random() < self.config.append_fail:
             self.stats["appends_failed"] += 1
             self._outcome(c, coordinator, coordinator.appended(tid, E.NOT_ENOUGH_REPLICAS, self.now))
             return
-        self._commit_record(c, w)
+        for w in append:
+            self._commit_record(c, w)
         self._outcome(c, coordinator, coordinator.appended(tid, E.NONE, self.now))
 
     def _commit_record(self, c: CoordPartition, w: Write) -> None:
@@ -464,7 +466,7 @@ class World:
                 if done[0] or not self.acting(c, coordinator):
                     return
                 done[0] = True
-                self._outcome(c, coordinator, coordinator.markers_written(m, {tp: code}))
+                self._outcome(c, coordinator, coordinator.markers_written(m, {tp: code}, self.now))
 
             def deliver(tp: TopicPartition = tp, result: Callable[[ErrorCode], None] = result) -> None:
                 self.write_marker(self.partitions[tp], m, lambda code: self.send(lambda: result(code)))

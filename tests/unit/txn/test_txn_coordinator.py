@@ -18,6 +18,7 @@ from broker.txn.messages import (
 )
 from broker.txn.metadata import TxnState
 from broker.txn.records import TransactionLogKey, TransactionLogValue, decode_key, decode_value
+from quorum.kafka_errors import ErrorCode
 from tests.unit.txn.txn_harness import TID, E, Harness
 
 COMMIT, ABORT = TxnResult.COMMIT, TxnResult.ABORT
@@ -222,6 +223,73 @@ def test_add_partitions_is_held_until_the_previous_transaction_completes() -> No
     assert h.state().state == S.ONGOING and h.state().partitions == {A1} and h.state().start_ms == 60
     # Nothing held any more: the next deadline is the periodic abort check's.
     assert h.c.next_deadline_ms() == TxnConfig().abort_timed_out_transaction_cleanup_interval_ms
+
+
+def test_a_request_held_when_the_markers_finish_rides_in_the_completions_append() -> None:
+    """The completion and the next transaction's Ongoing go in one append (one acks=all round
+    trip): the log is what writing them one after the other gives, and the held request is
+    answered only once both are committed."""
+    h = Harness()
+    pid, epoch = started(h, A0)
+    assert h.end(pid, epoch, COMMIT) == E.NONE
+    h.now = 50
+    held_add(h, pid, epoch, A1)
+    h.now = 60
+    m = h.markers.pop(0)
+    out = h.c.markers_written(m, dict.fromkeys(m.partitions, E.NONE), h.now)
+    assert out.replies == {}
+    assert [(w.key.transactional_id, w.value and w.value.transaction_status) for w in out.writes] == [
+        (TID, S.COMPLETE_COMMIT), (TID, S.ONGOING),
+    ]  # fmt: skip
+    h.take(out)
+    assert len(h.in_flight) == 1  # one append: both records
+    assert h.c.next_deadline_ms() == TxnConfig().abort_timed_out_transaction_cleanup_interval_ms  # not held any more
+    assert h.state().state == S.PREPARE_COMMIT  # nothing applied before the append commits
+    assert h.end(pid, epoch, COMMIT) == E.CONCURRENT_TRANSACTIONS  # still pending
+    assert h.complete() == {99: E.NONE}
+    assert [(v.transaction_status if v else None) for _, v in records(h)][-3:] == [
+        S.PREPARE_COMMIT, S.COMPLETE_COMMIT, S.ONGOING,
+    ]  # fmt: skip
+    assert h.state().state == S.ONGOING and h.state().partitions == {A1} and h.state().start_ms == 60
+    reloaded = h.c.durable_state()
+    assert h.reload().durable_state() == reloaded  # the log holds exactly that state
+
+
+def test_only_the_first_held_request_rides_in_the_completions_append() -> None:
+    h = Harness()
+    pid, epoch = started(h, A0)
+    assert h.end(pid, epoch, COMMIT) == E.NONE
+    held_add(h, pid, epoch, A1)
+    held_add(h, pid, epoch, B0, token=98)
+    h.deliver()
+    [append] = h.in_flight
+    assert len(append) == 2
+    # The first is answered with the completion; the second then adds its partition.
+    assert h.complete() == {99: E.NONE, 98: E.NONE}
+    assert h.state().state == S.ONGOING and h.state().partitions == {A1, B0}
+
+
+@pytest.mark.parametrize("code", [E.NOT_ENOUGH_REPLICAS, E.NOT_LEADER_OR_FOLLOWER])
+def test_a_failed_completion_append_holds_its_rider_again(code: ErrorCode) -> None:
+    h = Harness(TxnConfig(concurrent_transactions_hold_ms=300))
+    pid, epoch = started(h, A0)
+    assert h.end(pid, epoch, COMMIT) == E.NONE
+    h.now = 10
+    held_add(h, pid, epoch, A1)
+    h.deliver()
+    if code == E.NOT_LEADER_OR_FOLLOWER:
+        # Given up (prepared until a reload): answered as of now.
+        assert h.complete(code) == {99: E.CONCURRENT_TRANSACTIONS}
+        assert h.state().state == S.PREPARE_COMMIT
+        return
+    assert h.complete(code) == {}  # the completion is written again after retry.backoff.ms
+    assert h.state().state == S.PREPARE_COMMIT
+    assert h.c.next_deadline_ms() == 10 + TxnConfig().retry_backoff_ms  # the retry (the hold ends at 310)
+    h.tick(10 + TxnConfig().retry_backoff_ms)
+    [append] = h.in_flight
+    assert [w.value and w.value.transaction_status for w in append] == [S.COMPLETE_COMMIT, S.ONGOING]
+    assert h.complete() == {99: E.NONE}
+    assert h.state().state == S.ONGOING and h.state().partitions == {A1}
 
 
 def test_add_offsets_is_held_too() -> None:
@@ -455,7 +523,7 @@ def test_a_transaction_open_past_its_timeout_is_aborted_with_an_epoch_bump() -> 
     assert h.in_flight == []
     assert h.c.next_deadline_ms() == 10_000
     h.tick(10_000)
-    [w] = h.in_flight
+    [[w]] = h.in_flight
     assert w.value is not None and (w.value.transaction_status, w.value.producer_epoch) == (S.PREPARE_ABORT, 1)
     h.complete()
     assert [(m.result, m.producer_epoch) for m in h.markers] == [(ABORT, 1)]
@@ -487,7 +555,7 @@ def test_idle_transactional_ids_expire_with_a_tombstone() -> None:
     h.tick(19_999)  # idle long enough, but the next check is at 20 s
     assert h.in_flight == []
     h.tick(20_000)
-    assert [(w.key.transactional_id, w.value) for w in h.in_flight] == [(TID, None)]
+    assert [(w.key.transactional_id, w.value) for [w] in h.in_flight] == [(TID, None)]
     assert h.c.pending_state(TID) == S.DEAD
     assert h.init().error == E.CONCURRENT_TRANSACTIONS
     h.complete()

@@ -24,7 +24,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from broker.txn.coordinator import Outcome, TxnConfig, TxnCoordinator, Write
+from broker.txn.coordinator import Outcome, TxnConfig, TxnCoordinator, Write, appends_of
 from broker.txn.messages import (
     AddOffsetsRequest,
     AddPartitionsRequest,
@@ -34,7 +34,7 @@ from broker.txn.messages import (
     MarkerRequest,
     TxnResult,
 )
-from broker.txn.metadata import PREPARED, TxnState
+from broker.txn.metadata import COMPLETED, PREPARED, TxnState
 from broker.txn.records import TransactionLogValue, decode_key, decode_value, encode_key, encode_value
 from quorum.kafka_errors import ErrorCode
 
@@ -78,7 +78,9 @@ class TxnCoordinatorModel(RuleBasedStateMachine):
         self.now = 0
         self.c = TxnCoordinator(CONFIG, self.epoch, self.next_id)
         self.log: list[tuple[bytes, bytes | None]] = []
-        self.in_flight: list[Write] = []  # appended in order, completed in order
+        # Appends (the records of one id go in one: a completion and the next transaction's
+        # first record), appended in order, completed in order.
+        self.in_flight: list[list[Write]] = []
         self.markers: list[tuple[int, MarkerRequest]] = []  # (the transaction's number, its markers)
         # The partitions that hold a marker of each transaction (tid, number), and the
         # partitions each prepared transaction needs them in.
@@ -127,7 +129,7 @@ class TxnCoordinatorModel(RuleBasedStateMachine):
                 assert not missing, f"transaction {key} completed without markers in {missing}"
 
     def take(self, out: Outcome) -> None:
-        self.in_flight += out.writes
+        self.in_flight += appends_of(out.writes)
         for m in out.markers:
             # Markers go out only for the transaction the log says is prepared, with its result.
             assert self.results.get((m.transactional_id, self.txn_no[m.transactional_id])) == m.result
@@ -219,11 +221,12 @@ class TxnCoordinatorModel(RuleBasedStateMachine):
     @precondition(lambda self: self.in_flight)
     @rule(ok=st.integers(0, 4), failure=st.sampled_from(APPEND_FAILURES))
     def append_completes(self, ok: int, failure: ErrorCode) -> None:
-        w = self.in_flight.pop(0)
+        append = self.in_flight.pop(0)
         code = E.NONE if ok else failure
         if code == E.NONE:
-            self.commit_record(w)
-        self.take(self.c.appended(w.key.transactional_id, code, self.now))
+            for w in append:
+                self.commit_record(w)
+        self.take(self.c.appended(append[0].key.transactional_id, code, self.now))
 
     @precondition(lambda self: self.markers)
     @rule(i=st.integers(0, 10), ok=st.integers(0, 3), split=st.booleans())
@@ -237,7 +240,7 @@ class TxnCoordinatorModel(RuleBasedStateMachine):
         """The partitions' leaders write the markers that succeed, and report to the coordinator."""
         marked = self.marked.setdefault((m.transactional_id, no), set())
         marked.update(tp for tp, code in results.items() if code == E.NONE)
-        self.take(self.c.markers_written(m, results))
+        self.take(self.c.markers_written(m, results, self.now))
 
     @rule(dt=st.sampled_from([1, 100, 1_000, 5_000, 70_000]))
     def time_passes(self, dt: int) -> None:
@@ -250,13 +253,14 @@ class TxnCoordinatorModel(RuleBasedStateMachine):
         order: a lost one loses the ones after it); a new leader replays the log."""
         expected = dict(self.c.durable_state())
         kept = list(itertools.takewhile(bool, commit))[: len(self.in_flight)]
-        for w in self.in_flight[: len(kept)]:
-            self.commit_record(w)
-            tid = w.key.transactional_id
-            if w.value is None:
-                expected.pop(tid, None)
-            else:
-                expected[tid] = w.value
+        for append in self.in_flight[: len(kept)]:
+            for w in append:
+                self.commit_record(w)
+                tid = w.key.transactional_id
+                if w.value is None:
+                    expected.pop(tid, None)
+                else:
+                    expected[tid] = w.value
         self.in_flight.clear()
         self.asked.clear()  # their answers are lost with the connection
         self.epoch += 1
@@ -280,9 +284,10 @@ class TxnCoordinatorModel(RuleBasedStateMachine):
                 no, m = self.markers.pop(0)
                 self.write_markers(no, m, dict.fromkeys(m.partitions, E.NONE))
             while self.in_flight:
-                w = self.in_flight.pop(0)
-                self.commit_record(w)
-                self.take(self.c.appended(w.key.transactional_id, E.NONE, self.now))
+                append = self.in_flight.pop(0)
+                for w in append:
+                    self.commit_record(w)
+                self.take(self.c.appended(append[0].key.transactional_id, E.NONE, self.now))
             self.now += CONFIG.retry_backoff_ms
             self.take(self.c.tick(self.now))
         prepared = {tid: m.state for tid, m in self.c.txns.items() if m.state in PREPARED}
@@ -297,9 +302,15 @@ class TxnCoordinatorModel(RuleBasedStateMachine):
     # ---------------------------------------------------------------- invariants
 
     @invariant()
-    def one_record_in_flight_per_id(self) -> None:
-        tids = [w.key.transactional_id for w in self.in_flight]
+    def one_append_in_flight_per_id(self) -> None:
+        tids = [w.key.transactional_id for append in self.in_flight for w in append[:1]]
         assert len(tids) == len(set(tids))
+        # Two records of an id in one append: only a completion and the Ongoing right after it.
+        for append in self.in_flight:
+            statuses = [w.value and TxnState(w.value.transaction_status) for w in append]
+            assert len(append) == 1 or (
+                len(append) == 2 and statuses[0] in COMPLETED and statuses[1] == TxnState.ONGOING
+            ), statuses
 
     @invariant()
     def state_is_its_last_record(self) -> None:

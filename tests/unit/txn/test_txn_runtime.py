@@ -17,6 +17,8 @@ from broker.txn.messages import (
     MarkerRequest,
     TxnResult,
 )
+from broker.txn.metadata import TxnState
+from broker.txn.records import decode_value
 from broker.txn.runtime import TxnRuntime
 from quorum.kafka_errors import ErrorCode
 from tests.unit.txn.runtime_host import Host
@@ -118,6 +120,33 @@ def test_the_markers_complete_the_transaction() -> None:
         # A report for an older coordinator epoch (a reloaded partition) is ignored.
         runtime.markers_written(MarkerRequest(TID, init.producer_id, init.producer_epoch, 2, TxnResult.COMMIT,
                                               frozenset({TP})), {TP: E.NONE})  # fmt: skip
+        await runtime.close()
+
+    run(go())
+
+
+def test_a_held_request_starts_its_transaction_in_the_completions_batch() -> None:
+    async def go() -> None:
+        host = Host()
+        runtime, markers = await started(host)
+        init = await open_transaction(runtime)
+        end = EndTxnRequest(TID, init.producer_id, init.producer_epoch, TxnResult.COMMIT)
+        assert await runtime.end_txn(end) == E.NONE
+        (sent,) = markers.sent
+        nxt = AddPartitionsRequest(TID, init.producer_id, init.producer_epoch, frozenset({("orders", 1)}))
+        held = asyncio.create_task(runtime.add_partitions(nxt))
+        await spin()
+        assert not held.done()  # held while the previous transaction completes
+        host.auto = False
+        runtime.markers_written(sent, {TP: E.NONE})
+        await spin()
+        assert len(host.held) == 1  # one append: CompleteCommit and the next transaction's Ongoing
+        assert not held.done()
+        host.finish()
+        assert await held == E.NONE
+        assert runtime.describe(TID).state == "Ongoing"
+        states = [decode_value(v).transaction_status for _, v in host.log.records[-2:] if v is not None]
+        assert states == [TxnState.COMPLETE_COMMIT, TxnState.ONGOING]
         await runtime.close()
 
     run(go())

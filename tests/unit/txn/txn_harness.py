@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from broker.txn.coordinator import Outcome, TxnConfig, TxnCoordinator, Write
+from broker.txn.coordinator import Outcome, TxnConfig, TxnCoordinator, Write, appends_of
 from broker.txn.messages import (
     AddOffsetsRequest,
     AddPartitionsRequest,
@@ -35,7 +35,7 @@ class Harness:
         self.now = 0
         self.c = TxnCoordinator(self.config, coordinator_epoch, self.next_id)
         self.last = self.c.loaded(self.now)
-        self.in_flight: list[Write] = []
+        self.in_flight: list[list[Write]] = []  # appends: the records of one id in one
         self.markers: list[MarkerRequest] = []
 
     def next_id(self) -> tuple[ErrorCode, int]:
@@ -47,7 +47,7 @@ class Harness:
 
     def take(self, out: Outcome) -> dict[int, Any]:
         """Keep `out`'s writes (in flight) and markers; its immediate answers."""
-        self.in_flight += out.writes
+        self.in_flight += appends_of(out.writes)
         self.markers += out.markers
         return dict(out.replies)
 
@@ -55,11 +55,12 @@ class Harness:
         """Finish every append in flight with `code` (NONE: committed, into the log)."""
         replies: dict[int, Any] = {}
         while self.in_flight:
-            w = self.in_flight.pop(0)
+            append = self.in_flight.pop(0)
             if code == E.NONE:
-                value = None if w.value is None else encode_value(w.value, self.value_version)
-                self.log.append((encode_key(w.key), value))
-            replies.update(self.take(self.c.appended(w.key.transactional_id, code, self.now)))
+                for w in append:
+                    value = None if w.value is None else encode_value(w.value, self.value_version)
+                    self.log.append((encode_key(w.key), value))
+            replies.update(self.take(self.c.appended(append[0].key.transactional_id, code, self.now)))
         return replies
 
     def call(self, op: str, req: Any, code: ErrorCode = E.NONE) -> Any:
@@ -89,7 +90,7 @@ class Harness:
         """Answer every marker request sent so far with `code` for each of its partitions."""
         while self.markers:
             m = self.markers.pop(0)
-            self.take(self.c.markers_written(m, dict.fromkeys(m.partitions, code)))
+            self.take(self.c.markers_written(m, dict.fromkeys(m.partitions, code), self.now))
             if code != E.NONE:
                 return
 
