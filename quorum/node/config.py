@@ -438,6 +438,9 @@ class NodeConfig:
     max_connections: int = 2**31 - 1
     max_connections_per_ip: int = 2**31 - 1
     connections_max_idle_ms: int = 600_000
+    # SO_RCVBUF / SO_SNDBUF of the listeners' sockets (bytes; -1: the OS default, autotuned).
+    socket_receive_buffer_bytes: int = 102_400
+    socket_send_buffer_bytes: int = 102_400
     # pykraft's own keys.
     rest_listener: str | None = None  # e.g. http://127.0.0.1:18081
     # Close a REST connection after this long without a byte while no answer is pending
@@ -530,6 +533,8 @@ _INT_KEYS: dict[str, _IntSpec] = {
     "max.connections": (0, None),
     "max.connections.per.ip": (0, None),
     "connections.max.idle.ms": (-1, None),
+    "socket.receive.buffer.bytes": (-1, None),
+    "socket.send.buffer.bytes": (-1, None),
     "rest.idle.timeout.ms": (1, None),
     # The group coordinator: Kafka's validators, and the range of each key's Java type
     # (INT, or SHORT for the replication factor).
@@ -833,6 +838,9 @@ def config_from_properties(props: Mapping[str, str]) -> NodeConfig:
         )
     if values.get("connections_max_idle_ms") == 0:
         raise ConfigError("connections.max.idle.ms: must be -1 (never) or > 0")
+    for key in ("socket.receive.buffer.bytes", "socket.send.buffer.bytes"):
+        if values.get(key.replace(".", "_")) == 0:
+            raise ConfigError(f"{key}: must be -1 (the OS default) or > 0")
     _check_group_timeouts(values)
     assignors_text = props.get("group.consumer.assignors")
     if assignors_text is not None:

@@ -13,6 +13,7 @@ from typing import Final, Protocol
 
 __all__ = [
     "DEFAULT_QUEUED_MAX_REQUEST_BYTES",
+    "DEFAULT_SOCKET_BUFFER_BYTES",
     "DEFAULT_SOCKET_REQUEST_MAX_BYTES",
     "UNBOUNDED",
     "UNMETERED_FRAME_BYTES",
@@ -24,6 +25,13 @@ DEFAULT_SOCKET_REQUEST_MAX_BYTES: Final = 100 * 1024 * 1024  # Kafka's socket.re
 # Kafka's queued.max.request.bytes defaults to -1 (unbounded); pykraft bounds it by default
 # to two maximum-size requests so that a node's memory stays bounded (-1 still means unbounded).
 DEFAULT_QUEUED_MAX_REQUEST_BYTES: Final = 2 * DEFAULT_SOCKET_REQUEST_MAX_BYTES
+# Kafka's socket.receive.buffer.bytes and socket.send.buffer.bytes: a listener's sockets get
+# SO_RCVBUF / SO_SNDBUF of this many bytes (-1: the OS default). A bounded receive buffer is
+# what tells a client that pipelines requests (librdkafka keeps up to 1,000,000 in flight
+# without idempotence) that the broker is behind: its requests stay unsent in its own queue,
+# where its batches keep growing, instead of piling up in an autotuned kernel buffer of
+# several megabytes while the client goes on cutting small batches.
+DEFAULT_SOCKET_BUFFER_BYTES: Final = 102_400
 UNBOUNDED: Final = 2**31 - 1  # Kafka's Int.MaxValue default of max.connections(.per.ip)
 # Frames up to this size never wait for the pool (they are still counted): quorum traffic,
 # heartbeats and admin requests stay answered while large frames wait for memory. Their
@@ -44,6 +52,10 @@ class _LimitsSource(Protocol):
     def max_connections_per_ip(self) -> int: ...
     @property
     def connections_max_idle_ms(self) -> int: ...
+    @property
+    def socket_receive_buffer_bytes(self) -> int: ...
+    @property
+    def socket_send_buffer_bytes(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +71,8 @@ class ConnectionLimits:
         over either limit is closed at once.
     connections_max_idle_ms: a connection with no request in flight and no byte read or
         written for this long is closed (-1: never).
+    socket_receive_buffer_bytes / socket_send_buffer_bytes: SO_RCVBUF / SO_SNDBUF of the
+        listening sockets, which accepted connections inherit (bytes; -1: the OS default).
     """
 
     socket_request_max_bytes: int = DEFAULT_SOCKET_REQUEST_MAX_BYTES
@@ -66,6 +80,8 @@ class ConnectionLimits:
     max_connections: int = UNBOUNDED
     max_connections_per_ip: int = UNBOUNDED
     connections_max_idle_ms: int = 600_000
+    socket_receive_buffer_bytes: int = DEFAULT_SOCKET_BUFFER_BYTES
+    socket_send_buffer_bytes: int = DEFAULT_SOCKET_BUFFER_BYTES
 
     def __post_init__(self) -> None:
         if self.socket_request_max_bytes < 1:
@@ -80,6 +96,10 @@ class ConnectionLimits:
             raise ValueError("max.connections and max.connections.per.ip must be >= 0")
         if self.connections_max_idle_ms == 0 or self.connections_max_idle_ms < -1:
             raise ValueError(f"connections.max.idle.ms must be -1 or > 0, got {self.connections_max_idle_ms}")
+        for key, size in (("socket.receive.buffer.bytes", self.socket_receive_buffer_bytes),
+                          ("socket.send.buffer.bytes", self.socket_send_buffer_bytes)):  # fmt: skip
+            if size == 0 or size < -1:
+                raise ValueError(f"{key} must be -1 or > 0, got {size}")
 
     @classmethod
     def from_config(cls, config: _LimitsSource) -> ConnectionLimits:
@@ -90,6 +110,8 @@ class ConnectionLimits:
             max_connections=config.max_connections,
             max_connections_per_ip=config.max_connections_per_ip,
             connections_max_idle_ms=config.connections_max_idle_ms,
+            socket_receive_buffer_bytes=config.socket_receive_buffer_bytes,
+            socket_send_buffer_bytes=config.socket_send_buffer_bytes,
         )
 
     @property

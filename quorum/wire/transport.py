@@ -703,11 +703,23 @@ async def serve(
 
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: _Connected(state, handler, pipeline_depth, loop), host, port)
+    _set_buffer_sizes(server, limits)
     idle_s = limits.idle_s
     if idle_s is not None:
         state.sweeper = asyncio.get_running_loop().create_task(state.sweep_idle(idle_s))
     _SERVERS[server] = state
     return server
+
+
+def _set_buffer_sizes(server: asyncio.Server, limits: ConnectionLimits) -> None:
+    """SO_RCVBUF / SO_SNDBUF on the listening sockets (Kafka's socket.receive.buffer.bytes
+    and socket.send.buffer.bytes): Linux gives accepted connections the listener's sizes,
+    and a size set before the handshake also bounds the receive window it advertises."""
+    for sock in server.sockets:
+        for option, size in ((socket.SO_RCVBUF, limits.socket_receive_buffer_bytes),
+                             (socket.SO_SNDBUF, limits.socket_send_buffer_bytes)):  # fmt: skip
+            if size > 0:
+                sock.setsockopt(socket.SOL_SOCKET, option, size)
 
 
 async def close_server(server: asyncio.Server, *, grace_s: float = 1.0) -> None:

@@ -62,6 +62,11 @@ def test_limits_validation_and_from_config():
     with pytest.raises(ValueError, match="connections.max.idle.ms"):
         ConnectionLimits(connections_max_idle_ms=0)
     ConnectionLimits(socket_request_max_bytes=1000, queued_max_request_bytes=-1, connections_max_idle_ms=-1)
+    assert ConnectionLimits().socket_receive_buffer_bytes == ConnectionLimits().socket_send_buffer_bytes == 102_400
+    for field in ("socket_receive_buffer_bytes", "socket_send_buffer_bytes"):
+        for bad in (0, -2):
+            with pytest.raises(ValueError, match="buffer.bytes"):
+                ConnectionLimits(**{field: bad})
 
     from quorum.node.config import config_from_properties
 
@@ -76,9 +81,48 @@ def test_limits_validation_and_from_config():
             "max.connections": "7",
             "max.connections.per.ip": "3",
             "connections.max.idle.ms": "1500",
+            "socket.receive.buffer.bytes": "65536",
+            "socket.send.buffer.bytes": "-1",
         }
     )
-    assert ConnectionLimits.from_config(config) == ConnectionLimits(2048, 4096, 7, 3, 1500)
+    assert ConnectionLimits.from_config(config) == ConnectionLimits(2048, 4096, 7, 3, 1500, 65536, -1)
+    with pytest.raises(ValueError, match="socket.send.buffer.bytes"):  # ConfigError is a ValueError
+        config_from_properties(
+            {"process.roles": "controller", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:1",
+             "listeners": "CONTROLLER://127.0.0.1:1", "socket.send.buffer.bytes": "0"}
+        )  # fmt: skip
+
+
+def test_accepted_connections_get_the_configured_socket_buffers(run):
+    """socket.receive.buffer.bytes / socket.send.buffer.bytes reach the accepted sockets
+    (Linux reports twice the size set: its bookkeeping share); -1 leaves the OS default."""
+    import socket
+
+    from quorum.wire.transport import _SERVERS  # the server's own connections (a test's peek)
+
+    async def sizes(limits: ConnectionLimits) -> tuple[int, int]:
+        server = await serve("127.0.0.1", 0, echo, limits=limits, pipeline_depth=4)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server))
+            writer.write(frame_for(1))
+            await reader.readexactly(struct.unpack(">i", await reader.readexactly(4))[0])  # answered: accepted
+            (accepted,) = _SERVERS[server].connections
+            sock = accepted.get_extra_info("socket")
+            got = (sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+                   sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))  # fmt: skip
+            writer.close()
+            return got
+        finally:
+            await close_server(server)
+
+    async def main() -> None:
+        assert await sizes(ConnectionLimits(socket_receive_buffer_bytes=48 * KIB, socket_send_buffer_bytes=40 * KIB)) \
+            == (96 * KIB, 80 * KIB)  # fmt: skip
+        assert await sizes(ConnectionLimits()) == (200 * KIB, 200 * KIB)  # Kafka's default, 102,400 bytes
+        rcv, snd = await sizes(ConnectionLimits(socket_receive_buffer_bytes=-1, socket_send_buffer_bytes=-1))
+        assert (rcv, snd) != (200 * KIB, 200 * KIB)  # the OS's own (net.ipv4.tcp_rmem / tcp_wmem)
+
+    run(main())
 
 
 # ------------------------------------------------------------------ MemoryPool
