@@ -1306,7 +1306,7 @@ def _decode_direct(frame: bytes) -> DecodedAdmin | None:
     if not low <= version <= high:
         return None
     # Request header v1 (v2 for flexible versions: then its tagged fields, none expected).
-    pos = 10 + (len(head.client_id.encode()) if head.client_id is not None else 0)
+    pos = 10 + max(0, int.from_bytes(frame[8:10], "big", signed=True))
     cls = _schema(head.api_key, version, True)
     if cls is None:
         return None
