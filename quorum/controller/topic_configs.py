@@ -553,6 +553,7 @@ _DEFS: tuple[TopicConfigDef, ...] = (
 
 TOPIC_CONFIGS: Mapping[str, TopicConfigDef] = {d.name: d for d in _DEFS}
 """Every topic config, in Kafka's definition order (the order values are checked in)."""
+_DEFINITION_ORDER: Mapping[str, int] = {name: i for i, name in enumerate(TOPIC_CONFIGS)}
 
 
 def topic_config_names() -> list[str]:
@@ -684,6 +685,23 @@ def effective_configs(
 # ----------------------------------------------------------------------------- validation
 
 
+# name -> (the broker defaults it was derived from, a copy; the value): every config write
+# validates against the same few static defaults, whose derivation costs more than the check.
+_STATIC_DEFAULTS: dict[str, tuple[dict[str, str], ConfigValue]] = {}
+
+
+def _static_default(name: str, broker_defaults: Mapping[str, str] | None) -> ConfigValue:
+    """`broker_default(name, broker_defaults)`, remembered for the last broker defaults seen."""
+    current = broker_defaults or {}
+    known = _STATIC_DEFAULTS.get(name)
+    if known is not None and known[0] == current:
+        return known[1]
+    layer = dict(current)
+    value = broker_default(name, layer)
+    _STATIC_DEFAULTS[name] = (layer, value)
+    return value
+
+
 def validate_configs(
     configs: Mapping[str, str | None],
     *,
@@ -711,15 +729,14 @@ def validate_configs(
     for key in values:
         config_def(key)
     parsed: dict[str, ConfigValue] = {}
-    for name in TOPIC_CONFIGS:
-        if name in values:
-            parsed[name] = parse_value(name, values[name])
+    for name in sorted(values, key=_DEFINITION_ORDER.__getitem__):
+        parsed[name] = parse_value(name, values[name])
     min_lag = parsed.get("min.compaction.lag.ms")
     if min_lag is None:
-        min_lag = broker_default("min.compaction.lag.ms", broker_defaults)
+        min_lag = _static_default("min.compaction.lag.ms", broker_defaults)
     max_lag = parsed.get("max.compaction.lag.ms")
     if max_lag is None:
-        max_lag = broker_default("max.compaction.lag.ms", broker_defaults)
+        max_lag = _static_default("max.compaction.lag.ms", broker_defaults)
     assert isinstance(min_lag, int) and isinstance(max_lag, int)
     if min_lag > max_lag:
         raise InvalidConfigError(

@@ -476,9 +476,15 @@ class RaftNode:
                 self._apply(ready.committed)
                 self._resolve_waiters(core)
             flushed = self._persist(ready)
+            sent = flushed and ready.send_before_sync
+            if sent:
+                # A leader's messages leave now: its followers fetch and fsync these entries
+                # while it fsyncs them (its own share of the high watermark waits for its fsync).
+                self._dispatch(ready.messages)
             if flushed:
                 await self._flush()
-            self._dispatch(ready.messages)
+            if not sent:
+                self._dispatch(ready.messages)
             if ready.committed and not committed_first:
                 self._apply(ready.committed)
             if ready.delete_before is not None:

@@ -530,6 +530,11 @@ class RaftCore:
             committed=committed,
             delete_before=self._delete_before,
             voter_changes=tuple(self._voter_results),
+            send_before_sync=isinstance(self.state, LeaderState)
+            and election is None
+            and truncate_to is None
+            and install is None
+            and not self._chunks,
         )
         self._voter_results = []
         # The driver persists all of this before anything else happens to the core.

@@ -18,6 +18,14 @@ Contract (the driver must follow it; the simulation and the node do):
  9. Call `core.advance(ready)`.
 Steps 1-5 are "persist before send": a vote, a fetch offset (the follower's ack)
 or a leader's claim never leaves the node before the state it depends on is on disk.
+One exception, `send_before_sync`: a leader's Ready with no election state, truncation or
+snapshot may send its `messages` after step 4 and before the fsync of step 5 (the leader's
+fsync and its followers' fetch of the same entries overlap, as in Raft's section 10.2.1).
+Nothing those messages say depends on the fsync: the high watermark they carry counts the
+leader's own log only up to its flushed end (`advance`), so entries the leader has not
+fsynced are committed only once a majority of *other* durable copies holds them; and a
+crash loses only uncommitted entries, which a later leader may or may not keep, as for
+any uncommitted entry.
 A leader's driver may apply `committed` (and answer what waited on it) before steps 1-5:
 the leader computed that high watermark from durable acknowledgements (its own flushed end
 among them), so those batches are on a majority's disks already and never among `entries`.
@@ -55,6 +63,8 @@ class Ready:
     committed: tuple[Batch, ...] = ()
     delete_before: Offset | None = None
     voter_changes: tuple[VoterChangeResult, ...] = ()
+    # A leader's Ready: `messages` may leave before the fsync of step 5 (see the contract).
+    send_before_sync: bool = False
 
     @property
     def log_end_offset(self) -> Offset | None:

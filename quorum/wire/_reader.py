@@ -36,7 +36,7 @@ from kio.serial._introspect import (  # kio's own schema introspection (pinned k
     is_optional,
 )
 
-__all__ = ["MalformedError", "Reader", "entity_reader", "read_request_body", "read_uvarint"]
+__all__ = ["MalformedError", "Reader", "entity_reader", "known_error_code", "read_request_body", "read_uvarint"]
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
@@ -56,6 +56,11 @@ _U64 = struct.Struct(">Q")
 _F64 = struct.Struct(">d")
 
 _KIO_ERROR_CODES = frozenset(int(code) for code in KioErrorCode)
+
+
+def known_error_code(code: int) -> bool:
+    """Whether kio's ErrorCode has `code` (kio's writer takes only those)."""
+    return code in _KIO_ERROR_CODES
 
 
 def _fixed(s: struct.Struct) -> Reader:

@@ -79,10 +79,19 @@ from quorum.controller.requests import (
 )
 from quorum.kafka_errors import default_message
 from quorum.raft.errors import ErrorCode
-from quorum.wire import api_frames
+from quorum.wire import admin_direct, api_frames
 from quorum.wire._reader import MalformedError, entity_reader
 from quorum.wire.admin_versions import ADMIN_API_VERSIONS, AdminApiKey
-from quorum.wire.codec import RequestHeaderInfo, WireError, _frame, _kio_error, _make, _nested, _schema
+from quorum.wire.codec import (
+    RequestHeaderInfo,
+    WireError,
+    _frame,
+    _kio_error,
+    _make,
+    _nested,
+    _peek_header,
+    _schema,
+)
 
 __all__ = [
     "ADMIN_API_VERSIONS",
@@ -1276,7 +1285,45 @@ def decode_admin_request(frame: bytes | bytearray | memoryview) -> DecodedAdmin:
         raise WireError(ErrorCode.INVALID_REQUEST, f"undecodable admin request: {exc!r}") from exc
 
 
+# Apis with a direct codec (`admin_direct`) for their common shape: the controller's writes.
+_DIRECT_REQUESTS: Final[dict[int, Callable[[bytes, int, int], Any]]] = {
+    AdminApiKey.INCREMENTAL_ALTER_CONFIGS: admin_direct.decode_incremental_alter_configs,
+}
+_DIRECT_RESPONSES: Final[dict[int, Callable[[Any, int, int], bytes | None]]] = {
+    AdminApiKey.INCREMENTAL_ALTER_CONFIGS: admin_direct.encode_incremental_alter_configs_response,
+}
+
+
+def _decode_direct(frame: bytes) -> DecodedAdmin | None:
+    """The request through its api's direct decoder, or None (no direct decoder, not the
+    common shape, or anything the general path must judge)."""
+    direct = _DIRECT_REQUESTS.get(int.from_bytes(frame[:2], "big", signed=True))
+    if direct is None:
+        return None
+    head = _peek_header(frame)
+    low, high = ADMIN_API_VERSIONS[head.api_key]
+    version = head.api_version
+    if not low <= version <= high:
+        return None
+    # Request header v1 (v2 for flexible versions: then its tagged fields, none expected).
+    pos = 10 + max(0, int.from_bytes(frame[8:10], "big", signed=True))
+    cls = _schema(head.api_key, version, True)
+    if cls is None:
+        return None
+    if cls.__flexible__:
+        if len(frame) <= pos or frame[pos]:
+            return None
+        pos += 1
+    request = direct(frame, pos, version)
+    if request is None:
+        return None
+    return DecodedAdmin(head.api_key, version, head.correlation_id, head.client_id, head, request)
+
+
 def _decode_admin_request(frame: bytes) -> DecodedAdmin:
+    direct = _decode_direct(frame)
+    if direct is not None:
+        return direct
     head, body = api_frames.read_request(frame, ADMIN_API_VERSIONS, "an admin api")
     api = _APIS[head.api_key]
     version = head.api_version
@@ -1297,6 +1344,11 @@ def _response_frame(api: _Api, version: int, correlation_id: int, response: Any)
     cls = _schema(api.key, version, False)
     if cls is None:
         raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"no response schema for api {api.key} v{version}")
+    direct = _DIRECT_RESPONSES.get(api.key)
+    if direct is not None:
+        frame = direct(response, version, correlation_id)
+        if frame is not None:
+            return frame
     body = _build(type(response).__name__, lambda: api.enc_response(cls, response, version))
     return _frame(cls.__header_schema__(correlation_id=correlation_id), body)
 

@@ -43,10 +43,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -71,6 +71,8 @@ from quorum.node.meta_properties import random_uuid  # noqa: E402
 from quorum.node.quorum_cli import query_leader  # noqa: E402
 from quorum.wire import admin_codec  # noqa: E402
 from quorum.wire.transport import PeerClient  # noqa: E402
+
+T = TypeVar("T")
 
 MEMBERS = 3
 TOPIC_ALREADY_EXISTS = 36
@@ -189,6 +191,142 @@ class WriteFailed(Exception):
     """A write was refused or not acknowledged (no leader, not the leader, connection lost)."""
 
 
+# The three systems' clients share one lean connection (`_Wire`): an asyncio.Protocol with one
+# request in flight, the answer cut from the received bytes by a per-protocol function, one
+# timer per connection for the timeouts (not one per request), and each write's request built
+# from bytes prepared once per client. Only the answer's status is looked at (etcd: the HTTP
+# status; ZooKeeper: the reply header's xid and err; pykraft: the correlation id and the
+# resource's error code). A client that costs its process as little as possible per write for
+# every system: with 2 cores shared by a quorum and this process, a costly client measures
+# itself.
+
+Cut = Callable[[bytearray], tuple[Any, int] | None]  # (answer, bytes used) once a whole answer is in
+
+
+def cut_length_prefixed(buf: bytearray) -> tuple[bytes, int] | None:
+    """A 4-byte big-endian length, then that many bytes (Kafka's and ZooKeeper's framing)."""
+    if len(buf) < 4:
+        return None
+    end = 4 + int.from_bytes(buf[:4], "big")
+    if len(buf) < end:
+        return None
+    return bytes(buf[4:end]), end
+
+
+def cut_http(buf: bytearray) -> tuple[tuple[int, bytes], int] | None:
+    """(status, body) of an HTTP/1.1 response with a Content-Length or a chunked body."""
+    head_end = buf.find(b"\r\n\r\n")
+    if head_end < 0:
+        return None
+    head = bytes(buf[:head_end]).lower()
+    status = int(head[9:12])
+    pos = head_end + 4
+    at = head.find(b"\r\ncontent-length:")
+    if at >= 0:
+        line_end = head.find(b"\r\n", at + 2)
+        size = int(head[at + 17 : line_end if line_end >= 0 else len(head)])
+        if len(buf) < pos + size:
+            return None
+        return (status, bytes(buf[pos : pos + size])), pos + size
+    body = b""  # chunked
+    while True:
+        line_end = buf.find(b"\r\n", pos)
+        if line_end < 0:
+            return None
+        size = int(bytes(buf[pos:line_end]).split(b";")[0], 16)
+        pos = line_end + 2
+        if size == 0:
+            if buf.find(b"\r\n", pos) < 0:
+                return None
+            return (status, body), buf.find(b"\r\n", pos) + 2  # no trailers from these servers
+        if len(buf) < pos + size + 2:
+            return None
+        body += bytes(buf[pos : pos + size])
+        pos += size + 2
+
+
+class _Wire(asyncio.Protocol):
+    """One connection with at most one request in flight (see the note above)."""
+
+    def __init__(self, cut: Cut, timeout_s: float) -> None:
+        self.cut = cut
+        self.timeout_s = timeout_s
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.waiter: asyncio.Future[Any] | None = None
+        self.deadline = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+        self.lost: BaseException | None = None
+        self.loop = asyncio.get_running_loop()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            got = self.cut(self.buf)
+            if got is not None:
+                answer, used = got
+                del self.buf[:used]
+                waiter.set_result(answer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = exc or ConnectionResetError("connection closed")
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(self.lost)
+
+    def _check(self) -> None:
+        self.timer = None
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return
+        if self.loop.time() >= self.deadline:
+            waiter.set_exception(TimeoutError())
+            self.close()
+        else:
+            self.timer = self.loop.call_at(self.deadline, self._check)
+
+    def answer(self) -> asyncio.Future[Any]:
+        """The next answer (perhaps already received)."""
+        if self.lost is not None:
+            raise self.lost
+        waiter = self.waiter = self.loop.create_future()
+        got = self.cut(self.buf)
+        if got is not None:
+            del self.buf[: got[1]]
+            waiter.set_result(got[0])
+            return waiter
+        self.deadline = self.loop.time() + self.timeout_s
+        if self.timer is None:
+            self.timer = self.loop.call_at(self.deadline, self._check)
+        return waiter
+
+    def request(self, data: bytes) -> asyncio.Future[Any]:
+        if self.lost is not None:
+            raise self.lost
+        assert self.transport is not None
+        self.transport.write(data)
+        return self.answer()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+async def open_wire(port: int, cut: Cut, timeout_s: float) -> _Wire:
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(timeout_s):
+        _, wire = await loop.create_connection(lambda: _Wire(cut, timeout_s), "127.0.0.1", port)
+    return wire
+
+
 class Client:
     async def write(self, value: int) -> None:
         raise NotImplementedError
@@ -203,53 +341,35 @@ class EtcdClient(Client):
     def __init__(self, port: int, key: str, timeout_s: float) -> None:
         self.port, self.timeout_s = port, timeout_s
         self.key = base64.b64encode(key.encode()).decode()
-        self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._wire: _Wire | None = None
+        self._head = f"Host: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: "
+        self._put_body = '{"key": "' + self.key + '", "value": "'
 
-    async def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        if self._conn is None:
-            self._conn = await asyncio.open_connection("127.0.0.1", self.port)
-        reader, writer = self._conn
-        data = json.dumps(body).encode()
-        head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nContent-Type: application/json\r\n"
-        writer.write(f"{head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    async def _call(self, path: str, body: str) -> bytes:
         try:
-            async with asyncio.timeout(self.timeout_s):
-                await writer.drain()
-                status_line = await reader.readuntil(b"\r\n")
-                headers: dict[str, str] = {}
-                while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
-                    k, _, v = line.decode().partition(":")
-                    headers[k.strip().lower()] = v.strip()
-                if "content-length" in headers:
-                    payload = await reader.readexactly(int(headers["content-length"]))
-                else:  # chunked
-                    payload = b""
-                    while (size := int((await reader.readuntil(b"\r\n")).strip(), 16)) > 0:
-                        payload += await reader.readexactly(size + 2)
-                        payload = payload[:-2]
-                    await reader.readuntil(b"\r\n")
-        except BaseException:
+            if self._wire is None:
+                self._wire = await open_wire(self.port, cut_http, self.timeout_s)
+            data = f"POST {path} HTTP/1.1\r\n{self._head}{len(body)}\r\n\r\n{body}".encode()
+            status, payload = await self._wire.request(data)
+        except (OSError, TimeoutError) as exc:
             await self.close()
-            raise
-        status = int(status_line.split()[1])
-        answer = json.loads(payload or b"{}")
-        if status != 200 or "error" in answer:
-            raise WriteFailed(f"etcd {status}: {answer}")
+            raise WriteFailed(f"etcd: {exc!r}") from exc
+        if status != 200:
+            raise WriteFailed(f"etcd {status}: {payload[:200]!r}")
+        return bytes(payload)
+
+    async def write(self, value: int) -> None:
+        await self._call("/v3/kv/put", self._put_body + base64.b64encode(str(value).encode()).decode() + '"}')
+
+    async def status(self) -> dict[str, Any]:
+        answer = json.loads(await self._call("/v3/maintenance/status", "{}") or b"{}")
         assert isinstance(answer, dict)
         return answer
 
-    async def write(self, value: int) -> None:
-        await self._call("/v3/kv/put", {"key": self.key, "value": base64.b64encode(str(value).encode()).decode()})
-
-    async def status(self) -> dict[str, Any]:
-        return await self._call("/v3/maintenance/status", {})
-
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn[1].close()
-            with contextlib.suppress(Exception):
-                await conn[1].wait_closed()
+        wire, self._wire = self._wire, None
+        if wire is not None:
+            wire.close()
 
 
 def _zk_string(s: str) -> bytes:
@@ -261,6 +381,9 @@ def _zk_buffer(b: bytes) -> bytes:
     return struct.pack(">i", len(b)) + b
 
 
+_ZK_REPLY = struct.Struct(">iqi")
+
+
 class ZooKeeperClient(Client):
     """ZooKeeper's client protocol (jute over TCP): a session, then create / setData."""
 
@@ -268,78 +391,93 @@ class ZooKeeperClient(Client):
     NODE_EXISTS = -110
 
     def __init__(self, port: int, path: str, timeout_s: float) -> None:
-        self.port, self.path, self.timeout_s = port, path, timeout_s
-        self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self.port, self.timeout_s = port, timeout_s
+        self.path = path
+        self._wire: _Wire | None = None
         self._xid = 0
 
-    async def _frame(self, reader: asyncio.StreamReader) -> bytes:
-        (size,) = struct.unpack(">i", await reader.readexactly(4))
-        return await reader.readexactly(size)
+    @property
+    def path(self) -> str:
+        return self._path
 
-    async def _connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        if self._conn is None:
-            reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+    @path.setter
+    def path(self, path: str) -> None:
+        self._path = path
+        self._path_bytes = _zk_string(path)
+
+    async def _connection(self) -> _Wire:
+        if self._wire is None:
+            wire = await open_wire(self.port, cut_length_prefixed, self.timeout_s)
             # ConnectRequest: protocolVersion, lastZxidSeen, timeOut, sessionId, passwd, readOnly.
             body = struct.pack(">iqiq", 0, 0, 30_000, 0) + _zk_buffer(bytes(16)) + b"\x00"
-            writer.write(struct.pack(">i", len(body)) + body)
             try:
-                async with asyncio.timeout(self.timeout_s):
-                    await writer.drain()
-                    answer = await self._frame(reader)
+                answer = await wire.request(struct.pack(">i", len(body)) + body)
             except BaseException:
-                writer.close()
+                wire.close()
                 raise
             (_version, _timeout, session) = struct.unpack(">iiq", answer[:16])
             if session == 0:
-                writer.close()
+                wire.close()
                 raise WriteFailed("zookeeper refused the session")
-            self._conn = (reader, writer)
-        return self._conn
+            self._wire = wire
+        return self._wire
 
     async def _request(self, op: int, body: bytes) -> int:
         try:
-            reader, writer = await self._connection()
+            wire = await self._connection()
             self._xid += 1
-            frame = struct.pack(">ii", self._xid, op) + body
-            writer.write(struct.pack(">i", len(frame)) + frame)
-            async with asyncio.timeout(self.timeout_s):
-                await writer.drain()
-                while True:
-                    answer = await self._frame(reader)
-                    xid, _zxid, err = struct.unpack(">iqi", answer[:16])
-                    if xid == self._xid:
-                        return int(err)
-        except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            xid = self._xid
+            answer = await wire.request(struct.pack(">iii", len(body) + 8, xid, op) + body)
+            while True:
+                got, _zxid, err = _ZK_REPLY.unpack_from(answer)
+                if got == xid:
+                    return int(err)
+                answer = await wire.answer()
+        except (OSError, EOFError, TimeoutError, struct.error) as exc:
             await self.close()
             raise WriteFailed(f"zookeeper: {exc!r}") from exc
 
     async def create(self) -> None:
         acl = struct.pack(">i", 1) + struct.pack(">i", 31) + _zk_string("world") + _zk_string("anyone")
-        err = await self._request(self.CREATE, _zk_string(self.path) + _zk_buffer(b"0") + acl + struct.pack(">i", 0))
+        err = await self._request(self.CREATE, self._path_bytes + _zk_buffer(b"0") + acl + struct.pack(">i", 0))
         if err not in (0, self.NODE_EXISTS):
             raise WriteFailed(f"zookeeper create {self.path}: error {err}")
 
     async def write(self, value: int) -> None:
-        body = _zk_string(self.path) + _zk_buffer(str(value).encode()) + struct.pack(">i", -1)
-        err = await self._request(self.SET_DATA, body)
+        data = str(value).encode()
+        err = await self._request(self.SET_DATA, self._path_bytes + _zk_buffer(data) + b"\xff\xff\xff\xff")
         if err != 0:
             raise WriteFailed(f"zookeeper setData {self.path}: error {err}")
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn[1].close()
-            with contextlib.suppress(Exception):
-                await conn[1].wait_closed()
+        wire, self._wire = self._wire, None
+        if wire is not None:
+            wire.close()
+
+
+_MARK = "\x01" * 12  # stands for the value in the request template
 
 
 class PykraftClient(Client):
     """IncrementalAlterConfigs (SET retention.ms of one topic) to a controller's listener."""
 
     def __init__(self, port: int, topic: str, timeout_s: float) -> None:
-        self.topic = topic
+        self.port, self.topic, self.timeout_s = port, topic, timeout_s
         self.peer = PeerClient("127.0.0.1", port, connect_timeout_s=timeout_s, request_timeout_s=timeout_s)
         self._correlation = 0
+        self._wire: _Wire | None = None
+        # The request's bytes around the value (and its 1-byte compact length), from the codec once.
+        frame, self._key, self._version = admin_codec.encode_admin_request(
+            self._alter(_MARK), correlation_id=0, client_id="peers"
+        )
+        at = frame.index(_MARK.encode())
+        assert frame[at - 1] == len(_MARK) + 1, "a compact string (flexible version) expected"
+        self._head, self._tail = frame[4:8], frame[12 : at - 1]
+        self._end = frame[at + len(_MARK) :]
+
+    def _alter(self, value: str) -> IncrementalAlterConfigsRequest:
+        op = AlterConfigOp("retention.ms", AlterConfigOpType.SET, value)
+        return IncrementalAlterConfigsRequest((AlterConfigsResource(ConfigResourceType.TOPIC, self.topic, (op,)),))
 
     async def _send(self, req: Any) -> Any:
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
@@ -351,11 +489,29 @@ class PykraftClient(Client):
         return admin_codec.decode_admin_response(key, version, raw, req)
 
     async def write(self, value: int) -> None:
-        op = AlterConfigOp("retention.ms", AlterConfigOpType.SET, str(3_600_000 + value))
-        req = IncrementalAlterConfigsRequest((AlterConfigsResource(ConfigResourceType.TOPIC, self.topic, (op,)),))
-        resp = await self._send(req)
-        assert isinstance(resp, IncrementalAlterConfigsResponse)
-        code = resp.resources[0].error_code if resp.resources else -1
+        self._correlation = correlation = (self._correlation + 1) & 0x7FFFFFFF
+        data = str(3_600_000 + value).encode()
+        body = b"".join(
+            (self._head, correlation.to_bytes(4, "big"), self._tail, bytes((len(data) + 1,)), data, self._end)
+        )
+        try:
+            if self._wire is None:
+                self._wire = await open_wire(self.port, cut_length_prefixed, self.timeout_s)
+            raw = await self._wire.request(len(body).to_bytes(4, "big") + body)
+        except (OSError, TimeoutError) as exc:
+            await self.close()
+            raise WriteFailed(f"pykraft: {exc!r}") from exc
+        if raw[:4] != correlation.to_bytes(4, "big"):
+            await self.close()
+            raise WriteFailed("pykraft: an answer to another request")
+        # Response header v1 (correlation id, no tagged fields), then throttle_time_ms, a
+        # one-byte count of resources and the first resource's error code.
+        if raw[4] != 0 or raw[9] != 2:
+            resp = admin_codec.decode_admin_response(self._key, self._version, raw, self._alter(data.decode()))
+            assert isinstance(resp, IncrementalAlterConfigsResponse)
+            code = resp.resources[0].error_code if resp.resources else -1
+        else:
+            code = int.from_bytes(raw[10:12], "big", signed=True)
         if code:
             raise WriteFailed(f"pykraft IncrementalAlterConfigs: error {code}")
 
@@ -368,6 +524,9 @@ class PykraftClient(Client):
             raise WriteFailed(f"CreateTopics: {bad}")
 
     async def close(self) -> None:
+        wire, self._wire = self._wire, None
+        if wire is not None:
+            wire.close()
         await self.peer.close()
 
 
@@ -939,6 +1098,15 @@ async def main_async(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return result
 
 
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run the benchmark on uvloop when installed (the servers' own event loop), for all three systems alike."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--kills", type=int, default=20, help="kill -9s per system and timing (>= 20 for the record)")
@@ -954,7 +1122,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="pykraft-bench-peers-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        result = asyncio.run(main_async(args, work))
+        result = run_loop(main_async(args, work))
     finally:
         stop_all_started()
         if not args.keep:

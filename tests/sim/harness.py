@@ -283,7 +283,9 @@ class Node:
                 if self.on_crash is not None:
                     self.on_crash(self)
                 self.crash()
-                return []
+                # A leader's messages left before its fsync (`Ready.send_before_sync`): they
+                # are on the network even though the node died before the fsync ended.
+                return list(ready.messages) if ready.send_before_sync and ready.must_sync else []
             self._persist(ready)
             out.extend(ready.messages)
             for batch in ready.committed:
@@ -686,7 +688,7 @@ class Cluster:
         events none is pending: without arming, this would be a plain crash."""
         node = self.nodes[node_id]
         if node.up and node.core is not None and node.core.has_ready():
-            node.drain(crash_after_steps=steps)
+            self._send(node.drain(crash_after_steps=steps))
         elif node.up:
             node.armed_crash = steps
 

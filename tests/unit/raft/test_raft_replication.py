@@ -272,3 +272,56 @@ def test_an_observer_that_may_become_a_voter_fsyncs_what_it_appends() -> None:
     assert not net[4].is_voter
     assert appended and all(r.must_sync for r in appended)
     assert net[4].log.end_offset == net[2].log.end_offset == net[1].log.end_offset
+
+
+# ----------------------------------------------------------------- a leader's fsync overlaps replication
+
+
+def test_a_leaders_ready_sends_before_its_fsync_and_its_own_ack_waits_for_it() -> None:
+    """A leader's Ready says its messages may leave before its fsync (`send_before_sync`):
+    followers fetch entries the leader has not fsynced yet. The leader's own share of the
+    high watermark is its flushed end, moved only by `advance` (after its fsync): with one
+    follower's ack of the new entries, nothing new commits until then; with both followers',
+    a majority of durable copies exists without the leader's."""
+    for followers in ((2,), (2, 3)):
+        net = Net([1, 2, 3])
+        net.elect(1, among=[1, 2, 3])
+        net.stabilize()
+        leader = net[1]
+        hw = leader.high_watermark
+        first = leader.propose([b"a", b"b"], net.now)
+        ready = leader.ready()  # the driver appended, sends, and is still fsyncing
+        assert ready.entries and ready.must_sync and ready.send_before_sync
+        net.pending.extend(ready.messages)
+
+        def among(e: Envelope, group: tuple[int, ...] = (1, *followers)) -> bool:
+            return e.source in group and e.destination in group
+
+        # The followers' parked fetches were answered with the new entries: they append and
+        # fsync them (Net.flush) and ack with their next fetch.
+        assert {e.destination for e in ready.messages if isinstance(e.message, FetchResponse)} == {2, 3}
+        net.stabilize(among)
+        assert all(net[f].log.end_offset == first + 2 for f in followers)
+        if len(followers) == 2:
+            assert leader.high_watermark == first + 2  # two durable copies of three
+        else:
+            assert leader.high_watermark == hw  # one durable copy: the leader's fsync is not done
+        leader.advance(ready)  # the leader's fsync ended
+        assert leader.high_watermark == first + 2
+
+
+def test_only_a_leaders_plain_ready_sends_before_its_fsync() -> None:
+    net = Net([1, 2, 3], observers=[4])
+    net.elect(1, among=[1, 2, 3])
+    net.stabilize()
+    net[1].propose([b"a"], net.now)
+    (ready,) = net.flush(1)
+    assert ready.send_before_sync
+    net.fire(2)
+    net.fire(4)
+    net.stabilize()
+    for nid in (2, 3, 4):
+        assert net.readies[nid] and not any(r.send_before_sync for r in net.readies[nid])
+    # Node 1's Readies as candidate and new leader persisted election state: those waited.
+    claims = [r for r in net.readies[1] if r.election is not None]
+    assert claims and not any(r.send_before_sync for r in claims)

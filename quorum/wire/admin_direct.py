@@ -1,0 +1,199 @@
+"""Direct codecs for the admin apis on the controller's write path: bytes to the typed values
+of `quorum.controller.requests` and back, without kio's entities in between.
+
+The general path (`admin_codec`: kio's schemas, `_reader`'s entities, then our typed values)
+costs the active controller more CPU per IncrementalAlterConfigs than deciding the write
+does. These functions read and write the same bytes for the common shape of a request and
+of an answer, and give up (return None) on anything else: a tagged field, a null array or
+string where the general path decides what it means, an unknown resource type or operation,
+an error code kio does not know, bytes that run short. The general path then does it all
+again and is the reference for every error; tests hold the two to the same results.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from quorum.controller.requests import (
+    AlterConfigOp,
+    AlterConfigOpType,
+    AlterConfigsResource,
+    ConfigResourceType,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from quorum.wire._reader import known_error_code
+
+__all__ = ["decode_incremental_alter_configs", "encode_incremental_alter_configs_response", "known_error_code"]
+
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+_RESOURCE_TYPES: Final = {int(t): t for t in ConfigResourceType}
+_OPS: Final = {int(o): o for o in AlterConfigOpType}
+
+
+class _Short(Exception):
+    """Not the common shape (or not enough bytes): the general path decides."""
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    value, shift = b & 0x7F, 7
+    while True:
+        pos += 1
+        b = buf[pos]
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos + 1
+        shift += 7
+        if shift > 28:
+            raise _Short
+
+
+def _compact_string(buf: bytes, pos: int) -> tuple[str | None, int]:
+    n, pos = _uvarint(buf, pos)
+    if n == 0:
+        return None, pos
+    end = pos + n - 1
+    if end > len(buf):
+        raise _Short
+    return buf[pos:end].decode(), end
+
+
+def _string(buf: bytes, pos: int) -> tuple[str | None, int]:
+    (n,) = _I16.unpack_from(buf, pos)
+    pos += 2
+    if n < 0:
+        if n != -1:
+            raise _Short
+        return None, pos
+    end = pos + n
+    if end > len(buf):
+        raise _Short
+    return buf[pos:end].decode(), end
+
+
+def decode_incremental_alter_configs(frame: bytes, pos: int, version: int) -> IncrementalAlterConfigsRequest | None:
+    """The IncrementalAlterConfigs v0/v1 body at `pos` of a request frame (after its header),
+    or None when it is not the common shape (see the module's note)."""
+    if version not in (0, 1):
+        return None
+    try:
+        return _decode_iac(frame, pos, version >= 1)
+    except (_Short, IndexError, struct.error, UnicodeDecodeError, KeyError):
+        return None
+
+
+def _decode_iac(buf: bytes, pos: int, flexible: bool) -> IncrementalAlterConfigsRequest:
+    read = _compact_string if flexible else _string
+    if flexible:
+        n, pos = _uvarint(buf, pos)
+        n -= 1
+    else:
+        (n,) = _I32.unpack_from(buf, pos)
+        pos += 4
+    if n < 0 or n > len(buf) - pos:
+        raise _Short
+    resources = []
+    for _ in range(n):
+        rtype = _RESOURCE_TYPES[buf[pos]]  # int8; an unknown type: the general path rejects it
+        name, pos = read(buf, pos + 1)
+        if name is None:
+            raise _Short
+        if flexible:
+            m, pos = _uvarint(buf, pos)
+            m -= 1
+        else:
+            (m,) = _I32.unpack_from(buf, pos)
+            pos += 4
+        if m < 0 or m > len(buf) - pos:
+            raise _Short
+        ops = []
+        for _ in range(m):
+            key, pos = read(buf, pos)
+            if key is None:
+                raise _Short
+            op = _OPS[buf[pos]]
+            value, pos = read(buf, pos + 1)
+            if flexible:
+                if buf[pos]:
+                    raise _Short  # tagged fields
+                pos += 1
+            ops.append(AlterConfigOp(key, op, value))
+        if flexible:
+            if buf[pos]:
+                raise _Short
+            pos += 1
+        resources.append(AlterConfigsResource(rtype, name, tuple(ops)))
+    validate_only = buf[pos]
+    if validate_only > 1:
+        raise _Short
+    if flexible and buf[pos + 1]:
+        raise _Short
+    return IncrementalAlterConfigsRequest(tuple(resources), validate_only=bool(validate_only))
+
+
+def _put_uvarint(out: bytearray, value: int) -> None:
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def encode_incremental_alter_configs_response(
+    response: IncrementalAlterConfigsResponse, version: int, correlation_id: int
+) -> bytes | None:
+    """The complete response frame (length prefix, header, body) at v0/v1, or None when an
+    error code is one kio does not know (the general path maps it) or a value does not fit."""
+    if version not in (0, 1):
+        return None
+    try:
+        return _encode_iac_response(response, version >= 1, correlation_id)
+    except (struct.error, ValueError, UnicodeEncodeError):
+        return None
+
+
+def _encode_iac_response(
+    response: IncrementalAlterConfigsResponse, flexible: bool, correlation_id: int
+) -> bytes | None:
+    out = bytearray(b"\0\0\0\0")
+    out += _I32.pack(correlation_id)
+    if flexible:
+        out.append(0)  # response header v1: no tagged fields
+    out += b"\0\0\0\0"  # throttle_time_ms
+    resources = response.resources
+    if flexible:
+        _put_uvarint(out, len(resources) + 1)
+    else:
+        out += _I32.pack(len(resources))
+    for res in resources:
+        code = res.error_code
+        if not known_error_code(code):
+            return None
+        out += _I16.pack(code)
+        message = res.message
+        if message is None:
+            out += b"\0" if flexible else b"\xff\xff"
+        else:
+            raw = message.encode()
+            if flexible:
+                _put_uvarint(out, len(raw) + 1)
+            else:
+                out += _I16.pack(len(raw))
+            out += raw
+        out.append(int(res.resource_type))
+        raw = res.resource_name.encode()
+        if flexible:
+            _put_uvarint(out, len(raw) + 1)
+            out += raw
+            out.append(0)  # the resource's tagged fields
+        else:
+            out += _I16.pack(len(raw))
+            out += raw
+    if flexible:
+        out.append(0)  # the body's tagged fields
+    _I32.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
