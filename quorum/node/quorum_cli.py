@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Callable
 
 from quorum.node.config import ConfigError, NodeConfig, load_config
 from quorum.node.meta_properties import StorageError, decode_uuid, directory_uuid, read_meta_properties, uuid_string
@@ -170,15 +171,29 @@ def _voter_change_addresses(args: argparse.Namespace, config: NodeConfig | None)
     raise QuorumCommandError("no controller to ask: give --bootstrap-controller HOST:PORT[,...]")
 
 
-def send_voter_call(addresses: list[Address], call: voter_codec.VoterCall, timeout_s: float) -> None:
+def send_voter_call(
+    addresses: list[Address],
+    call: voter_codec.VoterCall,
+    timeout_s: float,
+    *,
+    made: tuple[ErrorCode, Callable[[QuorumDescription], bool]] | None = None,
+) -> None:
     """Send the change to the controllers in turn (any of them relays it to the leader) until
     one answers it for good; retriable answers (REQUEST_TIMED_OUT: e.g. the new controller is
     not caught up yet, or another change is in flight; NOT_LEADER_OR_FOLLOWER: an election)
-    are retried until `timeout_s`. Raises QuorumCommandError."""
+    and unanswered tries are sent again until `timeout_s`. Raises QuorumCommandError.
+
+    `made` = (the refusal a repeated change gets, whether a description shows it made): a try
+    that timed out may still have been committed, and the next one is then refused
+    (DUPLICATE_VOTER, VOTER_NOT_FOUND); after more than one try, that refusal is success when
+    the leader's description shows the change (as `topics create` settles a resent create)."""
     api_key = voter_codec.api_key_of(call)
     version = codec.VOTER_API_VERSIONS[api_key][1]  # the highest served
+    tries = 0
 
     def prepare(remaining_s: float) -> tuple[bytes, float]:
+        nonlocal tries
+        tries += 1
         # AddRaftVoter's TimeoutMs: what is left, at most; its answer may take that and 5 s more.
         attempt = voter_codec.within_ms(call, int(remaining_s * 1000))
         frame, _, _ = voter_codec.encode_voter_request(
@@ -197,8 +212,20 @@ def send_voter_call(addresses: list[Address], call: voter_codec.VoterCall, timeo
             gave_up=lambda why: QuorumCommandError(f"the voter change {why}"),
         )
     )
+    if made is not None and tries > 1 and answer.error == made[0] and _description_shows(addresses, made[1]):
+        return  # an earlier try made the change; its answer was lost or came too late
     if answer.error != ErrorCode.NONE:  # a refusal, with Kafka's message when there is one
         raise QuorumCommandError(f"{answer.error.name}: {answer.message}" if answer.message else answer.error.name)
+
+
+def _description_shows(addresses: list[Address], made: Callable[[QuorumDescription], bool]) -> bool:
+    """Whether the leader's DescribeQuorum (the first controller that gives one) shows `made`."""
+    described = asyncio.run(first_answer(addresses, lambda address: _describe_one(address, MAX_TRY_S)))
+    return described is not None and made(described)
+
+
+def _has_voter(key: ReplicaKey) -> Callable[[QuorumDescription], bool]:
+    return lambda d: any(v.replica_id == key.node_id and v.directory_id == key.directory_id for v in d.voters)
 
 
 def add_controller(args: argparse.Namespace) -> int:
@@ -220,7 +247,8 @@ def add_controller(args: argparse.Namespace) -> int:
     endpoint = controller_endpoint(config)
     node = VoterNode(ReplicaKey(config.node_id, directory_uuid(meta)), (endpoint,), 0, KRAFT_VERSION_DYNAMIC)
     call = voter_codec.AddRaftVoter(meta.cluster_id, node, min(args.timeout_ms, voter_codec.ADMIN_REQUEST_TIMEOUT_MS))
-    send_voter_call(_voter_change_addresses(args, config), call, args.timeout_ms / 1000)
+    added = (ErrorCode.DUPLICATE_VOTER, _has_voter(node.key))
+    send_voter_call(_voter_change_addresses(args, config), call, args.timeout_ms / 1000, made=added)
     print(
         f"Added controller {config.node_id} with directory id {meta.directory_id} and endpoints: "
         f"{endpoint.name}://{endpoint.host}:{endpoint.port}"
@@ -232,7 +260,10 @@ def remove_controller(args: argparse.Namespace) -> int:
     """`kafka-metadata-quorum.sh remove-controller --controller-id N --controller-directory-id D`."""
     directory = uuid.UUID(bytes=decode_uuid(args.controller_directory_id, what="--controller-directory-id"))
     config = load_config(args.config) if args.config else None
-    call = voter_codec.RemoveRaftVoter(None, ReplicaKey(args.controller_id, directory))
-    send_voter_call(_voter_change_addresses(args, config), call, args.timeout_ms / 1000)
+    key = ReplicaKey(args.controller_id, directory)
+    call = voter_codec.RemoveRaftVoter(None, key)
+    has = _has_voter(key)
+    removed = (ErrorCode.VOTER_NOT_FOUND, lambda d: not has(d))
+    send_voter_call(_voter_change_addresses(args, config), call, args.timeout_ms / 1000, made=removed)
     print(f"Removed KRaft controller {args.controller_id} with directory id {args.controller_directory_id}")
     return 0

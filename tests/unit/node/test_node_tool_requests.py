@@ -17,6 +17,7 @@ import pytest
 from api import cli
 from quorum.node import features_cli, quorum_cli
 from quorum.node.free_ports import free_ports
+from quorum.raft.describe import QuorumDescription, ReplicaDescription
 from quorum.raft.errors import ErrorCode
 from quorum.raft.voter_set import Endpoint, ReplicaKey, VoterNode
 from quorum.wire import codec, features_codec, voter_codec
@@ -155,3 +156,71 @@ def test_a_tool_with_no_controller_to_ask_says_so(capsys: pytest.CaptureFixture[
     assert cli.main(remove_controller(f"127.0.0.1:{dead}", timeout_ms=300)) == 1
     err = capsys.readouterr().err
     assert f"the voter change did not complete in 0.3 s: 127.0.0.1:{dead}: cannot connect" in err
+
+
+def described(*voters: ReplicaKey) -> Answer:
+    """A DescribeQuorum answer whose voters are `voters` (leader: the first)."""
+
+    def answer(frame: bytes) -> bytes:
+        request = codec.decode_request(frame)
+        replicas = tuple(ReplicaDescription(v.node_id, 10, directory_id=v.directory_id) for v in voters)
+        description = QuorumDescription(voters[0].node_id, 3, 10, replicas, ())
+        return codec.encode_response(request, description)
+
+    return answer
+
+
+def by_api(voter: list[Answer], describe: Answer) -> Answer:
+    """Voter-change requests get voter[n] (n-th of them, the last repeated), DescribeQuorum `describe`."""
+    seen = [0]
+
+    def answer(frame: bytes) -> bytes:
+        if int.from_bytes(frame[:2], "big") == DESCRIBE_QUORUM:
+            return describe(frame)
+        seen[0] += 1
+        return voter[min(seen[0], len(voter)) - 1](frame)
+
+    return answer
+
+
+DESCRIBE_QUORUM = 55
+NEW = ReplicaKey(4, DIRECTORY)
+ADD_NEW = voter_codec.AddRaftVoter(None, VoterNode(NEW, (Endpoint("CONTROLLER", "127.0.0.1", 1),)), 30_000)
+
+
+@pytest.mark.parametrize(
+    ("call", "repeated", "shown", "ok"),
+    [
+        # A try that timed out was committed: the next is refused, and the leader shows the change.
+        (ADD_NEW, ErrorCode.DUPLICATE_VOTER, (ReplicaKey(1), NEW), True),
+        (voter_codec.RemoveRaftVoter(None, NEW), ErrorCode.VOTER_NOT_FOUND, (ReplicaKey(1),), True),
+        # The refusal is not about this change: id 4 is a voter with another directory (an old disk).
+        (ADD_NEW, ErrorCode.DUPLICATE_VOTER,
+         (ReplicaKey(1), ReplicaKey(4, uuid.UUID(int=8))), False),
+        (voter_codec.RemoveRaftVoter(None, NEW), ErrorCode.VOTER_NOT_FOUND, (ReplicaKey(1), NEW), False),
+    ],
+)  # fmt: skip
+def test_a_change_an_earlier_try_made_is_settled_by_the_leader_s_description(
+    call: voter_codec.VoterCall, repeated: ErrorCode, shown: tuple[ReplicaKey, ...], ok: bool
+) -> None:
+    (port,) = free_ports(1)
+    made = quorum_cli._has_voter(NEW)
+    expected = (repeated, made if isinstance(call, voter_codec.AddRaftVoter) else (lambda d: not made(d)))
+    answers = by_api([voter_answer(ErrorCode.REQUEST_TIMED_OUT), voter_answer(repeated)], described(*shown))
+    with controller(port, [answers]):
+        if ok:
+            quorum_cli.send_voter_call([("127.0.0.1", port)], call, timeout_s=10, made=expected)
+        else:
+            with pytest.raises(quorum_cli.QuorumCommandError, match=repeated.name):
+                quorum_cli.send_voter_call([("127.0.0.1", port)], call, timeout_s=10, made=expected)
+
+
+def test_a_first_try_refused_as_made_already_is_an_error() -> None:
+    """Without an earlier try the change was there before the command: Kafka's refusal stands."""
+    (port,) = free_ports(1)
+    expected = (ErrorCode.DUPLICATE_VOTER, quorum_cli._has_voter(NEW))
+    answers = by_api([voter_answer(ErrorCode.DUPLICATE_VOTER, "4 is already a voter")], described(ReplicaKey(1), NEW))
+    with controller(port, [answers]) as seen:
+        with pytest.raises(quorum_cli.QuorumCommandError, match="DUPLICATE_VOTER: 4 is already a voter"):
+            quorum_cli.send_voter_call([("127.0.0.1", port)], ADD_NEW, timeout_s=10, made=expected)
+    assert seen == [voter_codec.ADD_RAFT_VOTER]
