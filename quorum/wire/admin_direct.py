@@ -87,8 +87,9 @@ def decode_incremental_alter_configs(frame: bytes, pos: int, version: int) -> In
         return None
 
 
-def _decode_iac(buf: bytes, pos: int, flexible: bool) -> IncrementalAlterConfigsRequest:
-    read = _compact_string if flexible else _string
+def _array_length(buf: bytes, pos: int, flexible: bool) -> tuple[int, int]:
+    """A non-nullable array's length (compact or int32) and the position after it; _Short for
+    null, a negative length, or more items than bytes left."""
     if flexible:
         n, pos = _uvarint(buf, pos)
         n -= 1
@@ -97,20 +98,19 @@ def _decode_iac(buf: bytes, pos: int, flexible: bool) -> IncrementalAlterConfigs
         pos += 4
     if n < 0 or n > len(buf) - pos:
         raise _Short
+    return n, pos
+
+
+def _decode_iac(buf: bytes, pos: int, flexible: bool) -> IncrementalAlterConfigsRequest:
+    read = _compact_string if flexible else _string
+    n, pos = _array_length(buf, pos, flexible)
     resources = []
     for _ in range(n):
         rtype = _RESOURCE_TYPES[buf[pos]]  # int8; an unknown type: the general path rejects it
         name, pos = read(buf, pos + 1)
         if name is None:
             raise _Short
-        if flexible:
-            m, pos = _uvarint(buf, pos)
-            m -= 1
-        else:
-            (m,) = _I32.unpack_from(buf, pos)
-            pos += 4
-        if m < 0 or m > len(buf) - pos:
-            raise _Short
+        m, pos = _array_length(buf, pos, flexible)
         ops = []
         for _ in range(m):
             key, pos = read(buf, pos)
