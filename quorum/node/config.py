@@ -438,9 +438,10 @@ class NodeConfig:
     max_connections: int = 2**31 - 1
     max_connections_per_ip: int = 2**31 - 1
     connections_max_idle_ms: int = 600_000
-    # SO_RCVBUF / SO_SNDBUF of the listeners' sockets (bytes; -1: the OS default, autotuned).
-    socket_receive_buffer_bytes: int = 102_400
-    socket_send_buffer_bytes: int = 102_400
+    # SO_RCVBUF / SO_SNDBUF of the listeners' sockets (bytes; -1: the OS default, autotuned;
+    # Kafka's default is 102,400: see quorum.wire.limits.DEFAULT_SOCKET_BUFFER_BYTES).
+    socket_receive_buffer_bytes: int = -1
+    socket_send_buffer_bytes: int = -1
     # pykraft's own keys.
     rest_listener: str | None = None  # e.g. http://127.0.0.1:18081
     # Close a REST connection after this long without a byte while no answer is pending

@@ -62,7 +62,7 @@ def test_limits_validation_and_from_config():
     with pytest.raises(ValueError, match="connections.max.idle.ms"):
         ConnectionLimits(connections_max_idle_ms=0)
     ConnectionLimits(socket_request_max_bytes=1000, queued_max_request_bytes=-1, connections_max_idle_ms=-1)
-    assert ConnectionLimits().socket_receive_buffer_bytes == ConnectionLimits().socket_send_buffer_bytes == 102_400
+    assert ConnectionLimits().socket_receive_buffer_bytes == ConnectionLimits().socket_send_buffer_bytes == -1
     for field in ("socket_receive_buffer_bytes", "socket_send_buffer_bytes"):
         for bad in (0, -2):
             with pytest.raises(ValueError, match="buffer.bytes"):
@@ -95,7 +95,7 @@ def test_limits_validation_and_from_config():
 
 def test_accepted_connections_get_the_configured_socket_buffers(run):
     """socket.receive.buffer.bytes / socket.send.buffer.bytes reach the accepted sockets
-    (Linux reports twice the size set: its bookkeeping share); -1 leaves the OS default."""
+    (Linux reports twice the size set: its bookkeeping share); -1 (the default) leaves the OS's."""
     import socket
 
     from quorum.wire.transport import _SERVERS  # the server's own connections (a test's peek)
@@ -118,9 +118,11 @@ def test_accepted_connections_get_the_configured_socket_buffers(run):
     async def main() -> None:
         assert await sizes(ConnectionLimits(socket_receive_buffer_bytes=48 * KIB, socket_send_buffer_bytes=40 * KIB)) \
             == (96 * KIB, 80 * KIB)  # fmt: skip
-        assert await sizes(ConnectionLimits()) == (200 * KIB, 200 * KIB)  # Kafka's default, 102,400 bytes
-        rcv, snd = await sizes(ConnectionLimits(socket_receive_buffer_bytes=-1, socket_send_buffer_bytes=-1))
-        assert (rcv, snd) != (200 * KIB, 200 * KIB)  # the OS's own (net.ipv4.tcp_rmem / tcp_wmem)
+        kafka = 102_400  # Kafka's default
+        assert await sizes(ConnectionLimits(socket_receive_buffer_bytes=kafka, socket_send_buffer_bytes=kafka)) \
+            == (2 * kafka, 2 * kafka)  # fmt: skip
+        rcv, snd = await sizes(ConnectionLimits())  # pykraft's default, -1: the OS's own (tcp_rmem / tcp_wmem)
+        assert (rcv, snd) != (2 * kafka, 2 * kafka)
 
     run(main())
 
