@@ -29,8 +29,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pstats
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,10 +65,33 @@ def first(events: list[Event], name: str, after: float, before: float = float("i
     return None
 
 
-def phases(client: list[tuple[float, float, float, float]], events: list[Event]) -> None:
+def cpu_in(samples: tuple[list[str], list[list[float]]], start: float, end: float) -> dict[str, float]:
+    """Each sampled process's CPU in [start, end], in cores (CPU seconds per second)."""
+    names, rows = samples
+
+    def at(t: float) -> list[float]:
+        for a, b in zip(rows, rows[1:], strict=False):
+            if a[0] <= t <= b[0]:
+                f = (t - a[0]) / (b[0] - a[0]) if b[0] > a[0] else 0.0
+                return [x + (y - x) * f for x, y in zip(a[1:], b[1:], strict=True)]
+        return []
+
+    lo, hi = at(start), at(end)
+    if not lo or not hi or end <= start:
+        return {}
+    return {n: (h - lo_) / 1e9 / (end - start) for n, lo_, h in zip(names, lo, hi, strict=True)}
+
+
+def phases(
+    client: list[tuple[float, float, float, float]], events: list[Event], cpu_file: Path | None = None
+) -> dict[str, list[tuple[float, float]]]:
     """Each transaction but the last: client times (begin, loop start, commit called,
     commit returned) and the brokers' events that follow its commit."""
     out: dict[str, list[float]] = {}
+    cpu_windows: dict[str, list[tuple[float, float]]] = {
+        "EndTxn answered -> AddPartitionsToTxn answered": [],
+        "AddPartitionsToTxn answered -> EndTxn in": [],
+    }
 
     def add(name: str, start: float | None, end: float | None) -> None:
         if start is not None and end is not None:
@@ -99,10 +124,54 @@ def phases(client: list[tuple[float, float, float, float]], events: list[Event])
         add("completion committed -> AddPartitionsToTxn answered", committed, answered)
         add("EndTxn answered -> AddPartitionsToTxn answered", end_out, answered)
         if answered is not None:
+            cpu_windows["EndTxn answered -> AddPartitionsToTxn answered"].append((end_out, answered))
+            nxt_end = first(events, "endtxn_in", nxt[2] - 0.001)
+            if nxt_end is not None:
+                cpu_windows["AddPartitionsToTxn answered -> EndTxn in"].append((answered, nxt_end))
             add("AddPartitionsToTxn answered -> first Produce", answered, first(events, "prod_in", answered))
         add("transaction (begin to next begin)", begin, nxt[0])
     for name, xs in out.items():
         spread(name, xs)
+    if cpu_file is not None:
+        print_cpu(cpu_file, cpu_windows)
+    return cpu_windows
+
+
+def print_cpu(cpu_file: Path, cpu_windows: dict[str, list[tuple[float, float]]]) -> None:
+    lines = cpu_file.read_text().splitlines()
+    samples = (lines[0].split()[1:], [[float(x) for x in line.split()] for line in lines[1:]])
+    print("  CPU (cores, median over transactions) per process in each phase:")
+    for label, windows in cpu_windows.items():
+        per = [cpu_in(samples, a, b) for a, b in windows]
+        per = [d for d in per if d]
+        if not per:
+            continue
+        cols = "  ".join(f"{n} {statistics.median(d[n] for d in per):4.2f}" for n in samples[0])
+        total = statistics.median(sum(d.values()) for d in per)
+        print(f"    {label:<40} {cols}  all {total:4.2f}")
+
+
+def samples_by_phase(diag: Path, windows: list[tuple[float, float]]) -> None:
+    """Each broker's main-thread samples (--sample) inside the marker windows and elsewhere,
+    by the outermost two project frames of the stack and the innermost one."""
+    for f in sorted(diag.glob("txn-*.jsonl")):
+        rows = [json.loads(line) for line in f.read_text().splitlines()]
+        node = next((r[2] for r in rows if r[1] == "wtm_in"), None)
+        if node is None:
+            continue
+        inside: dict[str, int] = {}
+        outside: dict[str, int] = {}
+        for r in rows:
+            if r[1] != "sample":
+                continue
+            stack = r[2]
+            label = " > ".join(stack[:2]) + (f" .. {stack[-1]}" if len(stack) > 2 else "") if stack else "(waiting)"
+            bucket = inside if any(a <= r[0] <= b for a, b in windows) else outside
+            bucket[label] = bucket.get(label, 0) + 1
+        n_in, n_out = sum(inside.values()) or 1, sum(outside.values()) or 1
+        print(f"broker {node}: main-thread samples in the marker windows {n_in}, elsewhere {n_out}")
+        for label, n in sorted(inside.items(), key=lambda kv: -kv[1])[:14]:
+            print(f"    {n / n_in * 100:5.1f}% (elsewhere {outside.get(label, 0) / n_out * 100:5.1f}%)  {label}")
 
 
 def per_broker(diag: Path) -> None:
@@ -137,6 +206,10 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--disk-budget-gb", type=float, default=4.0)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (events, logs)")
+    ap.add_argument("--py-spy", metavar="DIR", help="py-spy record (raw, 200 Hz) each broker into DIR for the run")
+    ap.add_argument("--cpu", action="store_true", help="sample every process's CPU (2 ms), split it by phase")
+    ap.add_argument("--sample", action="store_true", help="sample brokers' main-thread stacks (1 ms), split by phase")
+    ap.add_argument("--profile", action="store_true", help="cProfile brokers' main threads in WriteTxnMarkers windows")
     args = ap.parse_args()
     from bench_dataplane import MSG_BYTES, PRODUCER_CONF, rd_logger, rest_create_topic, wait_for_leaders
     from confluent_kafka import Producer
@@ -147,11 +220,17 @@ def main() -> int:
     diag.mkdir()
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE / "diag_site"), os.environ.get("PYTHONPATH", "")])
     os.environ["PYKRAFT_TXN_DIAG_OUT"] = str(diag)
+    if args.sample:
+        os.environ["PYKRAFT_TXN_DIAG_SAMPLE"] = "1"
+    if args.profile:
+        os.environ["PYKRAFT_TXN_DIAG_PROFILE"] = "1"
     load0 = os.getloadavg()
     cluster = start_cluster(work / "cluster", brokers=3, properties={
         "min.insync.replicas": "2", "auto.create.topics.enable": "false", "log.retention.check.interval.ms": "1000",
         "transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3"})  # fmt: skip
     del os.environ["PYKRAFT_TXN_DIAG_OUT"]
+    os.environ.pop("PYKRAFT_TXN_DIAG_SAMPLE", None)
+    os.environ.pop("PYKRAFT_TXN_DIAG_PROFILE", None)
     client: list[tuple[float, float, float, float]] = []
     try:
         bootstrap = ",".join(
@@ -163,6 +242,19 @@ def main() -> int:
         producer = Producer({**PRODUCER_CONF, "bootstrap.servers": bootstrap, "acks": "all", "logger": rd_logger(work),
                              "enable.idempotence": True, "transactional.id": "diag-txn"})  # fmt: skip
         producer.init_transactions(60)
+        spy = str(Path(sys.executable).parent / "py-spy")  # the venv's
+        spies = []
+        for b in cluster.broker_ids if args.py_spy else ():
+            out = f"{args.py_spy}/broker-{b}.txt"
+            cmd = [spy, "record", "-r", "200", "-f", "raw", "-d", str(round(args.seconds)), "--nonblocking", "-o", out]
+            spies.append(subprocess.Popen([*cmd, "--pid", str(cluster.nodes[b].pid)], stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL))  # fmt: skip
+        sampler = None
+        if args.cpu:
+            procs = [f"b{b}={cluster.nodes[b].pid}" for b in cluster.broker_ids]
+            procs += [f"c{c}={cluster.nodes[c].pid}" for c in cluster.nodes if c not in cluster.broker_ids]
+            sampler = subprocess.Popen([sys.executable, str(HERE / "cpu_sampler.py"), str(work / "cpu.txt"), "2",
+                                        *procs, f"client={os.getpid()}"])  # fmt: skip
         payload = os.urandom(MSG_BYTES)
         sent = 0
         started = time.monotonic()
@@ -182,6 +274,11 @@ def main() -> int:
             producer.commit_transaction(120)
             client.append((begin, loop, commit, time.time()))
         elapsed = time.monotonic() - started
+        for spy in spies:
+            spy.wait(30)
+        if sampler is not None:
+            sampler.kill()
+            sampler.wait()
         load1 = os.getloadavg()
     finally:
         cluster.close()
@@ -191,8 +288,13 @@ def main() -> int:
     events.sort(key=lambda e: e[0])
     print(f"{len(client)} transactions of {args.size} records on {args.partitions} partitions in {elapsed:.1f} s: "
           f"{sent * MSG_BYTES / 1e6 / elapsed:.1f} MB/s; load average {load0[0]:.2f} -> {load1[0]:.2f}")  # fmt: skip
-    phases(client, events)
+    windows = phases(client, events, work / "cpu.txt" if args.cpu else None)
+    if args.sample:
+        samples_by_phase(diag, windows["EndTxn answered -> AddPartitionsToTxn answered"])
     per_broker(diag)
+    for prof in sorted(diag.glob("prof-*.out")) if args.profile else ():
+        print(f"cProfile of {prof.name}, inside WriteTxnMarkers windows (by own time):")
+        pstats.Stats(str(prof)).sort_stats("tottime").print_stats(25)
     if args.keep:
         print(f"kept {work}")
     else:

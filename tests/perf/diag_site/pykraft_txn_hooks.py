@@ -85,11 +85,29 @@ RM: Any = manager_mod.ReplicaManager
 _write_txn_markers, _produce = RM.write_txn_markers, RM.produce
 
 
+_PROFILE: Any = None
+_profiled = [0]
+if os.environ.get("PYKRAFT_TXN_DIAG_PROFILE"):
+    import cProfile
+
+    _PROFILE = cProfile.Profile()
+
+
 async def write_txn_markers(self: Any, markers: Any, timeout_ms: int) -> Any:
+    """With $PYKRAFT_TXN_DIAG_PROFILE set, the main thread runs under cProfile from each
+    WriteTxnMarkers' arrival to its answer (all it does then, not only the markers' work),
+    dumped to prof-<pid>.out every 5 answers."""
     ev("wtm_in", self.node_id, sum(len(m.partitions) for m in markers))
+    if _PROFILE is not None:
+        _PROFILE.enable()
     try:
         return await _write_txn_markers(self, markers, timeout_ms)
     finally:
+        if _PROFILE is not None:
+            _PROFILE.disable()
+            _profiled[0] += 1
+            if _profiled[0] % 5 == 0:
+                _PROFILE.dump_stats(os.path.join(os.environ["PYKRAFT_TXN_DIAG_OUT"], f"prof-{os.getpid()}.out"))
         ev("wtm_out", self.node_id)
 
 
@@ -135,3 +153,26 @@ def segment_append(self: Any, data: Any, frames: Any) -> None:
 
 
 S.append = segment_append
+
+
+def _sampler(main_ident: int, interval_s: float) -> None:
+    """With $PYKRAFT_TXN_DIAG_SAMPLE set: every `interval_s`, the main thread's stack (the
+    project's frames, innermost last), as ["sample", [qualname, ...]] events. A thread of
+    this process: it runs when the main thread lets go of the GIL (every switch interval
+    while it computes, at once while it waits), so busy periods are sampled more coarsely."""
+    import sys
+
+    while True:
+        time.sleep(interval_s)
+        frame = sys._current_frames().get(main_ident)
+        names: list[str] = []
+        while frame is not None:
+            code = frame.f_code
+            if "/broker/" in code.co_filename or "/quorum/" in code.co_filename:
+                names.append(code.co_qualname)
+            frame = frame.f_back
+        ev("sample", names[::-1][-8:])
+
+
+if os.environ.get("PYKRAFT_TXN_DIAG_SAMPLE"):
+    threading.Thread(target=_sampler, args=(threading.main_thread().ident, 0.001), daemon=True).start()
