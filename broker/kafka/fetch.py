@@ -39,12 +39,14 @@ from broker.kafka.services import (
 from broker.kafka.spliced import SplicedResponse
 from broker.kafka.wire import Reader, response_writer
 from broker.log.file_range import FileRange
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 from quorum.wire.transport import REQUEST_BEHIND
 
 __all__ = ["FetchRequest", "decode_fetch", "encode_fetch_response", "handle_fetch"]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchRequest:
     replica_id: int

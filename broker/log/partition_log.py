@@ -81,6 +81,7 @@ from broker.log.records import RecordsError, batch_records
 from broker.log.segment import LogSegment
 from broker.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from broker.log.validation import assign
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 from quorum.storage.batch_layout import ATTR_CONTROL, BATCH_HEADER_SIZE
 from quorum.storage.durable import fsync_dir
@@ -104,6 +105,7 @@ _BATCH_ENDS_KEPT = 4096
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AppendInfo:
     first_offset: int

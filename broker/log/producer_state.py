@@ -75,6 +75,7 @@ from crc32c import crc32c
 
 from broker.log.control_records import EndTxnMarker, MarkerError, decode_marker_batch
 from broker.log.errors import LogError
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 from quorum.storage.batch_layout import (
     ATTR_CONTROL,
@@ -160,6 +161,7 @@ def read_producer_fields(data: bytes | bytearray | memoryview, position: int = 0
     return BatchProducerFields(attributes, pid, epoch, sequence)
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ProducerBatch(_BatchAttributes):
     """What the producer state needs of one batch header (offsets as written or to be);
@@ -245,6 +247,7 @@ class CompletedTxn:
     aborted: bool
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BatchMetadata:
     last_seq: int
@@ -261,6 +264,7 @@ class BatchMetadata:
         return self.last_offset - self.offset_delta
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ProducerEntry:
     """One producer's state in this partition; `batches` oldest first, at most 5."""

@@ -30,6 +30,7 @@ from broker.log.compression import DecompressionError, decompress
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
 from broker.log.records import RecordsError, iter_records
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 from quorum.storage.batch_layout import (
     ATTR_CONTROL,
@@ -52,6 +53,7 @@ _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Assigned:
     data: bytearray | memoryview  # the request's own bytes when they were writable

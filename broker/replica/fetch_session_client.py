@@ -32,6 +32,7 @@ from types import MappingProxyType
 from typing import Final
 
 from broker.replica.fetch_wire import FetchPartitionRequest
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 
 __all__ = ["FINAL_EPOCH", "INITIAL_EPOCH", "INVALID_SESSION_ID", "FetchSessionHandler", "SessionRequest"]
@@ -50,6 +51,7 @@ def _next_epoch(epoch: int) -> int:
     return 1 if epoch >= _MAX_EPOCH else epoch + 1
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class SessionRequest:
     """What one Fetch carries for its session, and what the leader will read for it."""

@@ -28,6 +28,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
 
 from broker.kafka.wire import MalformedRequest, Reader, Writer
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 from quorum.wire._reader import MalformedError, entity_reader
 
@@ -45,6 +46,7 @@ class FetchWireError(ValueError):
     """The leader's response could not be decoded."""
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchPartitionRequest:
     topic: str
@@ -56,6 +58,7 @@ class FetchPartitionRequest:
     partition_max_bytes: int
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchPartitionResponse:
     topic: str
@@ -162,6 +165,7 @@ def _decode(schema: Any, frame: bytes, what: str) -> Any:
     return body
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchAnswer:
     error: ErrorCode  # top level: the session's errors (KIP-227)

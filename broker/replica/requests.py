@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 from broker.log.file_range import FileRange
 from broker.log.producer_state import VERIFICATION_OFF, VerificationGuard
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class RecordError:
     message: str | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ProducePartitionResult:
     error: ErrorCode
@@ -95,6 +97,7 @@ class ProducePartitionResult:
 # --------------------------------------------------------------------------- Fetch
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchPartition:
     topic: str
@@ -160,6 +163,7 @@ class AbortedTransaction:
     first_offset: int
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchPartitionResult:
     error: ErrorCode

@@ -49,6 +49,7 @@ from enum import Enum
 from typing import Protocol
 
 from broker.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 
 UNKNOWN_OFFSET = -1
@@ -112,6 +113,7 @@ class FollowerView:
     broker_epoch: int
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FollowerFetchResult:
     """The leader's verdict on one partition of a follower's Fetch."""
@@ -137,6 +139,7 @@ class Truncation:
     log it as data loss)."""
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class LeaderAnswer:
     """One partition of a leader's Fetch answer, as a follower's rules read it."""
@@ -167,6 +170,7 @@ class FollowerStep(Enum):
     """Wait ``replica.fetch.backoff.ms``, then fetch again from the log end."""
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FollowerPlan:
     """What a follower does with one partition of a fetch answer (see `FollowerStep`)."""

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from quorum.frozen_init import fast_frozen_init
 from quorum.raft.control_records import CorruptRecordError, read_uvarint, uvarint_bytes
 from quorum.raft.types import Batch, ControlType
 from quorum.storage.batch_layout import (
@@ -191,6 +192,7 @@ def encode_batches(batches: Iterable[Batch]) -> bytes:
 # --------------------------------------------------------------------------- decode
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ScanResult:
     """Outcome of scanning a buffer of consecutive batches from its start.
@@ -359,6 +361,7 @@ def _frame_end(data: bytes | bytearray | memoryview, pos: int, size: int, verify
     return end, None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BatchFrame:
     """One batch's header fields, without its records (the partition log's view)."""
@@ -383,6 +386,7 @@ class BatchFrame:
         return self.attributes & ATTR_COMPRESSION_MASK
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FrameScan:
     """`frames` of complete valid batches from the start of a buffer; `consumed` bytes in
