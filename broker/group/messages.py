@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from uuid import UUID
 
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class JoinRequest:
     group_id: str
@@ -27,6 +29,7 @@ class JoinRequest:
     version: int  # the JoinGroup version: v4+ require a known member id (KIP-394)
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class JoinedMember:
     member_id: str
@@ -34,6 +37,7 @@ class JoinedMember:
     metadata: bytes
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class JoinResult:
     error: ErrorCode
@@ -46,6 +50,7 @@ class JoinResult:
     skip_assignment: bool = False
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class SyncRequest:
     group_id: str
@@ -57,6 +62,7 @@ class SyncRequest:
     assignments: tuple[tuple[str, bytes], ...]  # the leader's: (member id, assignment)
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class SyncResult:
     error: ErrorCode
@@ -65,6 +71,7 @@ class SyncResult:
     assignment: bytes = b""
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
     group_id: str
@@ -73,18 +80,21 @@ class HeartbeatRequest:
     generation: int
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class LeavingMember:
     member_id: str
     group_instance_id: str | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class LeaveResult:
     error: ErrorCode  # the group's (UNKNOWN_MEMBER_ID when the group is unknown, ...)
     members: tuple[tuple[LeavingMember, ErrorCode], ...] = ()
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class CommitPartition:
     topic: str
@@ -94,6 +104,7 @@ class CommitPartition:
     metadata: str | None = ""
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class CommitRequest:
     group_id: str
@@ -105,6 +116,7 @@ class CommitRequest:
     version: int  # the OffsetCommit version (v9+: GROUP_ID_NOT_FOUND for an unknown group)
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class TxnCommitRequest:
     """TxnOffsetCommit (API 28): offsets committed inside a producer's transaction. They stay
@@ -120,6 +132,7 @@ class TxnCommitRequest:
     transactional_id: str = ""
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class CommittedOffset:
     topic: str
@@ -130,6 +143,7 @@ class CommittedOffset:
     error: ErrorCode = ErrorCode.NONE
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class GroupListing:
     group_id: str
@@ -138,6 +152,7 @@ class GroupListing:
     group_type: str = "classic"
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DescribedMember:
     member_id: str
@@ -148,6 +163,7 @@ class DescribedMember:
     assignment: bytes
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class GroupDescription:
     group_id: str
@@ -158,6 +174,7 @@ class GroupDescription:
     members: tuple[DescribedMember, ...] = ()
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerHeartbeatRequest:
     """ConsumerGroupHeartbeat (KIP-848). None fields are "unchanged since the last heartbeat"."""
@@ -176,6 +193,7 @@ class ConsumerHeartbeatRequest:
     subscribed_regex: str | None = None  # SubscribedTopicRegex (None: unchanged; "": none)
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerHeartbeatResult:
     error: ErrorCode
@@ -186,6 +204,7 @@ class ConsumerHeartbeatResult:
     assignment: tuple[tuple[UUID, int], ...] | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerMemberDescription:
     member_id: str
@@ -200,6 +219,7 @@ class ConsumerMemberDescription:
     subscribed_regex: str | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupDescription:
     group_id: str

@@ -60,6 +60,7 @@ from typing import Final, TypeAlias, overload
 from uuid import UUID
 
 from broker.kafka.wire import MalformedRequest, Reader, Writer
+from quorum.frozen_init import fast_frozen_init
 
 __all__ = [
     "CONSUMER_GROUP_KEY_VERSIONS",
@@ -135,6 +136,7 @@ class RecordSchemaError(ValueError):
     of its field's range)."""
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class OffsetKey:
     """OffsetCommitKey: the committed offset of one partition for one group."""
@@ -144,6 +146,7 @@ class OffsetKey:
     partition: int  # int32
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class OffsetValue:
     """OffsetCommitValue."""
@@ -160,6 +163,7 @@ class OffsetValue:
     position: int = field(default=-1, compare=False, repr=False)
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class GroupKey:
     """GroupMetadataKey: the metadata of a classic group."""
@@ -167,6 +171,7 @@ class GroupKey:
     group: str
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class MemberValue:
     """GroupMetadataValue.MemberMetadata: one member of a classic group."""
@@ -181,6 +186,7 @@ class MemberValue:
     assignment: bytes
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class GroupValue:
     """GroupMetadataValue."""
@@ -196,6 +202,7 @@ class GroupValue:
 # ---------------------------------------------------------------- KIP-848 consumer groups
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class TopicMetadata:
     """ConsumerGroupPartitionMetadataValue.TopicMetadata: a subscribed topic as the group saw it."""
@@ -205,6 +212,7 @@ class TopicMetadata:
     num_partitions: int  # int32
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class TopicPartitions:
     """Partitions of one topic (ConsumerGroupTargetAssignmentMemberValue.TopicPartition,
@@ -214,6 +222,7 @@ class TopicPartitions:
     partitions: tuple[int, ...]  # int32 each, in the order given
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupMetadataKey:
     """Key version 3: the group epoch of a consumer group."""
@@ -221,11 +230,13 @@ class ConsumerGroupMetadataKey:
     group: str
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupMetadataValue:
     epoch: int  # int32: the group epoch
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupPartitionMetadataKey:
     """Key version 4: the metadata of the topics a consumer group subscribes to."""
@@ -233,11 +244,13 @@ class ConsumerGroupPartitionMetadataKey:
     group: str
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupPartitionMetadataValue:
     topics: tuple[TopicMetadata, ...]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupMemberMetadataKey:
     """Key version 5: one member's subscription."""
@@ -246,6 +259,7 @@ class ConsumerGroupMemberMetadataKey:
     member_id: str
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupMemberMetadataValue:
     instance_id: str | None  # KIP-345 static membership
@@ -258,6 +272,7 @@ class ConsumerGroupMemberMetadataValue:
     rebalance_timeout_ms: int  # int32, -1 = none
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupTargetAssignmentMetadataKey:
     """Key version 6: the epoch of a consumer group's target assignment."""
@@ -265,11 +280,13 @@ class ConsumerGroupTargetAssignmentMetadataKey:
     group: str
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupTargetAssignmentMetadataValue:
     assignment_epoch: int  # int32
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupTargetAssignmentMemberKey:
     """Key version 7: one member's target assignment."""
@@ -278,11 +295,13 @@ class ConsumerGroupTargetAssignmentMemberKey:
     member_id: str
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupTargetAssignmentMemberValue:
     topic_partitions: tuple[TopicPartitions, ...]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupCurrentMemberAssignmentKey:
     """Key version 8: one member's current assignment and epochs."""
@@ -291,6 +310,7 @@ class ConsumerGroupCurrentMemberAssignmentKey:
     member_id: str
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupCurrentMemberAssignmentValue:
     member_epoch: int  # int32

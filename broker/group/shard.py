@@ -79,6 +79,7 @@ from broker.group.messages import (
 )
 from broker.group.records import GroupKey, GroupValue, MemberValue, OffsetKey, OffsetValue
 from broker.group.timers import Deadlines
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 
 __all__ = ["CoordinatorConfig", "GroupShard", "Outcome", "Record"]
@@ -102,6 +103,7 @@ _Dropped = list[tuple[int, PendingOffsets, _Change]]
 DeadlineKey = tuple[Any, ...]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class CoordinatorConfig:
     """The broker settings the coordinator applies (Kafka's names and defaults)."""

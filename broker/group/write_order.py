@@ -28,11 +28,13 @@ from typing import Any
 
 from broker.group.messages import JoinResult, LeaveResult, SyncResult
 from broker.group.shard import Outcome, append_error
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 
 __all__ = ["Release", "WriteOrder", "error_reply"]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Release:
     """The answers of one submitted outcome, ready to be sent."""

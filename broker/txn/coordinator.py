@@ -87,6 +87,7 @@ from broker.txn.metadata import (
     value_of,
 )
 from broker.txn.records import TransactionLogKey, TransactionLogValue
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 
 __all__ = ["OFFSETS_TOPIC", "Outcome", "ProducerIdSource", "TxnConfig", "TxnCoordinator", "Write", "appends_of"]
@@ -114,6 +115,7 @@ _MARKER_RETRY: Final = frozenset({
 # partition is loaded again, as in Kafka.
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class TxnConfig:
     """The broker settings the coordinator applies (Kafka's names and defaults)."""
@@ -131,6 +133,7 @@ class TxnConfig:
     concurrent_transactions_hold_ms: int = 1_000
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Write:
     """One record to append. The records of one `Outcome` go in its order; those of one
@@ -177,12 +180,14 @@ class _Pending:
     then: _Chained | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class _Chained:
     held: _Held  # back to the held requests if the append fails
     target: Transit
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class _Held:
     """An AddPartitionsToTxn waiting for its id's previous transaction to complete."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 
 __all__ = [
@@ -37,6 +38,7 @@ class TxnResult(IntEnum):
     COMMIT = 1
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class InitProducerIdRequest:
     transactional_id: str
@@ -45,6 +47,7 @@ class InitProducerIdRequest:
     producer_epoch: int = NO_PRODUCER_EPOCH
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class InitProducerIdResult:
     error: ErrorCode
@@ -52,6 +55,7 @@ class InitProducerIdResult:
     producer_epoch: int = NO_PRODUCER_EPOCH
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AddPartitionsRequest:
     """AddPartitionsToTxn for one transaction (v4+ batches several: one request each)."""
@@ -62,6 +66,7 @@ class AddPartitionsRequest:
     partitions: frozenset[TopicPartition]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AddOffsetsRequest:
     transactional_id: str
@@ -70,6 +75,7 @@ class AddOffsetsRequest:
     group_id: str
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class EndTxnRequest:
     transactional_id: str
@@ -78,6 +84,7 @@ class EndTxnRequest:
     result: TxnResult
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class MarkerRequest:
     """The COMMIT/ABORT markers one transaction needs (WriteTxnMarkers' entry): the runtime
@@ -91,6 +98,7 @@ class MarkerRequest:
     partitions: frozenset[TopicPartition]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class TransactionDescription:
     """DescribeTransactions' answer for one transactional id (KIP-664)."""
@@ -105,6 +113,7 @@ class TransactionDescription:
     topics: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (topic, partitions), sorted
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class TransactionListing:
     """One entry of ListTransactions (KIP-664)."""

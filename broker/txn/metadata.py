@@ -15,6 +15,7 @@ from typing import Final
 
 from broker.txn.messages import NO_PRODUCER_EPOCH, TopicPartition
 from broker.txn.records import PartitionsSchema, TransactionLogValue
+from quorum.frozen_init import fast_frozen_init
 
 __all__ = ["EPOCH_MAX", "Transit", "TxnMetadata", "TxnState", "epoch_exhausted", "metadata_of", "value_of"]
 
@@ -50,6 +51,7 @@ COMPLETED: Final = frozenset({TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}
 EXPIRABLE: Final = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Transit:
     """The whole state a transition leads to (Kafka's TxnTransitMetadata)."""

@@ -34,6 +34,7 @@ from typing import Final
 
 from broker.group.records import RecordSchemaError, coordinator_partition
 from broker.kafka.wire import MalformedRequest, Reader, Writer
+from quorum.frozen_init import fast_frozen_init
 
 __all__ = [
     "KEY_VERSION",
@@ -72,11 +73,13 @@ class TransactionRecordError(RecordSchemaError):
     field's range, a non-default tagged field in version 0)."""
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class TransactionLogKey:
     transactional_id: str
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class PartitionsSchema:
     """The partitions of one topic in a transaction."""
@@ -85,6 +88,7 @@ class PartitionsSchema:
     partition_ids: tuple[int, ...]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class TransactionLogValue:
     producer_id: int
