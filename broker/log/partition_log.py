@@ -101,6 +101,8 @@ _REPLAY_CHUNK = 1024 * 1024  # bytes of batch headers read at a time when produc
 # Appended batches whose end positions are kept for `position_of` (the batches between the
 # high watermark and the log end: acks=all produces in flight, at most a few hundred).
 _BATCH_ENDS_KEPT = 4096
+# Batch ends `_recent_batch_at` looks through, newest first (a caught-up reader is a few behind).
+_RECENT_LOOKUP = 16
 # producer.id.expiration.check.interval.ms: how often expired producers are forgotten (ms).
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 
@@ -816,6 +818,24 @@ class PartitionLog:
         found = seg.locate(offset)
         return seg, (seg.size if found is None else found[0])
 
+    def _recent_batch_at(self, offset: int) -> tuple[LogSegment, int, int] | None:
+        """(segment, file position, size) of the batch starting right after the one that ends
+        at `offset`, when both are among the latest appended (`_batch_ends`): where a caught-up
+        follower or consumer fetches next, found without reading the index or the file. None
+        otherwise (the caller locates the batch). Looks at the newest `_RECENT_LOOKUP` ends only."""
+        ends = self._batch_ends
+        n = len(ends)
+        for k in range(n - 1, max(n - 1 - _RECENT_LOOKUP, 0), -1):
+            entry_end = ends[k - 1][0]
+            if entry_end == offset:
+                _, seg, start = ends[k - 1]
+                _, next_seg, stop = ends[k]
+                # The next batch may open the next segment (a roll): then `start` is this one's end.
+                return (seg, start, stop - start) if next_seg is seg and start < stop else None
+            if entry_end < offset:
+                return None  # `offset` is inside a batch: the caller locates it
+        return None
+
     def upper_bound_offset(self, records: FileRange, max_offset: int) -> int:
         """An offset above every record of `records` (a range `read_range` returned), at most
         `max_offset`: the first offset-index entry at or after the range's end, else its
@@ -844,17 +864,21 @@ class PartitionLog:
             )
         if offset >= max_offset or offset == end:
             return None
-        segments = self.segments
-        i = self._segment_for(offset)
-        while True:
-            if i >= len(segments):
-                return None
-            seg = segments[i]
-            found = seg.locate(offset) if offset < seg.next_offset else None
-            if found is not None:
-                break
-            i += 1
-        start, first_size = found
+        known = self._recent_batch_at(offset)
+        if known is not None:
+            seg, start, first_size = known
+        else:
+            segments = self.segments
+            i = self._segment_for(offset)
+            while True:
+                if i >= len(segments):
+                    return None
+                seg = segments[i]
+                found = seg.locate(offset) if offset < seg.next_offset else None
+                if found is not None:
+                    break
+                i += 1
+            start, first_size = found
         if max_offset >= end:
             limit = seg.size
         else:

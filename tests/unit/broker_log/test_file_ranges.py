@@ -187,3 +187,25 @@ def test_the_upper_bound_offset_of_a_range_covers_its_records_without_reading_th
                     assert upper > frames[-1].last_offset
                 checked += 1
     assert checked > 100
+
+
+def test_reads_at_recent_batch_ends_match_kafkas_bytes_across_rolls_and_truncations(tmp_path: Path) -> None:
+    """A caught-up reader's offset is a recent batch end: its range comes from the appends'
+    positions (`_recent_batch_at`), not the index; the bytes are the model's all the same,
+    also where a roll put the next batch in a new segment and after a truncation."""
+    rng = random.Random(11)
+    plog = open_log(tmp_path / "t-0", segment_bytes=3000, index_interval_bytes=400)
+    hits = 0
+    for step in range(150):
+        plog.append_as_leader(batch(rng.randint(1, 4), rng.choice((10, 100, 500))), 1, NOW)
+        if step % 37 == 36:
+            plog.truncate_to(plog.log_end_offset - rng.randint(1, 5))
+        end = plog.log_end_offset
+        recent = [e for e, _seg, _pos in list(plog._batch_ends)[-20:]]
+        for offset in recent:
+            hits += plog._recent_batch_at(offset) is not None
+            for max_bytes in (0, 50, 1 << 20):
+                for max_offset in (end, max(offset, end - 3)):
+                    want = model(plog, offset, max_bytes, max_offset, True)
+                    assert served(plog, offset, max_bytes, max_offset, True) == want, (step, offset, max_bytes)
+    assert len(plog.segments) > 5 and hits > 150  # (reads below the HW drop the ends under it: fewer hits)
