@@ -675,7 +675,7 @@ class PartitionLog:
         start = frames[0].position
         stop = frames[-1].position + frames[-1].size
         view = memoryview(records)[start:stop]
-        rebased = [
+        rebased = frames if start == 0 else [  # positions relative to `view` (usually they are already)
             type(f)(f.position - start, f.size, f.base_offset, f.leader_epoch, f.attributes, f.last_offset_delta,
                     f.base_timestamp, f.max_timestamp, f.producer_id, f.record_count)
             for f in frames
