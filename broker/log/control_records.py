@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from typing import Final
 
 from broker.log.records import BatchHeader, Record, RecordsError, batch_records, encode_records
-from quorum.storage.batch_layout import ATTR_CONTROL, ATTR_TRANSACTIONAL
+from quorum.storage.batch_layout import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    ATTRIBUTES_AT,
+    BASE_TIMESTAMP_AT,
+    MAX_TIMESTAMP_AT,
+    RECORDS_COUNT_AT,
+)
 
 CONTROL_ABORT: Final = 0
 CONTROL_COMMIT: Final = 1
@@ -65,10 +74,46 @@ def encode_marker_batch(producer_id: int, producer_epoch: int, marker: EndTxnMar
     return encode_records([Record(0, timestamp_ms, key, value)], header)
 
 
+# A marker batch as `encode_marker_batch` (and Kafka) lays it out, from the record count on:
+# count 1; the record: length 16 (zigzag 0x20), attributes 0, timestamp delta 0, offset
+# delta 0, key length 4 (zigzag 0x08), key (version, type), value length 6 (zigzag 0x0c),
+# value (version, coordinator epoch), no headers. 78 bytes in all.
+_CANONICAL: Final = struct.Struct(">iBBBBBhhBhiB")
+_CANONICAL_FIELDS: Final = (1, 0x20, 0, 0, 0, 0x08)
+_CANONICAL_SIZE: Final = RECORDS_COUNT_AT + _CANONICAL.size
+_TIMESTAMP: Final = struct.Struct(">q")
+_ATTRIBUTES: Final = struct.Struct(">h")
+
+
+def _canonical_marker(batch: bytes | bytearray | memoryview) -> tuple[EndTxnMarker, int] | None:
+    """`decode_marker_batch`'s answer for a batch in the canonical layout (no compression, the
+    version-0 key and value, the record at the base timestamp), read at fixed positions;
+    None for any other layout (the caller decodes the record the general way). The record's
+    timestamp is the batch's base timestamp, or its max timestamp under LogAppendTime."""
+    if len(batch) != _CANONICAL_SIZE:
+        return None
+    (batch_attributes,) = _ATTRIBUTES.unpack_from(batch, ATTRIBUTES_AT)
+    if batch_attributes & ATTR_COMPRESSION_MASK:
+        return None
+    count, length, attributes, ts_delta, offset_delta, key_length, _kv, kind, value_length, _vv, epoch, headers = (
+        _CANONICAL.unpack_from(batch, RECORDS_COUNT_AT)
+    )
+    if (count, length, attributes, ts_delta, offset_delta, key_length) != _CANONICAL_FIELDS:
+        return None
+    if value_length != 0x0C or headers != 0 or kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+        return None
+    at = MAX_TIMESTAMP_AT if batch_attributes & ATTR_TIMESTAMP_TYPE else BASE_TIMESTAMP_AT
+    return EndTxnMarker(kind == CONTROL_COMMIT, epoch), _TIMESTAMP.unpack_from(batch, at)[0]
+
+
 def decode_marker_batch(batch: bytes | memoryview) -> tuple[EndTxnMarker, int] | None:
     """(marker, record timestamp in ms) of a whole control batch (header included), None
     when the batch holds no record (the log cleaner emptied it). MarkerError when its
-    record is not a marker or does not parse."""
+    record is not a marker or does not parse. The canonical layout is read at fixed
+    positions (`_canonical_marker`), any other through the record decoder."""
+    canonical = _canonical_marker(batch)
+    if canonical is not None:
+        return canonical
     try:
         for _offset, timestamp, record in batch_records(batch, payloads=True):
             return decode_marker_record(record.key, record.value), timestamp

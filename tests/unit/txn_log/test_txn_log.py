@@ -459,3 +459,43 @@ def test_log_dump_prints_markers_and_the_txnindex_as_kafka_dump_log(tmp_path: Pa
     lines = list(dump_partition_file(plog.segments[0].path, print_data_log=True))
     assert any("isTransactional: true isControl: true" in line for line in lines)
     assert any(line.endswith("endTxnMarker: ABORT coordinatorEpoch: 4") for line in lines)
+
+
+@given(
+    st.booleans(),
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(0, 2**40),
+    st.booleans(),
+    st.lists(st.tuples(st.integers(0, 77), st.integers(0, 255)), max_size=3),
+)
+@settings(max_examples=examples(300), suppress_health_check=[HealthCheck.too_slow], deadline=None)
+def test_the_canonical_marker_read_at_fixed_positions_is_the_record_decoders_answer(
+    committed: bool, epoch: int, timestamp: int, log_append_time: bool, flips: list[tuple[int, int]]
+) -> None:
+    """`decode_marker_batch` reads a marker batch in `encode_marker_batch`'s layout at fixed
+    positions; whatever the bytes (a marker of either kind, any coordinator epoch and
+    timestamp, LogAppendTime, bytes changed anywhere), its answer is the general decoder's."""
+    from broker.log import control_records
+    from broker.log.records import batch_records
+
+    data = bytearray(encode_marker_batch(7, 3, EndTxnMarker(committed, epoch), timestamp))
+    if log_append_time:
+        data[22] |= 0x08  # attributes (low byte): LogAppendTime; the max timestamp differs
+        data[35:43] = (timestamp + 5).to_bytes(8, "big")
+    for at, value in flips:
+        if at >= 21:  # from the attributes on (offsets, length, epoch, magic, CRC play no part)
+            data[at] = value
+
+    def general() -> tuple[EndTxnMarker, int] | None | str:
+        try:
+            for _offset, ts, record in batch_records(bytes(data), payloads=True):
+                return control_records.decode_marker_record(record.key, record.value), ts
+        except Exception as exc:  # noqa: BLE001 - the kind of failure is compared only as "fails"
+            return f"fails: {type(exc).__name__}"
+        return None
+
+    fast = control_records._canonical_marker(bytes(data))
+    if fast is not None:
+        assert fast == general()
+    if not flips:
+        assert fast == (EndTxnMarker(committed, epoch), timestamp + 5 if log_append_time else timestamp)
