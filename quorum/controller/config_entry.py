@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Self
 
+from quorum.frozen_init import fast_frozen_init
+
 __all__ = ["ConfigEntry", "ConfigSource", "ConfigSynonym", "ConfigType"]
 
 
@@ -58,6 +60,7 @@ class ConfigType(_WireEnum):
     PASSWORD = 9
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConfigSynonym:
     """A config that stands for the described one, with its value where it is set."""
@@ -67,6 +70,7 @@ class ConfigSynonym:
     source: ConfigSource
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConfigEntry:
     """One config as DescribeConfigs (and REST ``/configs``) shows it."""

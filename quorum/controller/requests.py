@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from uuid import UUID
 
+from quorum.frozen_init import fast_frozen_init
+
 NO_NUM_PARTITIONS = -1  # CreateTopics: use the broker default (num.partitions)
 NO_REPLICATION_FACTOR = -1  # CreateTopics: use default.replication.factor
 
@@ -49,6 +51,7 @@ class CreatableTopic:
     configs: Mapping[str, str] = field(default_factory=dict)
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class CreateTopicsRequest:
     topics: tuple[CreatableTopic, ...]
@@ -67,11 +70,13 @@ class CreateTopicResult:
     configs: Mapping[str, str] = field(default_factory=dict)  # explicit topic configs
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class CreateTopicsResponse:
     topics: tuple[CreateTopicResult, ...]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DeleteTopicsRequest:
     names: tuple[str, ...] = ()
@@ -79,6 +84,7 @@ class DeleteTopicsRequest:
     timeout_ms: int = 30_000
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DeleteTopicResult:
     name: str | None
@@ -87,11 +93,13 @@ class DeleteTopicResult:
     message: str | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DeleteTopicsResponse:
     topics: tuple[DeleteTopicResult, ...]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class PartitionsIncrease:
     name: str
@@ -99,6 +107,7 @@ class PartitionsIncrease:
     assignments: tuple[tuple[int, ...], ...] | None = None  # replicas of each new partition
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class CreatePartitionsRequest:
     topics: tuple[PartitionsIncrease, ...]
@@ -106,6 +115,7 @@ class CreatePartitionsRequest:
     timeout_ms: int = 30_000
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class CreatePartitionsResult:
     name: str
@@ -113,6 +123,7 @@ class CreatePartitionsResult:
     message: str | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class CreatePartitionsResponse:
     topics: tuple[CreatePartitionsResult, ...]
@@ -121,6 +132,7 @@ class CreatePartitionsResponse:
 # ---------------------------------------------------------------- configs
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AlterConfigOp:
     name: str
@@ -128,6 +140,7 @@ class AlterConfigOp:
     value: str | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AlterConfigsResource:
     resource_type: ConfigResourceType
@@ -135,12 +148,14 @@ class AlterConfigsResource:
     ops: tuple[AlterConfigOp, ...]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class IncrementalAlterConfigsRequest:
     resources: tuple[AlterConfigsResource, ...]
     validate_only: bool = False
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AlterConfigsResult:
     resource_type: ConfigResourceType
@@ -149,6 +164,7 @@ class AlterConfigsResult:
     message: str | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class IncrementalAlterConfigsResponse:
     resources: tuple[AlterConfigsResult, ...]
@@ -157,6 +173,7 @@ class IncrementalAlterConfigsResponse:
 # ---------------------------------------------------------------- leaders
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ElectLeadersRequest:
     election_type: ElectionType
@@ -165,6 +182,7 @@ class ElectLeadersRequest:
     timeout_ms: int = 30_000
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ElectLeaderResult:
     topic: str
@@ -173,6 +191,7 @@ class ElectLeaderResult:
     message: str | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ElectLeadersResponse:
     error_code: int
@@ -182,6 +201,7 @@ class ElectLeadersResponse:
 # ---------------------------------------------------------------- brokers
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
     name: str
@@ -201,6 +221,7 @@ class BrokerRegistrationRequest:
     previous_broker_epoch: int = -1
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BrokerRegistrationResponse:
     error_code: int
@@ -208,6 +229,7 @@ class BrokerRegistrationResponse:
     message: str | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BrokerHeartbeatRequest:
     broker_id: int
@@ -217,6 +239,7 @@ class BrokerHeartbeatRequest:
     want_shut_down: bool
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BrokerHeartbeatResponse:
     error_code: int
@@ -225,6 +248,7 @@ class BrokerHeartbeatResponse:
     should_shut_down: bool = False
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class IsrMember:
     """An entry of AlterPartition's NewIsrWithEpochs; broker epoch -1 skips the epoch check."""
@@ -233,6 +257,7 @@ class IsrMember:
     broker_epoch: int = -1
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AlterPartitionItem:
     topic_id: UUID
@@ -243,6 +268,7 @@ class AlterPartitionItem:
     partition_epoch: int
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AlterPartitionRequest:
     broker_id: int
@@ -250,6 +276,7 @@ class AlterPartitionRequest:
     partitions: tuple[AlterPartitionItem, ...]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AlterPartitionResult:
     topic_id: UUID
@@ -262,12 +289,14 @@ class AlterPartitionResult:
     partition_epoch: int = -1
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AlterPartitionResponse:
     error_code: int
     partitions: tuple[AlterPartitionResult, ...]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AllocateProducerIdsRequest:
     """KIP-730 (api 67): a broker asks for a block of producer ids."""
@@ -276,6 +305,7 @@ class AllocateProducerIdsRequest:
     broker_epoch: int
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AllocateProducerIdsResponse:
     error_code: int

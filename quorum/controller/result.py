@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from quorum.frozen_init import fast_frozen_init
 from quorum.metadata.records import MetadataRecord
 
 T = TypeVar("T")
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ControllerResult(Generic[T]):
     records: Sequence[MetadataRecord]

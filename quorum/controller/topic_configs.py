@@ -24,6 +24,7 @@ from typing import Protocol
 
 from quorum.controller.config_entry import ConfigEntry, ConfigSource, ConfigSynonym, ConfigType
 from quorum.controller.errors import InvalidConfigError
+from quorum.frozen_init import fast_frozen_init
 
 ConfigValue = bool | int | float | str | tuple[str, ...]
 """A parsed config value: BOOLEAN → bool, INT/LONG → int, DOUBLE → float, STRING → str, LIST → tuple."""
@@ -137,6 +138,7 @@ class Validator(Protocol):
     def describe(self) -> str: ...
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Range:
     """Kafka's ``Range.atLeast`` / ``Range.between`` (bounds inclusive)."""
@@ -161,6 +163,7 @@ class Range:
         return f"[{self.min},...,{self.max}]"
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ValidString:
     """One of a fixed set of strings (case-sensitive)."""
@@ -176,6 +179,7 @@ class ValidString:
         return "[" + ", ".join(self.values) + "]"
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ValidList:
     """Every list element is one of a fixed set of strings (an empty list is allowed)."""
@@ -191,6 +195,7 @@ class ValidList:
         return ValidString(self.values).describe()
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class LevelOrDefault:
     """A compression level in [min, max], or the library's "default level" sentinel (gzip's -1)."""
@@ -211,6 +216,7 @@ class LevelOrDefault:
 _THROTTLED_ITEM = re.compile(r"(?:[0-9]+:[0-9]+)?")
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ThrottledReplicas:
     """``*`` or a list of ``partitionId:brokerId`` pairs (Kafka's ``ThrottledReplicaListValidator``)."""
@@ -233,6 +239,7 @@ class ThrottledReplicas:
 # ----------------------------------------------------------------------------- definitions
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BrokerSynonym:
     """A broker config a topic config falls back to; ``multiplier`` converts its unit to the topic's."""
@@ -244,6 +251,7 @@ class BrokerSynonym:
     multiplier: int = 1
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class TopicConfigDef:
     name: str

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, ClassVar
 
+from quorum.frozen_init import fast_frozen_init
 from quorum.metadata._codec import (
     REQUIRED,
     CompiledSchema,
@@ -156,6 +157,7 @@ class SecurityProtocol(IntEnum):
 # --------------------------------------------------------------------------- record types
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
     """One listener of a broker (RegisterBrokerRecord.EndPoints)."""
@@ -166,6 +168,7 @@ class BrokerEndpoint:
     security_protocol: int = 0  # SecurityProtocol.PLAINTEXT
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BrokerFeature:
     """A feature range a broker supports (RegisterBrokerRecord.Features)."""
@@ -175,6 +178,7 @@ class BrokerFeature:
     max_supported_version: int
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class RegisterBrokerRecord:
     """apiKey 0. A broker (re-)registered; `broker_epoch` is the offset of this record."""
@@ -192,6 +196,7 @@ class RegisterBrokerRecord:
     log_dirs: tuple[uuid.UUID, ...] = ()
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class UnregisterBrokerRecord:
     """apiKey 1."""
@@ -201,6 +206,7 @@ class UnregisterBrokerRecord:
     broker_epoch: int
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class TopicRecord:
     """apiKey 2."""
@@ -210,6 +216,7 @@ class TopicRecord:
     topic_id: uuid.UUID
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class PartitionRecord:
     """apiKey 3. The full state of a new partition (also how snapshots hold partitions)."""
@@ -230,6 +237,7 @@ class PartitionRecord:
     last_known_elr: _ID | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ConfigRecord:
     """apiKey 4. Sets (or, with value None, deletes) one config key of a resource."""
@@ -241,6 +249,7 @@ class ConfigRecord:
     value: str | None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class PartitionChangeRecord:
     """apiKey 5. A change to a partition; None / NO_LEADER_CHANGE / -1 mean "unchanged"."""
@@ -259,6 +268,7 @@ class PartitionChangeRecord:
     last_known_elr: _ID | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FenceBrokerRecord:
     """apiKey 7 (legacy; Kafka's `Id`/`Epoch` are `broker_id`/`broker_epoch` here)."""
@@ -268,6 +278,7 @@ class FenceBrokerRecord:
     broker_epoch: int
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class UnfenceBrokerRecord:
     """apiKey 8 (legacy; Kafka's `Id`/`Epoch` are `broker_id`/`broker_epoch` here)."""
@@ -277,6 +288,7 @@ class UnfenceBrokerRecord:
     broker_epoch: int
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class RemoveTopicRecord:
     """apiKey 9. Removes the topic, its partitions and its configs."""
@@ -285,6 +297,7 @@ class RemoveTopicRecord:
     topic_id: uuid.UUID
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FeatureLevelRecord:
     """apiKey 12. Level 0 removes the feature."""
@@ -294,6 +307,7 @@ class FeatureLevelRecord:
     feature_level: int
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ProducerIdsRecord:
     """apiKey 15. The next producer id block starts at `next_producer_id`."""
@@ -304,6 +318,7 @@ class ProducerIdsRecord:
     next_producer_id: int
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BrokerRegistrationChangeRecord:
     """apiKey 17. `fenced`: FencingChange (-1 unfence, 0 none, 1 fence);
@@ -318,6 +333,7 @@ class BrokerRegistrationChangeRecord:
     log_dirs: tuple[uuid.UUID, ...] = ()
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class NoOpRecord:
     """apiKey 20. Written by the active controller to advance the log (KIP-835)."""

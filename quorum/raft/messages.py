@@ -12,11 +12,13 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from quorum.frozen_init import fast_frozen_init
 from quorum.raft.errors import ErrorCode
 from quorum.raft.types import Batch, Epoch, NodeId, Offset, OffsetAndEpoch
 from quorum.raft.voter_set import ZERO_UUID
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class VoteRequest:
     """Vote (api key 52). `pre_vote` (KIP-996): `candidate_epoch` is the sender's
@@ -32,6 +34,7 @@ class VoteRequest:
     voter_directory_id: uuid.UUID = ZERO_UUID
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class VoteResponse:
     error: ErrorCode
@@ -41,6 +44,7 @@ class VoteResponse:
     pre_vote: bool = False
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BeginQuorumEpochRequest:
     """BeginQuorumEpoch (53): a new leader announces itself to the voters."""
@@ -49,6 +53,7 @@ class BeginQuorumEpochRequest:
     leader_epoch: Epoch
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BeginQuorumEpochResponse:
     error: ErrorCode
@@ -56,6 +61,7 @@ class BeginQuorumEpochResponse:
     leader_epoch: Epoch
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class EndQuorumEpochRequest:
     """EndQuorumEpoch (54): a resigning leader; successors most caught-up first."""
@@ -65,6 +71,7 @@ class EndQuorumEpochRequest:
     preferred_successors: tuple[NodeId, ...]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class EndQuorumEpochResponse:
     error: ErrorCode
@@ -72,6 +79,7 @@ class EndQuorumEpochResponse:
     leader_epoch: Epoch
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchRequest:
     """Fetch (1) of `__cluster_metadata-0`.
@@ -92,6 +100,7 @@ class FetchRequest:
     replica_directory_id: uuid.UUID = ZERO_UUID  # KIP-853 (zero: not sent)
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchResponse:
     error: ErrorCode
@@ -104,6 +113,7 @@ class FetchResponse:
     batches: tuple[Batch, ...] = ()
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchSnapshotRequest:
     """FetchSnapshot (59): `position` is the number of snapshot bytes already held."""
@@ -115,6 +125,7 @@ class FetchSnapshotRequest:
     max_bytes: int = 1024 * 1024
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchSnapshotResponse:
     error: ErrorCode
@@ -131,6 +142,7 @@ Response = VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse | Fe
 Message = Request | Response
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """One message from `source` to `destination`.

@@ -35,11 +35,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from quorum.frozen_init import fast_frozen_init
 from quorum.raft.messages import Envelope
 from quorum.raft.types import Batch, ElectionState, Offset, OffsetAndEpoch
 from quorum.raft.voter_change import VoterChangeResult
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class SnapshotChunk:
     """Bytes of a snapshot being received from the leader, at byte `position`."""
@@ -50,6 +52,7 @@ class SnapshotChunk:
     size: int  # total size of the snapshot
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Ready:
     election: ElectionState | None = None

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from quorum.frozen_init import fast_frozen_init
+
 NodeId = int
 Epoch = int
 Offset = int
@@ -41,6 +43,7 @@ class ControlType(IntEnum):
     KRAFT_VOTERS = 6  # VotersRecord (KIP-853): the whole voter set from this offset on
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Batch:
     """One record batch of the replicated log: records base_offset .. base_offset+n-1.
@@ -73,6 +76,7 @@ class Batch:
         return self.control_type is not None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ElectionState:
     """The durable quorum state (Kafka's quorum-state file).

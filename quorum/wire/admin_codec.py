@@ -77,6 +77,7 @@ from quorum.controller.requests import (
     IsrMember,
     PartitionsIncrease,
 )
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import default_message
 from quorum.raft.errors import ErrorCode
 from quorum.wire import admin_direct, api_frames
@@ -147,6 +148,7 @@ class DescribeConfigsResource:
             object.__setattr__(self, "config_names", None)
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DescribeConfigsRequest:
     resources: tuple[DescribeConfigsResource, ...]
@@ -154,6 +156,7 @@ class DescribeConfigsRequest:
     include_documentation: bool = False  # v3+
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DescribeConfigsResult:
     resource_type: int
@@ -163,22 +166,26 @@ class DescribeConfigsResult:
     entries: tuple[ConfigEntry, ...] = ()
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DescribeConfigsResponse:
     results: tuple[DescribeConfigsResult, ...]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class UnregisterBrokerRequest:
     broker_id: int
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class UnregisterBrokerResponse:
     error_code: int
     message: str | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DescribeClusterRequest:
     include_cluster_authorized_operations: bool = False
@@ -186,6 +193,7 @@ class DescribeClusterRequest:
     include_fenced_brokers: bool = False  # v2+
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DescribeClusterBroker:
     broker_id: int
@@ -195,6 +203,7 @@ class DescribeClusterBroker:
     is_fenced: bool = False  # v2+
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DescribeClusterResponse:
     cluster_id: str
@@ -236,6 +245,7 @@ AdminReply: TypeAlias = (
 )
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DecodedAdmin:
     api_key: int
@@ -1080,6 +1090,7 @@ def _err_allocate_producer_ids(r: Any, code: int, message: str | None) -> Alloca
 # --------------------------------------------------------------------------- the table
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class _Api:
     key: int

@@ -35,6 +35,7 @@ from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_writer
 
+from quorum.frozen_init import fast_frozen_init
 from quorum.raft.describe import QuorumDescription, ReplicaDescription
 from quorum.raft.errors import ErrorCode
 from quorum.raft.messages import (
@@ -177,6 +178,7 @@ class WireError(Exception):
         return f"WireError({self.code.name}, {self.message!r})"
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class RequestHeaderInfo:
     api_key: int
@@ -185,6 +187,7 @@ class RequestHeaderInfo:
     client_id: str | None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ApiVersionsCall:
     """An ApiVersions request (v3+ names the client software)."""
@@ -193,6 +196,7 @@ class ApiVersionsCall:
     client_software_version: str = ""
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DescribeQuorumCall:
     """A DescribeQuorum request for `__cluster_metadata-0`."""
@@ -210,6 +214,7 @@ class ApiVersionsResult:
     finalized_epoch: int = -1
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ErrorResult:
     """A failed DescribeQuorum (or any failure without a typed response), with the
@@ -224,6 +229,7 @@ class ErrorResult:
 Call: TypeAlias = Request | ApiVersionsCall | DescribeQuorumCall
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DecodedRequest:
     api_key: int
@@ -311,6 +317,7 @@ _ZERO_MS: Final = timedelta(0)
 # --------------------------------------------------------------------------- requests: encode
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class _Ctx:
     cluster_id: str | None
