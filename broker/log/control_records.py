@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-from broker.log.records import BatchHeader, Record, RecordsError, batch_records, encode_records
+from broker.log.records import BatchHeader, RecordsError, batch_records, encode_keyed_records
 from quorum.storage.batch_layout import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
@@ -71,7 +71,7 @@ def encode_marker_batch(producer_id: int, producer_epoch: int, marker: EndTxnMar
     leader's append assigns both)."""
     key, value = encode_marker_record(marker)
     header = BatchHeader(-1, MARKER_ATTRIBUTES, producer_id, producer_epoch, -1)
-    return encode_records([Record(0, timestamp_ms, key, value)], header)
+    return encode_keyed_records([(key, value)], timestamp_ms, header)  # encode_records' bytes, no Record
 
 
 # A marker batch as `encode_marker_batch` (and Kafka) lays it out, from the record count on:
