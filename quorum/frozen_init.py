@@ -1,4 +1,4 @@
-"""A faster `__init__` for the frozen, slotted dataclasses built on hot paths.
+"""Faster construction of the frozen, slotted dataclasses built on hot paths.
 
 A frozen dataclass's generated `__init__` sets each field with `object.__setattr__(self,
 name, value)` (a plain assignment would hit the frozen `__setattr__`): a global lookup, an
@@ -13,17 +13,53 @@ per class and read from the closure): the same parameters, defaults and result, 
 instances stay frozen (assignment still raises `FrozenInstanceError`); construction takes
 less than half the time. Only plain classes qualify (every field in `__init__`, no
 `default_factory`, no `__post_init__`): anything else raises TypeError at import time.
+`fast_constructor` goes one step further for the hottest call sites: a function of every
+field, positionally, that skips `__init__` (and so defaults and `__post_init__`) altogether.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["fast_frozen_init"]
+__all__ = ["fast_constructor", "fast_frozen_init"]
 
 T = TypeVar("T")
+
+
+def _slot_setters(cls: type, names: list[str]) -> list[Any]:
+    """Each field's slot descriptor `__set__` (bypasses the frozen `__setattr__`)."""
+    setters = []
+    for name in names:
+        setter = getattr(getattr(cls, name, None), "__set__", None)
+        if setter is None:
+            raise TypeError(f"{cls.__qualname__}.{name} is not a slot (the class must be a slotted dataclass)")
+        setters.append(setter)
+    return setters
+
+
+def _compile(source: str, setters: list[Any], extra: dict[str, Any]) -> Any:
+    """`make(_set_a, _set_b, ...)` of `source`, called with `setters`: what it returns."""
+    namespace: dict[str, Any] = dict(extra)
+    exec(source, namespace)  # noqa: S102 - built from a dataclass's own field names
+    return namespace["make"](*setters)
+
+
+def fast_constructor(cls: type[T]) -> Callable[..., T]:
+    """A function building a slotted dataclass from all its fields, positionally, in field
+    order, without running `__init__` (no defaults, no `__post_init__`): a little faster
+    still than `fast_frozen_init`'s `__init__`, for the hottest call sites."""
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    setters = "".join(f"        _set_{n}(obj, {n})\n" for n in names)
+    source = (
+        f"def make({', '.join(f'_set_{n}' for n in names)}):\n"
+        f"    def build({', '.join(names)}):\n        obj = _new(_cls)\n{setters}        return obj\n"
+        f"    return build\n"
+    )
+    built: Callable[..., T] = _compile(source, _slot_setters(cls, names), {"_new": object.__new__, "_cls": cls})
+    return built
 
 
 def fast_frozen_init(cls: type[T]) -> type[T]:
@@ -54,9 +90,7 @@ def fast_frozen_init(cls: type[T]) -> type[T]:
         f"    def __init__({arguments}):\n{setters}"
         f"    return __init__\n"
     )
-    namespace: dict[str, Any] = {}
-    exec(source, namespace)  # noqa: S102 - the source is built from the class's own field names
-    init = namespace["make"](*(getattr(cls, n).__set__ for n in names))
+    init = _compile(source, _slot_setters(cls, names), {})
     init.__defaults__ = generated.__defaults__
     init.__kwdefaults__ = generated.__kwdefaults__
     init.__qualname__ = f"{cls.__qualname__}.__init__"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from broker.log.partition_log import AppendInfo
 from broker.replica.requests import FetchPartition, FetchPartitionResult, ProducePartitionResult
 from broker.replica.state import FollowerPlan, LeaderAnswer
-from quorum.frozen_init import fast_frozen_init
+from quorum.frozen_init import fast_constructor, fast_frozen_init
 from quorum.storage.record_batch import BatchFrame
 
 
@@ -119,3 +119,11 @@ def test_hot_classes_match_their_generated_twin(cls: type[Any]) -> None:
     assert as_tuple(cls(**required)) == as_tuple(twin(**required))
     with pytest.raises(FrozenInstanceError):
         setattr(cls(**values), fields[0].name, 0)
+
+
+def test_fast_constructor_builds_what_init_builds_from_every_field() -> None:
+    build = fast_constructor(Plain)
+    made = build(1, "x", (3,), None)
+    assert type(made) is Plain and made == Plain(1, "x", (3,), None)
+    with pytest.raises(FrozenInstanceError):
+        made.a = 2  # type: ignore[misc]
