@@ -7,7 +7,8 @@ produce takes the whole leader path (decode, checks, validation, offsets, write,
 state, the acks=all waiter, its wake-up through the loop, the answer) and completes without
 a follower fetch (the follower side is measured elsewhere). `--clients` connections each
 send produce requests (small batches, as librdkafka at linger.ms=0) naming `--partitions`
-partitions in a loop, up to `--depth` in flight each (the transport's pipelining).
+partitions in a loop, up to `--depth` in flight each (the transport's pipelining), on uvloop
+as the brokers run (`--asyncio`: asyncio's own loop).
 
 Prints the process's CPU time (`time.process_time`) per request and per batch, per round;
 `--profile` adds a cProfile of the last round.
@@ -234,12 +235,18 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=3000, help="per client")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--asyncio", action="store_true", help="asyncio's own loop (default: uvloop, as the brokers)")
     args = ap.parse_args()
     tune_collector()  # a broker's collector thresholds (broker.node)
-    asyncio.run(one_round(args, 50, None, warm_up=True))  # warm-up: imports, caches
+    run = asyncio.run
+    if not args.asyncio:
+        import uvloop
+
+        run = uvloop.run
+    run(one_round(args, 50, None, warm_up=True))  # warm-up: imports, caches
     for r in range(args.rounds):
         profile = cProfile.Profile() if args.profile and r == args.rounds - 1 else None
-        us, parts = asyncio.run(one_round(args, args.requests, profile))
+        us, parts = run(one_round(args, args.requests, profile))
         print(f"round {r + 1}: {us:.1f} us of CPU per request, {us / parts:.1f} per batch "
               f"({args.clients * args.requests} requests of {parts} partitions)"
               f"{' (profiled)' if profile else ''}", flush=True)  # fmt: skip
