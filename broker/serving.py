@@ -6,7 +6,8 @@ active controller."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
 
 from broker.kafka.forwarding import forward_frame
 from broker.kafka.services import (
@@ -68,8 +69,8 @@ class LocalBrokerServices:
     def image(self) -> MetadataImage:
         return self._image()
 
-    async def produce(self, params: ProduceParams) -> list[ProducePartitionResult]:
-        return await self.replicas.produce(params)
+    def produce(self, params: ProduceParams) -> Coroutine[Any, Any, list[ProducePartitionResult]]:
+        return self.replicas.produce(params)  # the manager's coroutine itself: no frame of our own
 
     async def fetch(self, params: FetchParams) -> list[FetchPartitionResult]:
         return await self.replicas.fetch(params)

@@ -20,6 +20,7 @@ client is the log's INVALID_RECORD.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -31,8 +32,9 @@ from broker.kafka.services import (
     ProducePartition,
     ProducePartitionResult,
 )
-from broker.kafka.wire import Reader, response_writer
-from broker.log.producer_state import read_producer_fields
+from broker.kafka.wire import MalformedRequest, Reader, Writer, response_writer
+from broker.log.producer_state import is_transactional_batch
+from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 from quorum.metadata.image import MetadataImage
 from quorum.storage.batch_layout import (
@@ -47,8 +49,12 @@ from quorum.wire.transport import CloseConnection
 __all__ = ["ProduceRequest", "decode_produce", "encode_produce_response", "handle_produce", "validate_single_batch"]
 
 _I32: Final = struct.Struct(">i")
+_ACKS_TIMEOUT: Final = struct.Struct(">hi")
+# A placeholder in the answers of the partitions handed to `BrokerServices.produce`.
+_UNANSWERED: Final = ProducePartitionResult(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ProduceRequest:
     transactional_id: str | None
@@ -58,30 +64,130 @@ class ProduceRequest:
 
 
 def decode_produce(ctx: RequestContext) -> ProduceRequest:
-    """Any version 0-10 (0-2 have no transactional id); MalformedRequest on bad bytes."""
-    r = Reader(ctx.frame, ctx.header.body_offset)
+    """Any version 0-10 (0-2 have no transactional id); MalformedRequest on bad bytes.
+
+    One function walks the whole body with a local position (a Python call costs as much as
+    a dozen fields read inline, and a request of one partition has about thirty fields):
+    one-byte lengths and empty tagged-field sections (nearly all of them) are read in place;
+    anything else goes through `Reader` (varints, tags, strings), which holds the rules."""
+    buf = ctx.frame
+    end = len(buf)
     flex = ctx.flexible
-    version = ctx.version
-    transactional_id = r.string(flex) if version >= 3 else None
-    acks = r.i16()
-    timeout_ms = r.i32()
-
-    def partition() -> tuple[int, memoryview | None]:
-        index = r.i32()
-        records = r.bytes_(flex)
-        if flex:
-            r.skip_tags()
-        return index, records
-
-    def topic() -> tuple[str, tuple[tuple[int, memoryview | None], ...]]:
-        name = r.nonnull_string(flex)
-        parts = r.array(flex, partition)
-        if flex:
-            r.skip_tags()
-        return name, tuple(parts)
-
-    topics = r.array(flex, topic)
+    r = Reader(buf, ctx.header.body_offset)
+    pos = r.pos
+    if ctx.version < 3:
+        transactional_id = None
+    elif flex and pos < end and buf[pos] == 0:  # a compact null string: not transactional
+        transactional_id = None
+        pos += 1
+    else:
+        transactional_id = r.string(flex)
+        pos = r.pos
+    if end - pos < 6:
+        raise MalformedRequest(f"need 6 bytes at {pos}, {end - pos} left")
+    acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, pos)
+    pos += 6
+    topics: list[tuple[str, tuple[tuple[int, memoryview | None], ...]]] = []
+    # Array lengths, bytes lengths: a compact uvarint (+1) when flexible, an int32 otherwise
+    # (Reader._length's rule: below -1 is malformed, -1 is null).
     if flex:
+        if pos < end and buf[pos] < 0x80:
+            n_topics = buf[pos] - 1
+            pos += 1
+        else:
+            r.pos = pos
+            n_topics = r.uvarint() - 1
+            pos = r.pos
+    else:
+        if end - pos < 4:
+            raise MalformedRequest(f"need 4 bytes at {pos}, {end - pos} left")
+        n_topics = _I32.unpack_from(buf, pos)[0]
+        pos += 4
+        if n_topics < -1:
+            raise MalformedRequest(f"negative length {n_topics}")
+    if n_topics < 0:
+        raise MalformedRequest("null in a non-nullable array")
+    if n_topics > end - pos:  # every item takes at least one byte
+        raise MalformedRequest(f"array of {n_topics} items in {end - pos} bytes")
+    for _ in range(n_topics):
+        if flex and pos < end and 0 < buf[pos] < 0x80:  # a short compact string (not null)
+            size = buf[pos] - 1
+            pos += 1
+            if size > end - pos:
+                raise MalformedRequest(f"need {size} bytes at {pos}, {end - pos} left")
+            try:
+                name = str(buf[pos : pos + size], "utf-8")
+            except UnicodeDecodeError as exc:
+                raise MalformedRequest("string is not utf-8") from exc
+            pos += size
+        else:
+            r.pos = pos
+            name = r.nonnull_string(flex)
+            pos = r.pos
+        if flex:
+            if pos < end and buf[pos] < 0x80:
+                n_parts = buf[pos] - 1
+                pos += 1
+            else:
+                r.pos = pos
+                n_parts = r.uvarint() - 1
+                pos = r.pos
+        else:
+            if end - pos < 4:
+                raise MalformedRequest(f"need 4 bytes at {pos}, {end - pos} left")
+            n_parts = _I32.unpack_from(buf, pos)[0]
+            pos += 4
+            if n_parts < -1:
+                raise MalformedRequest(f"negative length {n_parts}")
+        if n_parts < 0:
+            raise MalformedRequest("null in a non-nullable array")
+        if n_parts > end - pos:
+            raise MalformedRequest(f"array of {n_parts} items in {end - pos} bytes")
+        parts: list[tuple[int, memoryview | None]] = []
+        for _ in range(n_parts):
+            if end - pos < 4:
+                raise MalformedRequest(f"need 4 bytes at {pos}, {end - pos} left")
+            index = _I32.unpack_from(buf, pos)[0]
+            pos += 4
+            if flex:
+                if end - pos >= 2 and buf[pos] >= 0x80 and buf[pos + 1] < 0x80:  # 127..16,383 bytes: most batches
+                    size = (buf[pos] & 0x7F | buf[pos + 1] << 7) - 1
+                    pos += 2
+                else:
+                    r.pos = pos
+                    size = r.uvarint() - 1
+                    pos = r.pos
+            else:
+                if end - pos < 4:
+                    raise MalformedRequest(f"need 4 bytes at {pos}, {end - pos} left")
+                size = _I32.unpack_from(buf, pos)[0]
+                pos += 4
+                if size < -1:
+                    raise MalformedRequest(f"negative length {size}")
+            records: memoryview | None = None
+            if size >= 0:
+                if size > end - pos:
+                    raise MalformedRequest(f"need {size} bytes at {pos}, {end - pos} left")
+                records = buf[pos : pos + size]
+                pos += size
+            if flex:
+                if pos < end and buf[pos] == 0:
+                    pos += 1
+                else:
+                    r.pos = pos
+                    r.skip_tags()
+                    pos = r.pos
+            parts.append((index, records))
+        if flex:
+            if pos < end and buf[pos] == 0:
+                pos += 1
+            else:
+                r.pos = pos
+                r.skip_tags()
+                pos = r.pos
+        topics.append((name, tuple(parts)))
+    if flex and not (pos < end and buf[pos] == 0):
+        r.pos = pos
         r.skip_tags()
     return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics))
 
@@ -90,8 +196,7 @@ def _is_transactional(records: memoryview | None) -> bool:
     """Kafka's RequestUtils.hasTransactionalRecords, on the first batch's attributes: a control
     batch counts too (unlike KIP-890's `transactional_producer`, which verifies data batches
     only), so a client's marker without a transactional id is refused here."""
-    fields = None if records is None else read_producer_fields(records)
-    return fields is not None and fields.is_transactional
+    return records is not None and is_transactional_batch(records)
 
 
 def validate_single_batch(records: memoryview | None) -> str | None:
@@ -111,18 +216,32 @@ def validate_single_batch(records: memoryview | None) -> str | None:
     return None
 
 
+# One partition's answer in the common case (no record errors, no message, no leader hint)
+# at each version: index, error, base offset, [v2+] log append time, [v5+] log start offset.
+_PARTITION_V0: Final = struct.Struct(">ihq")
+_PARTITION_V2: Final = struct.Struct(">ihqq")
+_PARTITION_V5: Final = struct.Struct(">ihqqq")
+
+
 def encode_produce_response(
     ctx: RequestContext,
     request: ProduceRequest,
     results: list[ProducePartitionResult],
-    image: MetadataImage,
+    image: Callable[[], MetadataImage],
     listener_name: str,
 ) -> bytearray:
+    """`image` is asked only when a NOT_LEADER_OR_FOLLOWER answer names a leader (v10's
+    NodeEndpoints). A partition whose answer has no record errors, no message and no leader
+    hint (nearly all of them) is one `struct.pack` and a constant tail."""
     version = ctx.version
     flex = ctx.flexible
     w = response_writer(ctx.header.correlation_id, flex)
     leaders: dict[int, None] = {}
     w.length(len(request.topics), flex, True)
+    # v8+: an empty record_errors array and a null error_message; flexible: no tags.
+    tail = (b"\x01\x00" if flex else b"\x00\x00\x00\x00\xff\xff") if version >= 8 else b""
+    if flex:
+        tail += b"\x00"
     i = 0
     for name, parts in request.topics:
         w.string(name, flex)
@@ -130,6 +249,17 @@ def encode_produce_response(
         for index, _ in parts:
             res = results[i]
             i += 1
+            if res.current_leader is None and (version < 8 or (not res.record_errors and res.error_message is None)):
+                if version >= 5:
+                    w.buf += _PARTITION_V5.pack(
+                        index, res.error, res.base_offset, res.log_append_time_ms, res.log_start_offset
+                    )
+                elif version >= 2:
+                    w.buf += _PARTITION_V2.pack(index, res.error, res.base_offset, res.log_append_time_ms)
+                else:
+                    w.buf += _PARTITION_V0.pack(index, res.error, res.base_offset)
+                w.buf += tail
+                continue
             w.i32(index)
             w.i16(res.error)
             w.i64(res.base_offset)
@@ -164,7 +294,7 @@ def encode_produce_response(
     if version >= 1:
         w.i32(0)  # throttle_time_ms
     if flex:
-        endpoints = _node_endpoints(image, leaders, listener_name)
+        endpoints = _node_endpoints(image(), leaders, listener_name) if leaders else None
         if endpoints is None:
             w.no_tags()
         else:
@@ -177,8 +307,6 @@ def encode_produce_response(
 
 def _node_endpoints(image: MetadataImage, leaders: dict[int, None], listener_name: str) -> bytes | None:
     """The encoded NodeEndpoints array (KIP-951) for the leaders named in hints, or None."""
-    from broker.kafka.wire import Writer
-
     found = []
     for broker_id in leaders:
         reg = image.broker(broker_id)
@@ -201,33 +329,39 @@ def _node_endpoints(image: MetadataImage, leaders: dict[int, None], listener_nam
 async def handle_produce(ctx: RequestContext, services: BrokerServices, config: ListenerConfig) -> bytearray | None:
     request = decode_produce(ctx)
     version = ctx.version
-    flat: list[tuple[str, int, memoryview | None]] = [
-        (name, index, records) for name, parts in request.topics for index, records in parts
-    ]
-    results: list[ProducePartitionResult | None] = [None] * len(flat)
     refusal: ErrorCode | None = None
     if version < 3:
         refusal = ErrorCode.UNSUPPORTED_VERSION
     elif request.acks not in (-1, 0, 1):
         refusal = ErrorCode.INVALID_REQUIRED_ACKS
-    elif request.transactional_id is None and any(_is_transactional(records) for _, _, records in flat):
-        refusal = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    # One pass over the partitions: each one's framing (`validate_single_batch`) and, without
+    # a transactional id, whether any holds transactional batches (refused for all).
+    results: list[ProducePartitionResult] = []
     to_append: list[int] = []
-    if refusal is not None:
-        for i in range(len(flat)):
-            results[i] = ProducePartitionResult(refusal)
-    else:
-        for i, (_, _, records) in enumerate(flat):
+    partitions: list[ProducePartition] = []
+    check_transactional = request.transactional_id is None
+    transactional = False
+    for name, parts in request.topics:
+        for index, records in parts:
+            if check_transactional and not transactional and records is not None:
+                transactional = is_transactional_batch(records)
             why = validate_single_batch(records)
             if why is not None:
-                results[i] = ProducePartitionResult(ErrorCode.INVALID_RECORD, error_message=why)
+                results.append(ProducePartitionResult(ErrorCode.INVALID_RECORD, error_message=why))
             else:
-                to_append.append(i)
-    if to_append:
+                assert records is not None
+                to_append.append(len(results))
+                partitions.append(ProducePartition(name, index, records))
+                results.append(_UNANSWERED)
+    if refusal is None and transactional:
+        refusal = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if refusal is not None:
+        results = [ProducePartitionResult(refusal) for _ in results]
+    elif to_append:
         params = ProduceParams(
             acks=request.acks,
             timeout_ms=request.timeout_ms,
-            partitions=tuple(ProducePartition(flat[i][0], flat[i][1], flat[i][2] or b"") for i in to_append),
+            partitions=tuple(partitions),
             transactional_id=request.transactional_id,
             client_id=ctx.header.client_id,
         )
@@ -236,9 +370,8 @@ async def handle_produce(ctx: RequestContext, services: BrokerServices, config: 
             raise RuntimeError(f"produce returned {len(appended)} results for {len(to_append)} partitions")
         for i, res in zip(to_append, appended, strict=True):
             results[i] = res
-    final = [r if r is not None else ProducePartitionResult(ErrorCode.UNKNOWN_SERVER_ERROR) for r in results]
     if request.acks == 0:
-        if any(r.error != ErrorCode.NONE for r in final):
+        if any(r.error != ErrorCode.NONE for r in results):
             raise CloseConnection("acks=0 produce failed: closing the connection tells the producer")
         return None
-    return encode_produce_response(ctx, request, final, services.image(), config.listener_name)
+    return encode_produce_response(ctx, request, results, services.image, config.listener_name)

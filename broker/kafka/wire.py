@@ -20,6 +20,7 @@ from typing import Final, TypeVar
 
 from broker.kafka.spliced import SplicedResponse
 from broker.log.file_range import FileRange
+from quorum.frozen_init import fast_frozen_init
 
 __all__ = [
     "MalformedRequest",
@@ -39,6 +40,7 @@ _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
 _HEAD: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+_HEAD_CLIENT: Final = struct.Struct(">hhih")  # ... and the client id's length
 
 
 class MalformedRequest(ValueError):
@@ -230,6 +232,7 @@ class Writer:
         return spliced
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class RequestHeader:
     api_key: int
@@ -241,8 +244,19 @@ class RequestHeader:
 
 def parse_request_header(frame: memoryview, flexible: bool) -> RequestHeader:
     """Request header v1 (legacy) or v2 (flexible: + tagged fields). The client id keeps
-    its legacy int16 form in both (Kafka's rule)."""
-    if len(frame) >= _HEAD.size:  # the fixed fields in one unpack
+    its legacy int16 form in both (Kafka's rule). The usual header (a client id, no tagged
+    field) is read in place, every request; anything else through `Reader`."""
+    size = len(frame)
+    if size >= _HEAD_CLIENT.size:
+        api_key, api_version, correlation_id, n = _HEAD_CLIENT.unpack_from(frame, 0)
+        pos = _HEAD_CLIENT.size
+        if 0 <= n <= size - pos and (not flexible or (pos + n < size and frame[pos + n] == 0)):
+            try:
+                client = str(frame[pos : pos + n], "utf-8")
+            except UnicodeDecodeError as exc:
+                raise MalformedRequest("string is not utf-8") from exc
+            return RequestHeader(api_key, api_version, correlation_id, client, pos + n + (1 if flexible else 0))
+    if size >= _HEAD.size:  # the fixed fields in one unpack
         api_key, api_version, correlation_id = _HEAD.unpack_from(frame, 0)
         r = Reader(frame, _HEAD.size)
     else:  # too short: the reader says so

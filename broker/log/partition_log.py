@@ -571,23 +571,30 @@ class PartitionLog:
         self._take_producer_snapshot()  # Kafka's: the new segment's base, for recovery to start at
         self.flush_in_background(seg.base_offset)
 
-    def _write(self, data: bytes | bytearray | memoryview, frames: list, now_ms: int) -> None:  # type: ignore[type-arg]
+    def _write(
+        self, data: bytes | bytearray | memoryview, frames: list[BatchFrame], now_ms: int,
+        batches: list[ProducerBatch] | None = None,
+    ) -> None:  # fmt: skip
+        """`batches`: `_producer_batches(data, frames)` when the caller has them already."""
         last = frames[-1].last_offset
         self.maybe_roll(now_ms, len(data), last)
-        batches = _producer_batches(data, frames)  # before the write: a marker that does not parse writes nothing
+        if batches is None:
+            batches = _producer_batches(data, frames)  # before the write: a marker that does not parse writes nothing
         seg = self.active
         start = seg.size
         seg.append(data, frames)
         if start == 0 and self.on_roll_deadline is not None:
             self.on_roll_deadline(self)  # a written segment: it rolls by time from now on
         ends = self._batch_ends
+        count = 0
         for f in frames:
-            ends.append((f.last_offset + 1, seg, start + f.position + f.size))
+            ends.append((f.base_offset + f.last_offset_delta + 1, seg, start + f.position + f.size))
+            count += f.record_count
         self._apply_producer_batches(seg, batches, last + 1)
+        epochs = self._epochs
         for f in frames:
-            if f.leader_epoch >= 0 and (not self._epochs or f.leader_epoch > self._epochs[-1][0]):
+            if f.leader_epoch >= 0 and (not epochs or f.leader_epoch > epochs[-1][0]):
                 self._assign(f.leader_epoch, f.base_offset)
-        count = sum(f.record_count for f in frames)
         self.unflushed_messages += count
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
@@ -621,7 +628,7 @@ class PartitionLog:
                     duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, duplicate.last_offset,
                     append_time, self.log_start_offset, 0, 0,
                 )  # fmt: skip
-        self._write(a.data, a.frames, now_ms)
+        self._write(a.data, a.frames, now_ms, batches)
         return AppendInfo(
             a.first_offset, a.last_offset, a.max_timestamp, a.offset_of_max_timestamp, a.log_append_time_ms,
             self.log_start_offset, a.record_count, len(a.data),

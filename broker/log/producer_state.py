@@ -150,6 +150,13 @@ class BatchProducerFields(_BatchAttributes):
     base_sequence: int
 
 
+def is_transactional_batch(data: bytes | bytearray | memoryview, position: int = 0) -> bool:
+    """`read_producer_fields(...).is_transactional` without building the fields (the produce
+    path asks it of every partition of every request): False when too short for a header."""
+    return len(data) - position >= BATCH_HEADER_SIZE and bool(
+        _ATTRIBUTES.unpack_from(data, position + ATTRIBUTES_AT)[0] & ATTR_TRANSACTIONAL
+    )
+
 
 def read_producer_fields(data: bytes | bytearray | memoryview, position: int = 0) -> BatchProducerFields | None:
     """The header fields of the batch at `position` of `data`; None when the bytes left are
@@ -183,7 +190,6 @@ class ProducerBatch(_BatchAttributes):
     @property
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta
-
 
     @classmethod
     def from_header(

@@ -184,12 +184,12 @@ class LogSegment:
         if not self._tail_loaded:
             self.load_tail_state()  # a sealed segment made active again by a truncation
         start = self.size
-        view = memoryview(data)
-        written = 0
-        while written < len(view):
-            # pwrite at the tracked end: the fd's own position is not used (reads are preads).
-            written += os.pwrite(self.fd, view[written:], start + written)
-        self.size += len(data)
+        size = len(data)
+        # pwrite at the tracked end: the fd's own position is not used (reads are preads).
+        written = os.pwrite(self.fd, data, start)
+        while written < size:
+            written += os.pwrite(self.fd, memoryview(data)[written:], start + written)
+        self.size += size
         for f in frames:
             self._note_batch(start + f.position, f)
 

@@ -39,7 +39,7 @@ from broker.log.producer_state import VERIFICATION_OFF, VerificationGuard
 from broker.replica.follower import apply_fetch_answer, apply_leader_offsets
 from broker.replica.log_creator import OFF_LOOP_MIN as LOG_CREATION_OFF_LOOP_MIN
 from broker.replica.log_creator import Created, LogCreator
-from broker.replica.purgatory import AckWaiters, FetchWaiter, FetchWatchers, SessionWatch, future_callback
+from broker.replica.purgatory import AckWait, AckWaiters, FetchWaiter, FetchWatchers, SessionWatch
 from broker.replica.requests import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -336,24 +336,30 @@ class ReplicaManager:
 
     async def produce(self, params: ProduceParams) -> list[ProducePartitionResult]:
         results: list[ProducePartitionResult] = []
-        waits: list[tuple[int, HostedPartition, asyncio.Future[ErrorCode]]] = []
-        verified = Verified()
+        waits: list[tuple[int, HostedPartition]] = []
+        acks_wait = AckWait()
+        verified: Verified | None = None
         if params.transactional_id is not None and self.txn_verify is not None and not params.coordinator:
             verified = await verify_produce(
                 params.transactional_id, params.partitions, self._leader_log, self.txn_verify, now_ms()
             )
         now = now_ms()
+        acks = params.acks
+        coordinator = params.coordinator
         for i, part in enumerate(params.partitions):
-            refused = verified.refused.get(i)
-            if refused is not None:
-                results.append(ProducePartitionResult(error=refused[0], error_message=refused[1]))
-                continue
-            guard = params.verification if params.coordinator else verified.guard(i)
-            result, wait = self._append(part, params.acks, now, params.coordinator, guard)
+            if verified is None:
+                guard = params.verification if coordinator else VERIFICATION_OFF
+            else:
+                refused = verified.refused.get(i)
+                if refused is not None:
+                    results.append(ProducePartitionResult(error=refused[0], error_message=refused[1]))
+                    continue
+                guard = verified.guard(i)
+            result, waiting = self._append(part, acks, now, coordinator, guard, acks_wait, i)
             results.append(result)
-            if wait is not None:
-                waits.append((i, wait[0], wait[1]))
-        await self._wait_for_acks(results, waits, params.timeout_ms)
+            if waiting is not None:
+                waits.append((i, waiting))
+        await self._wait_for_acks(results, waits, acks_wait, params.timeout_ms)
         return results
 
     async def verify_coordinator_write(
@@ -372,21 +378,19 @@ class ReplicaManager:
     async def _wait_for_acks(
         self,
         results: list[ProducePartitionResult],
-        waits: list[tuple[int, HostedPartition, asyncio.Future[ErrorCode]]],
+        waits: list[tuple[int, HostedPartition]],
+        acks_wait: AckWait,
         timeout_ms: int,
     ) -> None:
-        """acks=all: wait up to `timeout_ms` for each append of `waits` (result index, its
-        partition, its future); an error replaces its result in place."""
+        """acks=all: wait up to `timeout_ms` for the appends of `waits` (result index, its
+        partition), registered with `acks_wait` under their result index; an error replaces
+        its result in place."""
         if not waits:
             return
-        futures = [w[2] for w in waits]
-        done, _ = await asyncio.wait(futures, timeout=max(timeout_ms, 0) / 1000)
-        for i, hosted, fut in waits:
-            if fut in done:
-                code = fut.result()
-            else:
-                fut.cancel()
-                code = ErrorCode.REQUEST_TIMED_OUT
+        await acks_wait.wait(max(timeout_ms, 0) / 1000)
+        codes = acks_wait.codes
+        for i, hosted in waits:
+            code = codes.get(i, ErrorCode.REQUEST_TIMED_OUT)
             if code != ErrorCode.NONE:
                 r = results[i]
                 results[i] = ProducePartitionResult(
@@ -397,9 +401,9 @@ class ReplicaManager:
                 )
 
     def _append(
-        self, part: ProducePartition, acks: int, now: int, coordinator: bool = False,
-        verification: VerificationGuard | None = VERIFICATION_OFF,
-    ) -> tuple[ProducePartitionResult, tuple[HostedPartition, asyncio.Future[ErrorCode]] | None]:  # fmt: skip
+        self, part: ProducePartition, acks: int, now: int, coordinator: bool,
+        verification: VerificationGuard | None, acks_wait: AckWait, index: int,
+    ) -> tuple[ProducePartitionResult, HostedPartition | None]:  # fmt: skip
         records = part.records
         return self._append_to(
             part.topic,
@@ -409,6 +413,8 @@ class ReplicaManager:
             lambda hosted: hosted.log.append_as_leader(
                 records, hosted.state.leader_epoch, now, coordinator=coordinator, verification=verification
             ),
+            acks_wait,
+            index,
         )
 
     def _leader_log(self, topic: str, partition: int) -> PartitionLog | None:
@@ -416,15 +422,18 @@ class ReplicaManager:
         return hosted.log if hosted is not None and error == ErrorCode.NONE else None
 
     def _append_to(
-        self, topic: str, partition: int, acks: int, now: int, write: Callable[[HostedPartition], AppendInfo]
-    ) -> tuple[ProducePartitionResult, tuple[HostedPartition, asyncio.Future[ErrorCode]] | None]:
+        self, topic: str, partition: int, acks: int, now: int, write: Callable[[HostedPartition], AppendInfo],
+        acks_wait: AckWait, index: int,
+    ) -> tuple[ProducePartitionResult, HostedPartition | None]:  # fmt: skip
         """The leader's append path of clients' batches and coordinators' markers: leadership,
-        min.insync.replicas, `write`, then (acks=all) a waiter for the HW to pass the append."""
+        min.insync.replicas, `write`, then (acks=all) a waiter for the HW to pass the append,
+        registered with `acks_wait` under `index` (the partition is returned with it)."""
         hosted, error = self._leader_partition(topic, partition)
         if error != ErrorCode.NONE or hosted is None:
             hint = self._hint(topic, partition) if error == ErrorCode.NOT_LEADER_OR_FOLLOWER else None
             return ProducePartitionResult(error=error, current_leader=hint), None
-        check = hosted.state.check_produce(acks, self.min_insync_replicas(topic))
+        state = hosted.state
+        check = state.check_produce(acks, self.min_insync_replicas(topic))
         if check.error != ErrorCode.NONE:
             return ProducePartitionResult(error=check.error, error_message=check.message or None), None
         try:
@@ -434,8 +443,11 @@ class ReplicaManager:
         except OSError as exc:
             log.error("append to %s-%d failed: %s", topic, partition, exc)
             return ProducePartitionResult(error=ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(exc)), None
-        hosted.state.on_local_append(now, hosted.log)
+        state.on_local_append(now, hosted.log)
         hosted.progress.log_end_moved()
+        if acks == -1:
+            # Before the HW is looked at: a HW that already covers the append completes it now.
+            hosted.acks.add(info.last_offset + 1, state.leader_epoch, acks_wait.waiter(index))
         self._advance(hosted)
         result = ProducePartitionResult(
             error=ErrorCode.NONE,
@@ -443,12 +455,7 @@ class ReplicaManager:
             log_append_time_ms=info.log_append_time_ms,
             log_start_offset=info.log_start_offset,
         )
-        if acks != -1:
-            return result, None
-        fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
-        hosted.acks.add(info.last_offset + 1, hosted.state.leader_epoch, future_callback(fut))
-        self._advance(hosted)
-        return result, (hosted, fut)
+        return result, (hosted if acks == -1 else None)
 
     # ------------------------------------------------------------------ transactions
 
@@ -459,7 +466,8 @@ class ReplicaManager:
         follower's NOT_LEADER_OR_FOLLOWER; the producer-state checks give
         INVALID_PRODUCER_EPOCH and TRANSACTION_COORDINATOR_FENCED."""
         results: list[ProducePartitionResult] = []
-        waits: list[tuple[int, HostedPartition, asyncio.Future[ErrorCode]]] = []
+        waits: list[tuple[int, HostedPartition]] = []
+        acks_wait = AckWait()
         now = now_ms()
         for m in markers:
             marker = EndTxnMarker(m.committed, m.coordinator_epoch)
@@ -473,11 +481,11 @@ class ReplicaManager:
                         m.producer_id, m.producer_epoch, marker, hosted.state.leader_epoch, now
                     )
 
-                result, wait = self._append_to(topic, partition, -1, now, write)
-                if wait is not None:
-                    waits.append((len(results), wait[0], wait[1]))
+                result, waiting = self._append_to(topic, partition, -1, now, write, acks_wait, len(results))
+                if waiting is not None:
+                    waits.append((len(results), waiting))
                 results.append(result)
-        await self._wait_for_acks(results, waits, timeout_ms)
+        await self._wait_for_acks(results, waits, acks_wait, timeout_ms)
         out = []
         i = 0
         for m in markers:

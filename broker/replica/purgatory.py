@@ -28,6 +28,7 @@ It is also the clock of the fetches that skipped a partition (`PartitionClock`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 from collections.abc import Callable, Iterable
@@ -75,14 +76,54 @@ class AckWaiters:
             done(error)
 
 
-def future_callback(fut: asyncio.Future[ErrorCode]) -> Callable[[ErrorCode], None]:
-    """A `AckWaiters` callback completing ``fut`` (unless it was cancelled: a timed-out produce)."""
+class AckWait:
+    """The acks=-1 appends of one request (a Produce, a WriteTxnMarkers) waiting in their
+    partitions' `AckWaiters`: one future and one timer for the request, however many
+    partitions it names (not a future per partition and `asyncio.wait`, which cost a timer,
+    a set and an extra loop turn per request). `waiter(index)` is the `AckWaiters` callback
+    of the append at `index` in the request; `codes` holds the codes of those completed."""
 
-    def done(code: ErrorCode) -> None:
-        if not fut.done():
-            fut.set_result(code)
+    __slots__ = ("_fut", "_left", "codes")
 
-    return done
+    def __init__(self) -> None:
+        self.codes: dict[int, ErrorCode] = {}
+        self._left = 0
+        self._fut: asyncio.Future[None] | None = None
+
+    def __len__(self) -> int:
+        """Appends still waiting."""
+        return self._left
+
+    def waiter(self, index: int) -> Callable[[ErrorCode], None]:
+        self._left += 1
+        return functools.partial(self._done, index)
+
+    def _done(self, index: int, code: ErrorCode) -> None:
+        self.codes[index] = code
+        self._left -= 1
+        fut = self._fut
+        if self._left == 0 and fut is not None and not fut.done():
+            fut.set_result(None)
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until every append completed or `timeout_s` passed (at once when none waits);
+        the appends not in `codes` then timed out. A completion after it changes nothing
+        the caller read."""
+        if self._left == 0:
+            return
+        loop = asyncio.get_running_loop()
+        fut = self._fut = loop.create_future()
+        timer = loop.call_later(timeout_s, _resolve_none, fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            self._fut = None
+
+
+def _resolve_none(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class _Wakeup:

@@ -46,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import Final, Protocol
 
 from broker.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from quorum.frozen_init import fast_frozen_init
@@ -188,6 +188,9 @@ class FollowerPlan:
 class ProduceCheck:
     error: ErrorCode
     message: str = ""
+
+
+_PRODUCE_OK: Final = ProduceCheck(ErrorCode.NONE)
 
 
 @dataclass(slots=True)
@@ -573,11 +576,12 @@ class PartitionState:
         """The leader appended (its LEO moved): True if the HW advanced. Followers that were
         at the old LEO first take the fetches their sessions skipped until now (`settle`):
         from here on, those fetches no longer find the LEO they recorded."""
-        if not self.is_leader:
+        if self.role is not Role.LEADER:
             return False
         for f in self._followers.values():
-            f.settle()
-            f.idle_clock = None  # the next fetch of the session reads the partition again
+            if f.idle_clock is not None:
+                f.settle()
+                f.idle_clock = None  # the next fetch of the session reads the partition again
         return self._maybe_increment_high_watermark(now_ms, log)
 
     def maybe_advance_high_watermark(self, now_ms: int, log: LogView) -> bool:
@@ -600,7 +604,7 @@ class PartitionState:
         return len(self.isr) < self.effective_min_isr()
 
     def _maybe_increment_high_watermark(self, now_ms: int, log: LogView) -> bool:
-        if not self.is_leader or self._high_watermark_frozen():
+        if self.role is not Role.LEADER or self._high_watermark_frozen():
             return False
         leader_end = log.log_end_offset
         candidate = leader_end
@@ -708,18 +712,19 @@ class PartitionState:
     def check_produce(self, acks: int, min_insync_replicas: int | None = None) -> ProduceCheck:
         """Before appending as leader: NOT_LEADER_OR_FOLLOWER, or for acks=-1 NOT_ENOUGH_REPLICAS
         when the committed ISR is smaller than the effective min ISR."""
-        if not self.is_leader:
+        if self.role is not Role.LEADER:
             return ProduceCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER, "This server is not the leader for that partition.")
         if min_insync_replicas is not None:
             self.min_insync_replicas = min_insync_replicas
-        min_isr = self.effective_min_isr()
-        if acks == -1 and len(self.isr) < min_isr:
-            return ProduceCheck(
-                ErrorCode.NOT_ENOUGH_REPLICAS,
-                f"The size of the current ISR {set(self.isr)} is insufficient to satisfy "
-                f"the min.isr requirement of {min_isr}",
-            )
-        return ProduceCheck(ErrorCode.NONE)
+        if acks == -1:
+            min_isr = self.effective_min_isr()
+            if len(self.isr) < min_isr:
+                return ProduceCheck(
+                    ErrorCode.NOT_ENOUGH_REPLICAS,
+                    f"The size of the current ISR {set(self.isr)} is insufficient to satisfy "
+                    f"the min.isr requirement of {min_isr}",
+                )
+        return _PRODUCE_OK
 
     def set_min_insync_replicas(self, value: int, now_ms: int, log: LogView) -> bool:
         """The effective ``min.insync.replicas`` changed (topic or broker default): it applies at

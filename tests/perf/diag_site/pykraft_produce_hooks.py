@@ -39,9 +39,9 @@ _append_to = RM._append_to
 
 
 @functools.wraps(_append_to)
-def append_to(self: Any, topic: str, partition: int, acks: int, now_ms: int, write: Any) -> Any:
+def append_to(self: Any, topic: str, partition: int, acks: int, now_ms: int, *rest: Any) -> Any:
     t0 = now()
-    out = _append_to(self, topic, partition, acks, now_ms, write)
+    out = _append_to(self, topic, partition, acks, now_ms, *rest)
     result = out[0]
     if result.error == 0:
         events.append(["append", t0, now(), topic, partition, result.base_offset])
