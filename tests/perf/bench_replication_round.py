@@ -18,8 +18,11 @@ marker to every partition, acks=all); `--profile` prints a cProfile of the last 
     PYTHONPATH=. .venv/bin/python tests/perf/bench_replication_round.py [--partitions 3] [--records 10]
         [--value-bytes 100] [--requests 2000] [--rounds 3] [--markers] [--profile]
 
-Run it from two checkouts alternately to compare code (`--repo` is not needed: run each
-checkout's copy from its own directory with PYTHONPATH=.).
+Run it from two checkouts at the same time to compare code (each checkout's copy from its
+own directory with PYTHONPATH=.), or count instructions, which the machine's load does not
+move: `BENCH_CALLGRIND=1 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=F
+python tests/perf/bench_replication_round.py --requests 200 --rounds 1`, then
+`callgrind_annotate F | head` (the total over the measured rounds).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ import asyncio
 import cProfile
 import datetime
 import io
+import os
 import pstats
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -66,6 +71,13 @@ from quorum.wire.transport import PeerClient  # noqa: E402
 
 TOPIC_ID = uuid.UUID(int=7)
 PRODUCE, WRITE_TXN_MARKERS = 0, 27
+
+
+def callgrind(state: str) -> None:
+    """Under `valgrind --tool=callgrind --instr-atstart=no` with BENCH_CALLGRIND=1: count the
+    instructions of the measured rounds only (a count does not move with the machine's load)."""
+    if os.environ.get("BENCH_CALLGRIND"):
+        subprocess.run(["callgrind_control", "-i", state, str(os.getpid())], check=True, capture_output=True)
 
 
 class Broker:
@@ -189,6 +201,8 @@ async def scenario(args: argparse.Namespace, root: Path) -> list[float]:
         for rnd in range(args.rounds + 1):  # round 0 warms up
             if profile is not None and rnd == args.rounds:
                 profile.enable()
+            if rnd:
+                callgrind("on")
             t0 = time.process_time()
             for _ in range(args.requests):
                 correlation += 1
@@ -202,6 +216,8 @@ async def scenario(args: argparse.Namespace, root: Path) -> list[float]:
                 raw = await handler(frame)
                 assert raw is not None, "no answer"
             took = time.process_time() - t0
+            if rnd:
+                callgrind("off")
             if profile is not None and rnd == args.rounds:
                 profile.disable()
             if rnd:
