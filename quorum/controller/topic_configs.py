@@ -684,10 +684,14 @@ def effective_configs(
             broker_defaults, dynamic_default_broker=dynamic_default_broker, dynamic_broker=dynamic_broker
         )
     result = dict(defaults)
-    for name, raw in explicit.items():
-        if name in TOPIC_CONFIGS:
-            result[name] = parse_value(name, raw)
+    result.update(topic_overrides(explicit))
     return result
+
+
+def topic_overrides(explicit: Mapping[str, str]) -> dict[str, ConfigValue]:
+    """The parsed values of a topic's ``explicit`` overrides that are topic configs (the part of
+    `effective_configs` that is the topic's own; names that are no topic config are ignored)."""
+    return {name: parse_value(name, raw) for name, raw in explicit.items() if name in TOPIC_CONFIGS}
 
 
 # ----------------------------------------------------------------------------- validation
