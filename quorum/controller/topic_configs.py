@@ -739,9 +739,10 @@ def validate_configs(
         raise InvalidConfigError(",".join(nulls), "Null value not supported for topic configs: " + ",".join(nulls))
     values: dict[str, str] = {k: v for k, v in configs.items() if v is not None}
     for key in values:
-        config_def(key)
+        if key not in TOPIC_CONFIGS:
+            config_def(key)  # raises: unknown name
     parsed: dict[str, ConfigValue] = {}
-    for name in sorted(values, key=_DEFINITION_ORDER.__getitem__):
+    for name in sorted(values, key=_DEFINITION_ORDER.__getitem__) if len(values) > 1 else values:
         parsed[name] = parse_value(name, values[name])
     min_lag = parsed.get("min.compaction.lag.ms")
     if min_lag is None:
