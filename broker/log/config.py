@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from quorum.controller.topic_configs import ConfigValue, effective_configs
-from quorum.metadata._codec import fast_constructor
+from quorum.frozen_init import fast_constructor
 
 LONG_MAX = 2**63 - 1
 
