@@ -32,7 +32,7 @@ import contextlib
 import functools
 import logging
 import resource
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from broker.coordinator.partition_host import ReplicaPartitionHost as CoordinatorHost
@@ -58,11 +58,14 @@ from quorum.kafka_errors import ErrorCode
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.image import EMPTY as EMPTY_IMAGE
 from quorum.metadata.image import ConfigResource, MetadataImage
+from quorum.metadata.records import ConfigResourceType
 from quorum.node.config import NodeConfig
 from quorum.node.controller_client import ControllerClient
 from quorum.node.node_context import broker_defaults_of
 
 log = logging.getLogger(__name__)
+
+_MIN_ISR = "min.insync.replicas"
 
 DESCRIPTOR_CHECK_INTERVAL_MS = 10_000  # how often the hosted segments are counted against RLIMIT_NOFILE
 
@@ -90,7 +93,8 @@ class DataPlane:
         self.logs.load()
         self.fd_budget = DescriptorBudget(config.node_id, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         self._check_descriptors()
-        self._min_isr: dict[str, int] = {}
+        self._min_isr: dict[str, int] = {}  # topic -> its effective min.insync.replicas
+        self._min_isr_default: int | None = None  # a topic's that does not set it
         self.replicas = ReplicaManager(
             config,
             self.logs,
@@ -175,23 +179,38 @@ class DataPlane:
     def min_insync_replicas(self, topic: str) -> int:
         value = self._min_isr.get(topic)
         if value is None:
-            image = self.image()
-            # Kafka's order: the topic's own value, this broker's dynamic config, the cluster-wide
-            # dynamic broker default, then the static server config.
-            raw = effective_config(
-                "min.insync.replicas",
-                image.topic_config(topic),
-                self.broker_defaults,
-                dynamic_default_broker=image.config(ConfigResource.broker("")),
-                dynamic_broker=image.config(ConfigResource.broker(self.config.node_id)),
-            )
-            value = int(raw) if isinstance(raw, int) else 1
+            explicit = self.image().topic_config(topic)
+            if _MIN_ISR in explicit:
+                value = self._effective_min_isr(explicit)
+            else:  # the broker's value, shared by every topic that does not set its own
+                value = self._min_isr_default
+                if value is None:
+                    value = self._min_isr_default = self._effective_min_isr({})
             self._min_isr[topic] = value
         return value
 
+    def _effective_min_isr(self, explicit: Mapping[str, str]) -> int:
+        image = self.image()
+        # Kafka's order: the topic's own value, this broker's dynamic config, the cluster-wide
+        # dynamic broker default, then the static server config.
+        raw = effective_config(
+            _MIN_ISR,
+            explicit,
+            self.broker_defaults,
+            dynamic_default_broker=image.config(ConfigResource.broker("")),
+            dynamic_broker=image.config(ConfigResource.broker(self.config.node_id)),
+        )
+        return int(raw) if isinstance(raw, int) else 1
+
     def on_metadata(self, delta: MetadataDelta | None, image: MetadataImage) -> None:
         if delta is not None and delta.changed_configs:
-            self._min_isr.clear()
+            changed = delta.changed_configs
+            if any(r.type != ConfigResourceType.TOPIC for r in changed):
+                self._min_isr.clear()  # a broker config: every topic's value may follow it
+                self._min_isr_default = None
+            else:
+                for resource in changed:
+                    self._min_isr.pop(resource.name, None)
         if self._closing_logs:
             return
         if not self._published:

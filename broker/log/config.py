@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any, Final
 
 from quorum.controller.topic_configs import ConfigValue, effective_configs
+from quorum.frozen_init import fast_constructor
 
 LONG_MAX = 2**63 - 1
 
@@ -49,29 +51,58 @@ class LogConfig:
         defaults: Mapping[str, ConfigValue] | None = None,
     ) -> LogConfig:
         """`defaults`: `default_configs(broker_defaults)`, when the caller keeps it."""
-        v = effective_configs(topic_configs, broker_defaults, defaults=defaults)
+        return cls.from_values(effective_configs(topic_configs, broker_defaults, defaults=defaults))
 
-        def i(name: str) -> int:
-            value = v[name]
-            assert isinstance(value, int)
-            return value
+    @classmethod
+    def from_values(cls, values: Mapping[str, ConfigValue]) -> LogConfig:
+        """The LogConfig of parsed topic config values (every name of `_FIELD_OF` in `values`)."""
+        kwargs: dict[str, Any] = {field: _field_value(field, values[name]) for name, field in _FIELD_OF.items()}
+        return cls(**kwargs)
 
-        policy = v["cleanup.policy"]
-        return cls(
-            segment_bytes=i("segment.bytes"),
-            segment_ms=i("segment.ms"),
-            segment_index_bytes=i("segment.index.bytes"),
-            index_interval_bytes=i("index.interval.bytes"),
-            retention_ms=i("retention.ms"),
-            retention_bytes=i("retention.bytes"),
-            max_message_bytes=i("max.message.bytes"),
-            message_timestamp_type=str(v["message.timestamp.type"]),
-            flush_messages=i("flush.messages"),
-            flush_ms=i("flush.ms"),
-            cleanup_policy=tuple(policy) if isinstance(policy, list | tuple) else (str(policy),),
-            file_delete_delay_ms=i("file.delete.delay.ms"),
-            delete_retention_ms=i("delete.retention.ms"),
-            min_cleanable_dirty_ratio=float(v["min.cleanable.dirty.ratio"]),  # type: ignore[arg-type]
-            min_compaction_lag_ms=i("min.compaction.lag.ms"),
-            max_compaction_lag_ms=i("max.compaction.lag.ms"),
-        )
+    def overridden(self, overrides: Mapping[str, ConfigValue]) -> LogConfig:
+        """This config with the fields of the parsed topic configs `overrides` (`topic_overrides`)
+        replaced: a topic's LogConfig from its broker's, at the cost of the topic's own configs
+        (each field depends on its own config alone). Itself when nothing changes."""
+        changes = {
+            field: _field_value(field, value) for name, value in overrides.items() if (field := _FIELD_OF.get(name))
+        }
+        if not changes:
+            return self
+        made: LogConfig = _make(*[changes[f] if f in changes else getattr(self, f) for f in _FIELDS])
+        return made
+
+
+_FIELDS: Final = tuple(f.name for f in fields(LogConfig))
+_make: Final = fast_constructor(LogConfig)  # LogConfig(*every field): no frozen __init__ (a hot path)
+
+# Each field and the topic config it holds.
+_FIELD_OF: Final[dict[str, str]] = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "segment.index.bytes": "segment_index_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "max.message.bytes": "max_message_bytes",
+    "message.timestamp.type": "message_timestamp_type",
+    "flush.messages": "flush_messages",
+    "flush.ms": "flush_ms",
+    "cleanup.policy": "cleanup_policy",
+    "file.delete.delay.ms": "file_delete_delay_ms",
+    "delete.retention.ms": "delete_retention_ms",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
+}
+
+
+def _field_value(field: str, value: ConfigValue) -> object:
+    """A parsed topic config value as its LogConfig field holds it."""
+    if field == "cleanup_policy":
+        return tuple(value) if isinstance(value, list | tuple) else (str(value),)
+    if field == "message_timestamp_type":
+        return str(value)
+    if field == "min_cleanable_dirty_ratio":
+        return float(value)  # type: ignore[arg-type]
+    assert isinstance(value, int)
+    return value

@@ -65,7 +65,7 @@ from broker.log.dir_failure import KafkaStorageError, LogDirFailures
 from broker.log.disk_queue import INLINE, DiskQueue
 from broker.log.partition_log import PartitionLog
 from broker.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
-from quorum.controller.topic_configs import default_configs
+from quorum.controller.topic_configs import default_configs, topic_overrides
 from quorum.storage.durable import atomic_write
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,7 @@ class LogManager:
         self.broker_defaults = dict(broker_defaults)
         # The broker's value of every topic config, parsed once (they come from its static config).
         self.config_defaults = default_configs(self.broker_defaults)
+        self._default_config = LogConfig.from_values(self.config_defaults)  # a topic's without overrides
         # producer.id.expiration.ms: how long a partition remembers an idle producer (ms).
         self.producer_id_expiration_ms = int(
             self.broker_defaults.get("producer.id.expiration.ms", DEFAULT_PRODUCER_ID_EXPIRATION_MS)
@@ -153,7 +154,9 @@ class LogManager:
         self.cleaner = LogCleanerThreads(1, 128 * 1024 * 1024, self.disk, self._background_failure)
 
     def config_for(self, topic_config: Mapping[str, str]) -> LogConfig:
-        return LogConfig.from_topic_config(topic_config, self.broker_defaults, defaults=self.config_defaults)
+        """The LogConfig of a topic with `topic_config` overrides: this broker's (parsed once)
+        with the topic's own values, so that a config change costs the topic's configs only."""
+        return self._default_config.overridden(topic_overrides(topic_config))
 
     def _add(self, tp: TopicPartition, plog: PartitionLog, root: Path) -> None:
         plog.dir_failures = self.failures

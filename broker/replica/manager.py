@@ -234,7 +234,10 @@ class ReplicaManager:
         now = now_ms()
         for hosted in self.partitions.values():
             if topics is None or hosted.topic in topics:
-                if hosted.state.set_min_insync_replicas(self.min_insync_replicas(hosted.topic), now, hosted.log):
+                value = self.min_insync_replicas(hosted.topic)
+                if value == hosted.state.min_insync_replicas:
+                    continue  # another config of the topic changed: nothing to apply
+                if hosted.state.set_min_insync_replicas(value, now, hosted.log):
                     self._advance(hosted)
 
     def _topic_config(self, image: MetadataImage, topic: str) -> Mapping[str, str]:

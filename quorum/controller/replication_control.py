@@ -325,42 +325,46 @@ def incremental_alter_configs(
 ) -> ControllerResult[IncrementalAlterConfigsResponse]:
     records: list[MetadataRecord] = []
     results: list[AlterConfigsResult] = []
+    topics = image.topics.by_name
+    configs = image.configs
     for res in request.resources:
-        if res.resource_type != ConfigResourceType.TOPIC:
+        name = res.resource_name
+        if res.resource_type != TOPIC:
             msg = "pykraft supports topic configs only"
-            results.append(
-                AlterConfigsResult(res.resource_type, res.resource_name, int(ErrorCode.INVALID_REQUEST), msg)
-            )
+            results.append(AlterConfigsResult(res.resource_type, name, int(ErrorCode.INVALID_REQUEST), msg))
             continue
-        if res.resource_name not in image.topics.by_name:
+        if name not in topics:
             code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            msg = f"Topic {res.resource_name} does not exist."
-            results.append(AlterConfigsResult(res.resource_type, res.resource_name, code, msg))
+            results.append(AlterConfigsResult(res.resource_type, name, code, f"Topic {name} does not exist."))
             continue
-        before = dict(image.configs.get(ConfigResource.topic(res.resource_name), {}))
+        before = configs.get(ConfigResource.topic(name), _NO_CONFIGS)
         after = dict(before)
+        ops = res.ops
+        # The ops change only the keys they name: those are the keys to compare, in order.
+        keys = sorted({op.name for op in ops}) if len(ops) != 1 else [ops[0].name]
         try:
-            names = [op.name for op in res.ops]
-            if len(set(names)) != len(names):
+            if len(keys) != len(ops):
                 raise InvalidRequestError("Error due to duplicate config keys")
-            for op in res.ops:
+            for op in ops:
                 _apply_op(after, op.name, op.op, op.value)
-            validate_configs(dict(after), broker_defaults=settings.broker_defaults)
+            validate_configs(after, broker_defaults=settings.broker_defaults)
         except ControllerError as e:
             code, message = _error(e)
-            results.append(AlterConfigsResult(res.resource_type, res.resource_name, code, message))
+            results.append(AlterConfigsResult(res.resource_type, name, code, message))
             continue
-        results.append(AlterConfigsResult(res.resource_type, res.resource_name))
+        results.append(AlterConfigsResult(res.resource_type, name))
         if request.validate_only:
             continue
-        for key in sorted(set(before) | set(after)):
-            if before.get(key) != after.get(key):
-                records.append(
-                    ConfigRecord(
-                        resource_type=int(TOPIC), resource_name=res.resource_name, name=key, value=after.get(key)
-                    )
-                )
+        for key in keys:
+            value = after.get(key)
+            if before.get(key) != value:
+                records.append(_new_config_record(_TOPIC_TYPE, name, key, value))
     return ControllerResult(records, IncrementalAlterConfigsResponse(tuple(results)))
+
+
+_NO_CONFIGS: Mapping[str, str] = {}
+_TOPIC_TYPE = int(TOPIC)
+_new_config_record: Callable[[int, str, str, str | None], ConfigRecord] = fast_constructor(ConfigRecord)
 
 
 # ------------------------------------------------------------------ leadership

@@ -684,10 +684,14 @@ def effective_configs(
             broker_defaults, dynamic_default_broker=dynamic_default_broker, dynamic_broker=dynamic_broker
         )
     result = dict(defaults)
-    for name, raw in explicit.items():
-        if name in TOPIC_CONFIGS:
-            result[name] = parse_value(name, raw)
+    result.update(topic_overrides(explicit))
     return result
+
+
+def topic_overrides(explicit: Mapping[str, str]) -> dict[str, ConfigValue]:
+    """The parsed values of a topic's ``explicit`` overrides that are topic configs (the part of
+    `effective_configs` that is the topic's own; names that are no topic config are ignored)."""
+    return {name: parse_value(name, raw) for name, raw in explicit.items() if name in TOPIC_CONFIGS}
 
 
 # ----------------------------------------------------------------------------- validation
@@ -735,9 +739,10 @@ def validate_configs(
         raise InvalidConfigError(",".join(nulls), "Null value not supported for topic configs: " + ",".join(nulls))
     values: dict[str, str] = {k: v for k, v in configs.items() if v is not None}
     for key in values:
-        config_def(key)
+        if key not in TOPIC_CONFIGS:
+            config_def(key)  # raises: unknown name
     parsed: dict[str, ConfigValue] = {}
-    for name in sorted(values, key=_DEFINITION_ORDER.__getitem__):
+    for name in sorted(values, key=_DEFINITION_ORDER.__getitem__) if len(values) > 1 else values:
         parsed[name] = parse_value(name, values[name])
     min_lag = parsed.get("min.compaction.lag.ms")
     if min_lag is None:

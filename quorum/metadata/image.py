@@ -429,6 +429,10 @@ class ClusterImage:
 # --------------------------------------------------------------------------- configs
 
 
+_TOPIC_TYPE: int = ConfigResourceType.TOPIC.value
+_new_tuple = tuple.__new__
+
+
 class ConfigResource(NamedTuple):
     """A config resource: (ConfigResourceType id, name); a plain (type, name) tuple
     works as a key too. A broker's name is its id as a string, "" for cluster defaults."""
@@ -438,7 +442,7 @@ class ConfigResource(NamedTuple):
 
     @staticmethod
     def topic(name: str) -> ConfigResource:
-        return ConfigResource(ConfigResourceType.TOPIC.value, name)
+        return _new_tuple(ConfigResource, (_TOPIC_TYPE, name))  # ConfigResource(TOPIC, name), on hot paths
 
     @staticmethod
     def broker(broker_id: int | str) -> ConfigResource:

@@ -242,23 +242,24 @@ class QuorumController:
         assert core is not None
         if not records:
             raise ValueError("nothing to append")
+        max_records = self._max_batch_records
         if self._fencing and not fence_moves:
             for record in records:
                 topic_id = getattr(record, "topic_id", None)
                 if topic_id is not None:
                     for touched in self._fencing.values():
                         touched.add(topic_id)
-        if len(records) > self._max_batch_records:
+        if len(records) > max_records:
             # Larger than one batch: its own batches, atomic neither way (Raft commits a
             # prefix of them only if the leader fails meanwhile, as for any batches).
-            step = self._max_batch_records
+            step = max_records
             future: asyncio.Future[Offset] | None = None
             for i in range(0, len(records), step):
                 future = self._append(records[i : i + step], own_batch=True, fence_moves=True)
             assert future is not None
             return future
         ob = self._open
-        if ob is not None and (own_batch or len(ob.records) + len(records) > self._max_batch_records):
+        if ob is not None and (own_batch or len(ob.records) + len(records) > max_records):
             self._seal()
             ob = None
         if ob is None:
@@ -287,7 +288,7 @@ class QuorumController:
         ob.image = self._image = own.apply()
         self._last_write_ms = self._now_ms()
         future = ob.done
-        if own_batch or len(ob.records) >= self._max_batch_records:
+        if own_batch or len(ob.records) >= max_records:
             self._seal()
         return future
 

@@ -781,13 +781,13 @@ class RaftNode:
         return answer if isinstance(answer, QuorumDescription) else None
 
     async def _handle_frame(self, frame: bytes) -> bytes | None:
-        if len(frame) >= 2 and int.from_bytes(frame[:2], "big", signed=True) in codec.VOTER_API_VERSIONS:
-            return await self._handle_voter_call(frame)
-        if len(frame) >= 2 and int.from_bytes(frame[:2], "big", signed=True) in codec.FEATURE_API_VERSIONS:
-            return await handle_update_features(self, frame)  # kraft.version upgrade
-        if self.extra_api_handler is not None and len(frame) >= 2:
+        if len(frame) >= 2:
             api_key = int.from_bytes(frame[:2], "big", signed=True)
-            if api_key not in codec.API_VERSIONS:
+            if api_key in codec.VOTER_API_VERSIONS:
+                return await self._handle_voter_call(frame)
+            if api_key in codec.FEATURE_API_VERSIONS:
+                return await handle_update_features(self, frame)  # kraft.version upgrade
+            if self.extra_api_handler is not None and api_key not in codec.API_VERSIONS:
                 # Not a quorum API: the controller's (CreateTopics, BrokerHeartbeat, ...).
                 return await self.extra_api_handler(api_key, frame)
         try:

@@ -34,7 +34,7 @@ from types import TracebackType
 
 from quorum.raft.types import Batch, Offset
 from quorum.storage.durable import fsync_dir, write_all
-from quorum.storage.record_batch import encode_batch, scan_batches
+from quorum.storage.record_batch import encode_and_remember, scan_batches
 
 __all__ = ["FileLog", "LogRecovery", "segment_file_name"]
 
@@ -267,7 +267,7 @@ class FileLog:
         chunk_batches: list[Batch] = []
         chunk_size = 0
         for batch in batches:
-            data = encode_batch(batch)
+            data = encode_and_remember(batch)  # the leader sends it to every replica next
             if seg.size + chunk_size > 0 and seg.size + chunk_size + len(data) > self._segment_bytes:
                 if chunk:
                     self._write_chunk(fd, seg, chunk, chunk_batches)

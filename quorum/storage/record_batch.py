@@ -64,6 +64,7 @@ __all__ = [
     "CorruptRecordError",
     "ScanResult",
     "decode_batches",
+    "encode_and_remember",
     "encode_batch",
     "encode_batches",
     "peek_batch_header",
@@ -135,12 +136,35 @@ def encode_batch(batch: Batch) -> bytes:
     """Encode one `Batch` as a magic-v2 record batch (uncompressed, no producer id).
 
     Raises ValueError for an empty batch or a field outside its wire type's range
-    (base offset and timestamp int64, epoch int32).
+    (base offset and timestamp int64, epoch int32). A batch encoded by `encode_and_remember`
+    lately (that very object: batches are immutable) gives the same bytes again at once.
     """
+    known = _RECENT.get(id(batch))
+    if known is not None and known[0] is batch:
+        return known[1]
     try:
         return _encode_batch(batch)
     except struct.error as exc:
         raise ValueError(f"batch field out of range: {exc}") from None
+
+
+# The encodings of the batches a log wrote last (`encode_and_remember`), by identity, with the
+# batch itself (its id stays its own while it is here): a leader writes each new batch to its
+# log, then encodes it in the Fetch answer of every replica. Written on the node's loop thread
+# only (read anywhere); the oldest goes first.
+_RECENT: dict[int, tuple[Batch, bytes]] = {}
+_RECENT_MAX = 32
+
+
+def encode_and_remember(batch: Batch) -> bytes:
+    """`encode_batch`, kept for the next encodings of the same batch object (a log's append)."""
+    data = encode_batch(batch)
+    key = id(batch)
+    if key not in _RECENT:
+        if len(_RECENT) >= _RECENT_MAX:
+            _RECENT.pop(next(iter(_RECENT), -1), None)
+        _RECENT[key] = (batch, data)
+    return data
 
 
 def _encode_batch(batch: Batch) -> bytes:

@@ -55,6 +55,7 @@ from quorum.raft.messages import (
 from quorum.raft.types import OffsetAndEpoch
 from quorum.raft.voter_set import ZERO_UUID
 from quorum.storage.record_batch import CorruptRecordError, decode_batches, encode_batches
+from quorum.wire import fetch_direct
 from quorum.wire._reader import MalformedError, entity_reader, read_request_body
 from quorum.wire.admin_versions import ADMIN_API_VERSIONS
 
@@ -500,6 +501,17 @@ def encode_request(
     low, high = API_VERSIONS[api_key]
     if not low <= version <= high:
         raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"api {api_key} v{version} is not in {low}..{high}")
+    if version == fetch_direct.DIRECT_VERSION and type(message) is FetchRequest:
+        try:
+            return fetch_direct.encode_fetch_request(
+                message,
+                topic_id=METADATA_TOPIC_ID,
+                correlation_id=correlation_id,
+                client_id=client_id,
+                cluster_id=cluster_id,
+            )
+        except struct.error:
+            pass  # a value out of range: kio's path says which
     cls = _schema_or_raise(api_key, version, True)
     ctx = _Ctx(cluster_id, destination_id, None if endpoints is None else endpoints.get(source_id))
     try:
@@ -515,6 +527,7 @@ def encode_request(
 # --------------------------------------------------------------------------- requests: decode
 
 _REQ_HEAD = struct.Struct(">hhi")
+_FETCH_DIRECT_HEAD: Final = struct.pack(">hh", ApiKey.FETCH, fetch_direct.DIRECT_VERSION)
 
 
 def _peek_header(frame: bytes) -> RequestHeaderInfo:
@@ -658,6 +671,18 @@ def decode_request(frame: bytes | bytearray | memoryview) -> DecodedRequest:
 
 
 def _decode_request(frame: bytes) -> DecodedRequest:
+    if frame[:4] == _FETCH_DIRECT_HEAD:
+        fetch = fetch_direct.decode_fetch_request(frame, topic_id=METADATA_TOPIC_ID)
+        if fetch is not None:
+            return DecodedRequest(
+                api_key=ApiKey.FETCH,
+                api_version=fetch_direct.DIRECT_VERSION,
+                correlation_id=fetch.correlation_id,
+                client_id=fetch.client_id,
+                cluster_id=fetch.cluster_id,
+                source_id=fetch.message.replica_id,
+                message=fetch.message,
+            )
     head = _peek_header(frame)
     decoder = _REQUEST_DECODERS.get(head.api_key)
     if decoder is None:
@@ -722,6 +747,25 @@ def _enc_simple_response(cls: type[Any], r: Any, endpoints: Endpoints | None, **
 
 def _enc_vote_response(cls: type[Any], r: VoteResponse, endpoints: Endpoints | None) -> Any:
     return _enc_simple_response(cls, r, endpoints, vote_granted=r.vote_granted)
+
+
+def _encode_fetch_response_direct(correlation_id: int, r: FetchResponse, endpoints: Endpoints | None) -> bytes | None:
+    """`_enc_fetch_response`'s bytes at v17 without kio (None: a value out of range, for
+    kio's path to report)."""
+    top, code = _top_and_partition(r.error)
+    endpoint = endpoints.get(r.leader_id) if endpoints else None
+    try:
+        return fetch_direct.encode_fetch_response(
+            r,
+            encode_batches(r.batches) if r.batches else b"",
+            topic_id=METADATA_TOPIC_ID,
+            correlation_id=correlation_id,
+            top_code=int(top),
+            partition_code=int(code),
+            node_endpoint=None if endpoint is None else (r.leader_id, endpoint[0], endpoint[1]),
+        )
+    except (struct.error, ValueError):
+        return None
 
 
 def _enc_fetch_response(cls: type[Any], r: FetchResponse, endpoints: Endpoints | None) -> Any:
@@ -927,6 +971,10 @@ def encode_response(
         case BeginQuorumEpochResponse() | EndQuorumEpochResponse():
             build = lambda cls: _enc_simple_response(cls, response, endpoints)  # noqa: E731
         case FetchResponse():
+            if version == fetch_direct.DIRECT_VERSION:
+                direct = _encode_fetch_response_direct(request.correlation_id, response, endpoints)
+                if direct is not None:
+                    return direct
             build = lambda cls: _enc_fetch_response(cls, response, endpoints)  # noqa: E731
         case FetchSnapshotResponse():
             build = lambda cls: _enc_fetch_snapshot_response(cls, response, endpoints)  # noqa: E731
@@ -1031,19 +1079,43 @@ def _dec_fetch_response(body: Any) -> FetchResponse:
     if top != ErrorCode.NONE and not body.responses:
         return FetchResponse(top, -1, -1)
     p = _first_partition(body.responses, topic_field="topic_id", partition_field="partition_index")
-    error = top if top != ErrorCode.NONE else error_from_wire(int(p.error_code))
+    return _fetch_response(
+        top,
+        int(p.error_code),
+        p.high_watermark,
+        p.log_start_offset,
+        (p.diverging_epoch.epoch, p.diverging_epoch.end_offset),
+        (p.current_leader.leader_id, p.current_leader.leader_epoch),
+        (p.snapshot_id.epoch, p.snapshot_id.end_offset),
+        p.records or b"",
+    )
+
+
+def _fetch_response(
+    top: ErrorCode,
+    partition_code: int,
+    high_watermark: int,
+    log_start_offset: int,
+    diverging: tuple[int, int],
+    leader: tuple[int, int],
+    snapshot: tuple[int, int],
+    records: bytes | memoryview,
+) -> FetchResponse:
+    """The FetchResponse of one partition's answer (kio's or `fetch_direct`'s): the pairs
+    are (epoch, offset) but `leader`, (leader_id, leader_epoch); (-1, -1) is absent."""
+    error = top if top != ErrorCode.NONE else error_from_wire(partition_code)
     try:
-        batches, _ = decode_batches(p.records or b"", verify_crc=True)
+        batches, _ = decode_batches(records, verify_crc=True)
     except CorruptRecordError as exc:
         raise WireError(ErrorCode.CORRUPT_MESSAGE, f"corrupt records in fetch response: {exc}") from exc
     return FetchResponse(
         error=error,
-        leader_id=p.current_leader.leader_id,
-        leader_epoch=p.current_leader.leader_epoch,
-        high_watermark=p.high_watermark,
-        log_start_offset=p.log_start_offset,
-        diverging_epoch=_present(p.diverging_epoch.epoch, p.diverging_epoch.end_offset),
-        snapshot_id=_present(p.snapshot_id.epoch, p.snapshot_id.end_offset),
+        leader_id=leader[0],
+        leader_epoch=leader[1],
+        high_watermark=high_watermark,
+        log_start_offset=log_start_offset,
+        diverging_epoch=_present(*diverging),
+        snapshot_id=_present(*snapshot),
         batches=tuple(batches),
     )
 
@@ -1128,6 +1200,20 @@ def decode_response(
 
 
 def _decode_response(api_key: int, api_version: int, frame: bytes, request: Call | None) -> tuple[int, DecodedResponse]:
+    if api_key == ApiKey.FETCH and api_version == fetch_direct.DIRECT_VERSION:
+        a = fetch_direct.decode_fetch_response(frame, topic_id=METADATA_TOPIC_ID)
+        if a is not None:
+            top = error_from_wire(a.top_code)
+            return a.correlation_id, _fetch_response(
+                top,
+                a.partition_code,
+                a.high_watermark,
+                a.log_start_offset,
+                a.diverging_epoch,
+                a.leader,
+                a.snapshot_id,
+                a.records,
+            )
     correlation_id, body = _response_body(api_key, api_version, frame)
     message: DecodedResponse
     match api_key:

@@ -511,3 +511,17 @@ def test_varint_table_matches_generic_encoder() -> None:
 def test_out_of_range_fields_raise_value_error(batch: Batch) -> None:
     with pytest.raises(ValueError):
         encode_batch(batch)
+
+
+def test_a_batch_encoded_and_remembered_gives_the_same_bytes_again() -> None:
+    from quorum.storage import record_batch
+
+    batches = [Batch(base_offset=i * 3, epoch=1, records=(b"a", b"bc", bytes([i])), timestamp_ms=9) for i in range(40)]
+    first = [record_batch.encode_and_remember(b) for b in batches]
+    assert first == [record_batch._encode_batch(b) for b in batches]
+    assert len(record_batch._RECENT) <= record_batch._RECENT_MAX
+    last = batches[-1]
+    assert encode_batch(last) is first[-1]  # remembered: the very bytes
+    twin = Batch(base_offset=last.base_offset, epoch=1, records=last.records, timestamp_ms=9)
+    assert encode_batch(twin) == first[-1] and encode_batch(twin) is not first[-1]  # another object: encoded
+    assert encode_batch(batches[0]) == first[0]  # forgotten (the oldest went first): encoded again
