@@ -2,10 +2,13 @@
 docstring says.
 
 - `quorum/raft/` is the sans-IO Raft core: it imports nothing of the quorum but itself and
-  the shared Kafka error codes (no storage, no wire codec, no node process, no asyncio).
+  the shared leaves, the Kafka error codes and the dataclass constructors (no storage, no
+  wire codec, no node process, no asyncio).
 - `quorum/controller/` holds the controller's rules, pure functions on plain values: it
   imports neither the node process (`quorum/node/`, which drives a RaftNode), nor the wire
   codec (`quorum/wire/`), nor storage, nor asyncio.
+- The shared leaves (`quorum/kafka_errors.py`, `quorum/frozen_init.py`) import nothing of the
+  quorum: every room may use them without taking another room along.
 """
 
 from __future__ import annotations
@@ -35,12 +38,22 @@ def offenders(room: str, allowed_quorum: tuple[str, ...], forbidden: tuple[str, 
     return found
 
 
-def test_the_raft_core_imports_only_itself_and_the_error_codes() -> None:
-    found = offenders("raft", ("quorum.raft", "quorum.kafka_errors"), ("asyncio",))
+LEAVES = ("quorum.kafka_errors", "quorum.frozen_init")
+
+
+def test_the_raft_core_imports_only_itself_and_the_shared_leaves() -> None:
+    found = offenders("raft", ("quorum.raft", *LEAVES), ("asyncio",))
     assert not found, "\n".join(found)
 
 
+def test_the_shared_leaves_import_nothing_of_the_quorum() -> None:
+    for leaf in LEAVES:
+        path = ROOT / (leaf.replace(".", "/") + ".py")
+        found = [name for name in imported_modules(path) if _under(name, ("quorum",))]
+        assert not found, f"{leaf} imports {found}"
+
+
 def test_the_controller_rules_import_no_node_wire_or_storage() -> None:
-    allowed = ("quorum.controller", "quorum.metadata", "quorum.kafka_errors")
+    allowed = ("quorum.controller", "quorum.metadata", *LEAVES)
     found = offenders("controller", allowed, ("quorum.node", "quorum.wire", "quorum.storage", "asyncio"))
     assert not found, "\n".join(found)
