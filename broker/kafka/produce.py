@@ -88,27 +88,7 @@ def decode_produce(ctx: RequestContext) -> ProduceRequest:
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, pos)
     pos += 6
     topics: list[tuple[str, tuple[tuple[int, memoryview | None], ...]]] = []
-    # Array lengths, bytes lengths: a compact uvarint (+1) when flexible, an int32 otherwise
-    # (Reader._length's rule: below -1 is malformed, -1 is null).
-    if flex:
-        if pos < end and buf[pos] < 0x80:
-            n_topics = buf[pos] - 1
-            pos += 1
-        else:
-            r.pos = pos
-            n_topics = r.uvarint() - 1
-            pos = r.pos
-    else:
-        if end - pos < 4:
-            raise MalformedRequest(f"need 4 bytes at {pos}, {end - pos} left")
-        n_topics = _I32.unpack_from(buf, pos)[0]
-        pos += 4
-        if n_topics < -1:
-            raise MalformedRequest(f"negative length {n_topics}")
-    if n_topics < 0:
-        raise MalformedRequest("null in a non-nullable array")
-    if n_topics > end - pos:  # every item takes at least one byte
-        raise MalformedRequest(f"array of {n_topics} items in {end - pos} bytes")
+    n_topics, pos = _array_length(r, buf, pos, end, flex)
     for _ in range(n_topics):
         if flex and pos < end and 0 < buf[pos] < 0x80:  # a short compact string (not null)
             size = buf[pos] - 1
@@ -124,25 +104,7 @@ def decode_produce(ctx: RequestContext) -> ProduceRequest:
             r.pos = pos
             name = r.nonnull_string(flex)
             pos = r.pos
-        if flex:
-            if pos < end and buf[pos] < 0x80:
-                n_parts = buf[pos] - 1
-                pos += 1
-            else:
-                r.pos = pos
-                n_parts = r.uvarint() - 1
-                pos = r.pos
-        else:
-            if end - pos < 4:
-                raise MalformedRequest(f"need 4 bytes at {pos}, {end - pos} left")
-            n_parts = _I32.unpack_from(buf, pos)[0]
-            pos += 4
-            if n_parts < -1:
-                raise MalformedRequest(f"negative length {n_parts}")
-        if n_parts < 0:
-            raise MalformedRequest("null in a non-nullable array")
-        if n_parts > end - pos:
-            raise MalformedRequest(f"array of {n_parts} items in {end - pos} bytes")
+        n_parts, pos = _array_length(r, buf, pos, end, flex)
         parts: list[tuple[int, memoryview | None]] = []
         for _ in range(n_parts):
             if end - pos < 4:
@@ -190,6 +152,32 @@ def decode_produce(ctx: RequestContext) -> ProduceRequest:
         r.pos = pos
         r.skip_tags()
     return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics))
+
+
+def _array_length(r: Reader, buf: memoryview, pos: int, end: int, flex: bool) -> tuple[int, int]:
+    """(items, position after the length) of the non-nullable array at `pos`: a compact
+    uvarint (+1) when flexible, an int32 otherwise (Reader's rule: below -1 malformed, -1
+    null, here refused); a one-byte compact length is read in place."""
+    if flex:
+        if pos < end and buf[pos] < 0x80:
+            n = buf[pos] - 1
+            pos += 1
+        else:
+            r.pos = pos
+            n = r.uvarint() - 1
+            pos = r.pos
+    else:
+        if end - pos < 4:
+            raise MalformedRequest(f"need 4 bytes at {pos}, {end - pos} left")
+        n = _I32.unpack_from(buf, pos)[0]
+        pos += 4
+        if n < -1:
+            raise MalformedRequest(f"negative length {n}")
+    if n < 0:
+        raise MalformedRequest("null in a non-nullable array")
+    if n > end - pos:  # every item takes at least one byte
+        raise MalformedRequest(f"array of {n} items in {end - pos} bytes")
+    return n, pos
 
 
 def _is_transactional(records: memoryview | None) -> bool:
