@@ -24,20 +24,21 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["fast_constructor", "fast_frozen_init"]
+__all__ = ["fast_constructor", "fast_frozen_init", "slot_setter"]
 
 T = TypeVar("T")
 
 
+def slot_setter(cls: type, name: str) -> Any:
+    """The `__set__` of field `name`'s slot descriptor (it bypasses a frozen `__setattr__`)."""
+    setter = getattr(getattr(cls, name, None), "__set__", None)
+    if setter is None:
+        raise TypeError(f"{cls.__qualname__}.{name} is not a slot (the class must be a slotted dataclass)")
+    return setter
+
+
 def _slot_setters(cls: type, names: list[str]) -> list[Any]:
-    """Each field's slot descriptor `__set__` (bypasses the frozen `__setattr__`)."""
-    setters = []
-    for name in names:
-        setter = getattr(getattr(cls, name, None), "__set__", None)
-        if setter is None:
-            raise TypeError(f"{cls.__qualname__}.{name} is not a slot (the class must be a slotted dataclass)")
-        setters.append(setter)
-    return setters
+    return [slot_setter(cls, name) for name in names]
 
 
 def _compile(source: str, setters: list[Any], extra: dict[str, Any]) -> Any:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from typing import Any
 
-from quorum.frozen_init import fast_constructor
+from quorum.frozen_init import fast_constructor, slot_setter
 from quorum.metadata.errors import RecordDecodeError
 from quorum.raft.control_records import uvarint_bytes
 
@@ -391,12 +391,8 @@ def _gen_decoder(schema: Schema, version: int, ns: dict[str, Any]) -> str:
 
 
 def _slot_setter(em: _Emitter, cls: type, attr: str) -> str:
-    descriptor = cls.__dict__.get(attr)
-    setter = getattr(descriptor, "__set__", None)
-    if setter is None:
-        raise ValueError(f"{cls.__name__}.{attr} is not a slot (the class must be a slotted dataclass)")
     name = f"_set_{attr}"
-    em.ns[name] = setter
+    em.ns[name] = slot_setter(cls, attr)
     return name
 
 

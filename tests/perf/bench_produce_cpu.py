@@ -26,10 +26,8 @@ import asyncio
 import cProfile
 import datetime
 import io
-import os
 import pstats
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from in_process_broker import InProcessBroker, callgrind  # noqa: E402
 from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 from kio.index import load_request_schema  # noqa: E402
 from kio.serial import entity_writer  # noqa: E402
@@ -46,20 +45,8 @@ from kio.static.primitive import i32Timedelta  # noqa: E402
 from broker.kafka.context import make, nested  # noqa: E402
 from broker.kafka.server import KafkaRequestHandler  # noqa: E402
 from broker.kafka.services import ListenerConfig  # noqa: E402
-from broker.log import LogManager  # noqa: E402
-from broker.replica.manager import ReplicaManager  # noqa: E402
 from broker.serving import LocalBrokerServices  # noqa: E402
-from quorum.metadata.delta import MetadataDelta  # noqa: E402
 from quorum.metadata.gc_policy import tune_collector  # noqa: E402
-from quorum.metadata.image import EMPTY  # noqa: E402
-from quorum.metadata.records import (  # noqa: E402
-    BrokerRegistrationChangeRecord,
-    MetadataRecord,
-    PartitionRecord,
-    RegisterBrokerRecord,
-    TopicRecord,
-)
-from quorum.node.config import config_from_properties  # noqa: E402
 
 TOPIC_ID = uuid.UUID(int=7)
 NOW = 1_700_000_000_000
@@ -87,41 +74,11 @@ def produce_frame(version: int, acks: int, batches: list[tuple[int, bytes]]) -> 
     return buf.getvalue()
 
 
-def _callgrind(state: str) -> None:
-    """Under `valgrind --tool=callgrind --instr-atstart=no` (BENCH_CALLGRIND=1): count the
-    instructions of the measured rounds only (a count does not move with the machine's load)."""
-    if os.environ.get("BENCH_CALLGRIND"):
-        subprocess.run(["callgrind_control", "-i", state, str(os.getpid())], check=True, capture_output=True)
+class World(InProcessBroker):
+    """Broker 1, the leader, and its Kafka listener."""
 
-
-class World:
     def __init__(self, tmp: Path, partitions: int, isr: tuple[int, ...]) -> None:
-        self.config = config_from_properties({
-            "process.roles": "broker", "node.id": "1", "controller.quorum.voters": "9@127.0.0.1:1",
-            "listeners": "PLAINTEXT://127.0.0.1:2", "controller.listener.names": "CONTROLLER", "log.dirs": str(tmp),
-        })  # fmt: skip
-        self.image = EMPTY
-        self.logs = LogManager([tmp], {})
-        self.logs.load()
-        self.manager = ReplicaManager(
-            self.config, self.logs, image=lambda: self.image, min_insync_replicas=lambda topic: len(isr),
-            on_follow=lambda h: None, on_unfollow=lambda h: None, on_isr_change_wanted=lambda: None,
-        )  # fmt: skip
-        recs: list[MetadataRecord] = []
-        for b in (1, 2, 3):
-            recs.append(RegisterBrokerRecord(broker_id=b, incarnation_id=uuid.UUID(int=b), broker_epoch=10 + b))
-            recs.append(BrokerRegistrationChangeRecord(broker_id=b, broker_epoch=10 + b, fenced=-1))
-        recs.append(TopicRecord(name="t", topic_id=TOPIC_ID))
-        recs.extend(
-            PartitionRecord(partition_id=p, topic_id=TOPIC_ID, replicas=(1, 2, 3), isr=isr, leader=1, leader_epoch=0,
-                            partition_epoch=0)
-            for p in range(partitions)
-        )  # fmt: skip
-        delta = MetadataDelta(self.image)
-        for i, r in enumerate(recs):
-            delta.replay(r, i + 1, 1)
-        self.image = delta.apply()
-        self.manager.on_metadata(delta, self.image)
+        super().__init__(tmp, 1, partitions, isr, min_isr=len(isr))
         services = LocalBrokerServices(1, "bench", lambda: self.image, self.manager, None, None)  # type: ignore[arg-type]
         self.handler = KafkaRequestHandler(services, ListenerConfig(listener_name="PLAINTEXT"))
 
@@ -198,7 +155,7 @@ async def one_round(
             world.manager.partitions[("t", p)].progress.watch_session(session, ("t", p))  # type: ignore[arg-type]
     start = time.process_time()
     if not warm_up:
-        _callgrind("on")
+        callgrind("on")
     if profile:
         profile.enable()
     await asyncio.gather(*(client(f) for f in frames))
@@ -206,7 +163,7 @@ async def one_round(
         profile.disable()
     cpu = time.process_time() - start - follower_cpu[0]
     if not warm_up:
-        _callgrind("off")
+        callgrind("off")
     # Every batch was written (no error answer went unnoticed).
     written = sum(world.manager.partitions[("t", p)].log.log_end_offset for p in range(len(sequences)))
     expected = args.records * requests * args.partitions * args.clients

@@ -32,10 +32,8 @@ import asyncio
 import cProfile
 import datetime
 import io
-import os
 import pstats
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +43,7 @@ from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from in_process_broker import InProcessBroker, callgrind  # noqa: E402
 from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 from kio.index import load_request_schema  # noqa: E402
 from kio.serial import entity_writer  # noqa: E402
@@ -53,64 +52,18 @@ from broker.kafka.context import make, nested  # noqa: E402
 from broker.kafka.server import KafkaRequestHandler  # noqa: E402
 from broker.kafka.services import BrokerServices, ListenerConfig  # noqa: E402
 from broker.kafka.spliced import SplicedResponse  # noqa: E402
-from broker.log import LogManager  # noqa: E402
 from broker.replica.fetcher import ReplicaFetcher  # noqa: E402
-from broker.replica.manager import ReplicaManager  # noqa: E402
 from broker.replica.requests import TxnMarker  # noqa: E402
-from quorum.metadata.delta import MetadataDelta  # noqa: E402
-from quorum.metadata.image import EMPTY, MetadataImage  # noqa: E402
-from quorum.metadata.records import (  # noqa: E402
-    BrokerRegistrationChangeRecord,
-    MetadataRecord,
-    PartitionRecord,
-    RegisterBrokerRecord,
-    TopicRecord,
-)
-from quorum.node.config import NodeConfig, config_from_properties  # noqa: E402
+from quorum.metadata.image import MetadataImage  # noqa: E402
 from quorum.wire.transport import PeerClient  # noqa: E402
 
 TOPIC_ID = uuid.UUID(int=7)
 PRODUCE, WRITE_TXN_MARKERS = 0, 27
 
 
-def callgrind(state: str) -> None:
-    """Under `valgrind --tool=callgrind --instr-atstart=no` with BENCH_CALLGRIND=1: count the
-    instructions of the measured rounds only (a count does not move with the machine's load)."""
-    if os.environ.get("BENCH_CALLGRIND"):
-        subprocess.run(["callgrind_control", "-i", state, str(os.getpid())], check=True, capture_output=True)
-
-
-class Broker:
-    """One broker's replica manager over its own log dir, following the shared image."""
-
-    def __init__(self, root: Path, node_id: int, partitions: int) -> None:
-        self.config: NodeConfig = config_from_properties({
-            "process.roles": "broker", "node.id": str(node_id), "controller.quorum.voters": "9@127.0.0.1:1",
-            "listeners": "PLAINTEXT://127.0.0.1:2", "controller.listener.names": "CONTROLLER",
-            "log.dirs": str(root / f"broker-{node_id}"),
-        })  # fmt: skip
-        self.image: MetadataImage = EMPTY
-        self.logs = LogManager([root / f"broker-{node_id}"], {})
-        self.logs.load()
-        self.manager = ReplicaManager(
-            self.config, self.logs, image=lambda: self.image, min_insync_replicas=lambda topic: 2,
-            on_follow=lambda h: None, on_unfollow=lambda h: None, on_isr_change_wanted=lambda: None,
-        )  # fmt: skip
-        recs: list[MetadataRecord] = []
-        for b in (1, 2, 3):
-            recs.append(RegisterBrokerRecord(broker_id=b, incarnation_id=uuid.UUID(int=b), broker_epoch=10 + b))
-            recs.append(BrokerRegistrationChangeRecord(broker_id=b, broker_epoch=10 + b, fenced=-1))
-        recs.append(TopicRecord(name="t", topic_id=TOPIC_ID))
-        recs += [
-            PartitionRecord(partition_id=p, topic_id=TOPIC_ID, replicas=(1, 2, 3), isr=(1, 2, 3), leader=1,
-                            leader_epoch=0, partition_epoch=0)
-            for p in range(partitions)
-        ]  # fmt: skip
-        delta = MetadataDelta(self.image)
-        for i, r in enumerate(recs):
-            delta.replay(r, i + 1, 1)
-        self.image = delta.apply()
-        self.manager.on_metadata(delta, self.image)
+def Broker(root: Path, node_id: int, partitions: int) -> InProcessBroker:  # noqa: N802 - a constructor
+    """One broker's replica manager over its own log dir under `root`."""
+    return InProcessBroker(root / f"broker-{node_id}", node_id, partitions)
 
 
 class LeaderServices:
