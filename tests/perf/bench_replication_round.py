@@ -58,7 +58,7 @@ from quorum.metadata.image import MetadataImage  # noqa: E402
 from quorum.wire.transport import PeerClient  # noqa: E402
 
 TOPIC_ID = uuid.UUID(int=7)
-PRODUCE, WRITE_TXN_MARKERS = 0, 27
+PRODUCE = 0  # api key
 
 
 def Broker(root: Path, node_id: int, partitions: int) -> InProcessBroker:  # noqa: N802 - a constructor
