@@ -27,7 +27,9 @@ client's, and one it has on pykraft alone is the broker's.
 Beside each figure, from librdkafka's statistics (`statistics.interval.ms`, summed over the
 mode's windows): the mean batch (KiB), the mean request round trip (`brokers[].rtt`, ms:
 send to answer, which for acks=all includes the followers' copy) and, by Little's law,
-the batches in flight per partition = batches/s x round trip / partitions. librdkafka's
+the batches in flight per partition = batches/s x round trip / partitions; and the client's
+CPU per message acknowledged, its Python thread (`py µs`) and librdkafka's threads (`rdk µs`,
+/proc/self/task: on the mock these include the mock brokers). librdkafka's
 idempotent producer caps a partition's in-flight *messages* at 5 (`rktp_msgs_inflight` vs
 RD_KAFKA_IDEMP_MAX_INFLIGHT in rdkafka_broker.c), so with batches of 5 or more messages a
 partition has one Produce request in flight: that column stays <= 1 for the idempotent and
@@ -49,7 +51,7 @@ import statistics
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,27 @@ class Sample:
     batch_kib: float  # mean ProduceRequest batch (messages' bytes per partition batch), KiB
     rtt_ms: float  # mean request round trip over the brokers, ms
     in_flight: float  # mean batches in flight per partition (Little's law)
+    python_us: float = float("nan")  # this process's Python thread, CPU µs per message acknowledged
+    rdk_us: float = float("nan")  # librdkafka's threads (rdk:*), CPU µs per message acknowledged
+
+
+def thread_cpu_s() -> tuple[float, float]:
+    """CPU seconds so far of this process's threads: (the rest, librdkafka's `rdk:` threads).
+    The producers of earlier samples are gone, so the difference over one sample is its own."""
+    tick = os.sysconf("SC_CLK_TCK")
+    mine = rdk = 0.0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        cpu = (int(fields[11]) + int(fields[12])) / tick
+        if name.startswith("rdk:"):
+            rdk += cpu
+        else:
+            mine += cpu
+    return mine, rdk
 
 
 class StatsTotals:
@@ -152,6 +175,7 @@ def throughput(mode: str, bootstrap: str, topic: str, seconds: float, work: Path
             except BufferError:
                 producer.poll(0.0005)
 
+    cpu0 = thread_cpu_s()
     t0 = time.monotonic()
     end, sent = t0 + seconds, 0
     while time.monotonic() < end:
@@ -168,8 +192,11 @@ def throughput(mode: str, bootstrap: str, topic: str, seconds: float, work: Path
             producer.poll(0)
     assert producer.flush(120) == 0, f"{mode}: messages not delivered"
     elapsed = time.monotonic() - t0
+    cpu1 = thread_cpu_s()
     producer.poll(STATS_INTERVAL_MS / 1000 + 0.2)  # the last statistics window
-    return stats.sample(acked[0] * MSG_BYTES / MB / elapsed, time.monotonic() - t0, PARTITIONS)
+    sample = stats.sample(acked[0] * MSG_BYTES / MB / elapsed, time.monotonic() - t0, PARTITIONS)
+    n = max(acked[0], 1)
+    return replace(sample, python_us=(cpu1[0] - cpu0[0]) / n * 1e6, rdk_us=(cpu1[1] - cpu0[1]) / n * 1e6)
 
 
 def mock_with_topic(work: Path, topic: str, partitions: int, rtt_ms: int) -> tuple[Producer, str]:
@@ -263,16 +290,22 @@ def print_table(system: str, modes: tuple[str, ...], figures: dict[str, list[Sam
     """Each mode's medians over the rounds; `of plain` compares with plain on the same system."""
     base = statistics.median(f.mb_s for f in figures["plain"])
     print(f"\n{system}")
-    print(f"{'mode':<12} {'MB/s':>7} {'of plain':>9} {'batch KiB':>10} {'rtt ms':>7} {'in flight':>10} {'target':>8}")
+    print(
+        f"{'mode':<12} {'MB/s':>7} {'of plain':>9} {'batch KiB':>10} {'rtt ms':>7} {'in flight':>10} "
+        f"{'py µs':>6} {'rdk µs':>6} {'target':>8}"
+    )
     for mode in modes:
         med = statistics.median(f.mb_s for f in figures[mode])
         batch = statistics.median(f.batch_kib for f in figures[mode])
         rtt = statistics.median(f.rtt_ms for f in figures[mode])
         flight = statistics.median(f.in_flight for f in figures[mode])
+        py_us = statistics.median(f.python_us for f in figures[mode])
+        rdk_us = statistics.median(f.rdk_us for f in figures[mode])
         target = TARGETS.get(mode) if verdicts else None
         wanted = "" if target is None else f">= {target:.2f}"
         verdict = "" if target is None else ("met" if med / base >= target else "MISSED")
         cells = f"{med:>7.1f} {med / base:>9.2f} {batch:>10.0f} {rtt:>7.1f} {flight:>10.2f}"
+        cells += f" {py_us:>6.1f} {rdk_us:>6.1f}"
         print(f"{mode:<12} {cells} {wanted:>8} {verdict}")
 
 
