@@ -148,7 +148,39 @@ def print_cpu(cpu_file: Path, cpu_windows: dict[str, list[tuple[float, float]]])
             continue
         cols = "  ".join(f"{n} {statistics.median(d[n] for d in per):4.2f}" for n in samples[0])
         total = statistics.median(sum(d.values()) for d in per)
-        print(f"    {label:<40} {cols}  all {total:4.2f}")
+        # The brokers' CPU time in each window (ms, summed over the brokers), median.
+        spent = [sum(v for n, v in d.items() if n.startswith("b")) * (b - a) * 1000
+                 for d, (a, b) in zip(per, [w for w in windows if cpu_in(samples, *w)], strict=True)]  # fmt: skip
+        print(f"    {label:<40} {cols}  all {total:4.2f}; brokers {statistics.median(spent):5.1f} CPU-ms")
+
+
+def count_rounds(events: list[Event], windows: list[tuple[float, float]]) -> None:
+    """Requests per transaction end (medians over the marker windows, EndTxn answered ->
+    held AddPartitionsToTxn answered): WriteTxnMarkers, coordinator appends, and the
+    follower Fetch answers per leader-follower pair (all, with records, empty)."""
+    if not windows:
+        return
+    per: dict[str, list[float]] = {}
+    for a, b in windows:
+        inside = [e for t, e in events if a <= t <= b]
+        fetches = [e for e in inside if e[0] == "fetch"]
+        pairs = {(e[1], e[3]) for e in fetches} or {(0, 0)}
+        counts = {
+            "WriteTxnMarkers": sum(e[0] == "wtm_in" for e in inside),
+            "coordinator appends committed": sum(e[0] == "appended" for e in inside),
+            "follower Fetch answers": len(fetches),
+            "  with records": sum(e[4] > 0 for e in fetches),
+            "  empty (HW moves or expiry)": sum(e[4] == 0 for e in fetches),
+            "leader-follower pairs that fetched": len(pairs),
+            "Fetch answers per pair": len(fetches) / len(pairs),
+            "partitions with records per Fetch": sum(e[4] for e in fetches) / max(1, sum(e[4] > 0 for e in fetches)),
+        }
+        for k, v in counts.items():
+            per.setdefault(k, []).append(v)
+    print("  requests per transaction end (median over the marker windows):")
+    for k, xs in per.items():
+        print(f"    {k:<40} {statistics.median(xs):6.1f}   (p10 {sorted(xs)[len(xs) // 10]:5.1f}, "
+              f"p90 {sorted(xs)[len(xs) * 9 // 10]:5.1f})")  # fmt: skip
 
 
 def samples_by_phase(diag: Path, windows: list[tuple[float, float]]) -> None:
@@ -207,6 +239,7 @@ def main() -> int:
     ap.add_argument("--disk-budget-gb", type=float, default=4.0)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (events, logs)")
     ap.add_argument("--py-spy", metavar="DIR", help="py-spy record (raw, 200 Hz) each broker into DIR for the run")
+    ap.add_argument("--strace", metavar="DIR", help="strace -c -f each broker into DIR for the run (system calls)")
     ap.add_argument("--cpu", action="store_true", help="sample every process's CPU (2 ms), split it by phase")
     ap.add_argument("--sample", action="store_true", help="sample brokers' main-thread stacks (1 ms), split by phase")
     ap.add_argument("--profile", action="store_true", help="cProfile brokers' main threads in WriteTxnMarkers windows")
@@ -249,6 +282,10 @@ def main() -> int:
             cmd = [spy, "record", "-r", "200", "-f", "raw", "-d", str(round(args.seconds)), "--nonblocking", "-o", out]
             spies.append(subprocess.Popen([*cmd, "--pid", str(cluster.nodes[b].pid)], stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))  # fmt: skip
+        for b in cluster.broker_ids if args.strace else ():
+            cmd = ["timeout", "-s", "INT", str(round(args.seconds)), "strace", "-c", "-f", "-o",
+                   f"{args.strace}/broker-{b}.txt", "-p", str(cluster.nodes[b].pid)]  # fmt: skip
+            spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         sampler = None
         if args.cpu:
             procs = [f"b{b}={cluster.nodes[b].pid}" for b in cluster.broker_ids]
@@ -289,6 +326,7 @@ def main() -> int:
     print(f"{len(client)} transactions of {args.size} records on {args.partitions} partitions in {elapsed:.1f} s: "
           f"{sent * MSG_BYTES / 1e6 / elapsed:.1f} MB/s; load average {load0[0]:.2f} -> {load1[0]:.2f}")  # fmt: skip
     windows = phases(client, events, work / "cpu.txt" if args.cpu else None)
+    count_rounds(events, windows["EndTxn answered -> AddPartitionsToTxn answered"])
     if args.sample:
         samples_by_phase(diag, windows["EndTxn answered -> AddPartitionsToTxn answered"])
     per_broker(diag)

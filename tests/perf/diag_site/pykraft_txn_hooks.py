@@ -121,7 +121,21 @@ async def produce(self: Any, params: Any) -> Any:
         ev("prod_out", self.node_id)
 
 
-RM.write_txn_markers, RM.produce = write_txn_markers, produce
+_fetch = RM.fetch
+
+
+async def fetch(self: Any, params: Any) -> Any:
+    """A follower's Fetch, at its answer: (arrived, follower, partitions with records, bytes)."""
+    if params.replica_id < 0:
+        return await _fetch(self, params)
+    t0 = time.time()
+    results = await _fetch(self, params)
+    with_records = [len(r.records) for r in results if len(r.records)]
+    ev("fetch", self.node_id, t0, params.replica_id, len(with_records), sum(with_records))
+    return results
+
+
+RM.write_txn_markers, RM.produce, RM.fetch = write_txn_markers, produce, fetch
 
 S: Any = segment_mod.LogSegment
 _segment_append = S.append
