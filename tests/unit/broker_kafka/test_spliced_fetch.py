@@ -232,3 +232,81 @@ def test_a_segment_truncated_under_an_answer_in_flight_closes_the_connection(tmp
     # (Bytes already handed to the kernel may show the rewrite: sendfile's skbs hold the
     # page cache's pages, not copies.)
     assert len(data) < announced
+
+
+# ------------------------------------------------------------------ small ranges
+
+
+def small_ranges_answer(tmp_path: Path) -> tuple[SplicedResponse, list[PartitionLog]]:
+    """An answer of three partitions of one small batch each (as a round of markers), the
+    second of each log's two batches."""
+    logs = [open_log(tmp_path / f"t-{p}") for p in range(3)]
+    pairs = []
+    for p, plog in enumerate(logs):
+        plog.append_as_leader(batch(1, 60), 1, NOW)
+        plog.append_as_leader(batch(1, 60), 1, NOW)
+        r = plog.read_range(1, 1 << 20, max_offset=plog.log_end_offset, min_one_batch=True)
+        assert r is not None and r.length < 200
+        res = FetchPartitionResult(ErrorCode.NONE, 2, 2, 0, records=r)
+        pairs.append((FetchPartition("t", p, 1, 1 << 20), res))
+    ctx = context(12, [("t", p, 1) for p in range(3)])
+    now = encode_fetch_response(ctx, ErrorCode.NONE, 0, pairs, 0)
+    assert isinstance(now, SplicedResponse)
+    return now, logs
+
+
+async def send_counted(response: SplicedResponse, monkeypatch: Any) -> tuple[bytes, int, int]:
+    """Send `response` over a socket pair: (bytes received, writes, sendfile calls)."""
+    import broker.kafka.spliced as spliced
+
+    sendfiles = [0]
+    real_sendfile = os.sendfile
+
+    def counting_sendfile(*args: Any) -> int:
+        sendfiles[0] += 1
+        return real_sendfile(*args)
+
+    monkeypatch.setattr(spliced.os, "sendfile", counting_sendfile)
+    a, b = socket.socketpair()
+    reader, writer = await asyncio.open_connection(sock=a)
+    writes = [0]
+    write = writer.write
+
+    def counting_write(data: Any) -> None:
+        writes[0] += 1
+        write(data)
+
+    writer.write = counting_write  # type: ignore[method-assign]
+    try:
+        await response.send(writer)
+        await writer.drain()
+        b.setblocking(False)
+        loop = asyncio.get_running_loop()
+        received = bytearray()
+        while len(received) < len(response):
+            received += await loop.sock_recv(b, 1 << 16)
+    finally:
+        writer.close()
+        b.close()
+    return bytes(received), writes[0], sendfiles[0]
+
+
+def test_an_answer_of_small_ranges_is_one_write(tmp_path: Path, run: Run, monkeypatch: Any) -> None:
+    response, _logs = small_ranges_answer(tmp_path)
+    expected = response.to_bytes()
+    received, writes, sendfiles = run(send_counted(response, monkeypatch))
+    assert received == expected
+    assert (writes, sendfiles) == (1, 0)
+
+
+def test_a_small_range_truncated_before_it_is_sent_closes_the_connection(tmp_path: Path, run: Run,
+                                                                         monkeypatch: Any) -> None:  # fmt: skip
+    import pytest
+
+    from broker.kafka.spliced import TruncatedRange
+
+    response, logs = small_ranges_answer(tmp_path)
+    logs[1].truncate_to(1)  # the file cut where the range starts...
+    logs[1].append_as_leader(batch(1, 60), 2, NOW)  # ...and other bytes written there
+    with pytest.raises(TruncatedRange):
+        run(send_counted(response, monkeypatch))
