@@ -4,7 +4,9 @@ The records the log returns are ranges of its segment files (`PartitionLog.read_
 found from the index and the high watermark's or log end's file position, cut at the
 byte budget, possibly inside a trailing batch that the client drops, as with Kafka); the
 response is a `SplicedResponse` whose ranges go from the file to the socket with
-`os.sendfile`: no byte of a record batch is copied in Python.
+`os.sendfile`: no byte of a record batch is copied in Python, but in a small answer of
+small ranges (`SplicedResponse.inlined`: a follower's round of transaction markers), which
+is read whole and written as bytes.
 
 Rules applied here (the reading rules are the services', see `FetchParams`):
 - KIP-227 sessions (`fetch_session`): a full response lists every requested partition; an
@@ -211,7 +213,7 @@ def encode_fetch_response(
 
 async def handle_fetch(
     ctx: RequestContext, services: BrokerServices, config: ListenerConfig, sessions: FetchSessionCache
-) -> bytearray | SplicedResponse:
+) -> bytes | bytearray | SplicedResponse:
     request = decode_fetch(ctx)
     is_consumer = request.replica_id < 0
     now_ms = int(time.time() * 1000)
@@ -255,4 +257,10 @@ async def handle_fetch(
         if results[i].error == ErrorCode.NONE:
             results[i] = replace(results[i], records=b"", preferred_read_replica=chosen)
     session_id, pairs = context.respond(results)
-    return encode_fetch_response(ctx, ErrorCode.NONE, session_id, pairs, request.isolation_level)
+    response = encode_fetch_response(ctx, ErrorCode.NONE, session_id, pairs, request.isolation_level)
+    if isinstance(response, SplicedResponse):
+        # A small answer (a round of markers: 78-byte batches) is read now and written as bytes.
+        small = response.inlined()
+        if small is not None:
+            return small
+    return response

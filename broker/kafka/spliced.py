@@ -6,6 +6,8 @@ byte of a record batch passes through a Python object (Kafka's zero-copy `FileRe
 
 Sending (the transport calls `send` where it would write a bytes response; answers of a
 connection are written one after the other, so nothing else writes to the socket meanwhile):
+- a small frame of small ranges is read whole by the fetch handler (`inlined`) and goes
+  out as any byte answer;
 - encoded parts go through the stream writer (`transport.write`), joined with the small
   ranges around them (up to `INLINE_RANGE_BYTES` each, read with pread when sent) into one
   write: an answer of many small batches (a round of transaction markers: one control
@@ -45,6 +47,9 @@ _CHUNK: Final = 4 * 1024 * 1024
 # Ranges up to this size are read and joined with the encoded parts around them (bytes):
 # copying them costs less than a sendfile call and a TCP segment of their own.
 INLINE_RANGE_BYTES: Final = 16 * 1024
+# A frame up to this size whose ranges are all small is read whole by its handler (`inlined`):
+# the transport writes it as any byte answer, with no writer task (bytes).
+INLINE_FRAME_BYTES: Final = 64 * 1024
 
 
 class TruncatedRange(ConnectionError):
@@ -83,6 +88,22 @@ class SplicedResponse:
                 joined.append(part)
         if joined:
             writer.write(b"".join(joined))
+
+    def inlined(self) -> bytes | None:
+        """The frame's bytes, its ranges read now, when it holds at most `INLINE_FRAME_BYTES`
+        and each range at most `INLINE_RANGE_BYTES` (a follower's answer of a marker round);
+        None for any other frame (it sends itself). TruncatedRange as in `send`."""
+        if self.size > INLINE_FRAME_BYTES:
+            return None
+        joined: list[bytes | bytearray] = []
+        for part in self.parts:
+            if isinstance(part, FileRange):
+                if part.length > INLINE_RANGE_BYTES:
+                    return None
+                joined.append(_read_small(part))
+            else:
+                joined.append(part)
+        return b"".join(joined)
 
     def to_bytes(self) -> bytes:
         """The frame's bytes (tests; the cost `send` avoids)."""

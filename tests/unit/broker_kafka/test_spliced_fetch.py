@@ -310,3 +310,16 @@ def test_a_small_range_truncated_before_it_is_sent_closes_the_connection(tmp_pat
     logs[1].append_as_leader(batch(1, 60), 2, NOW)  # ...and other bytes written there
     with pytest.raises(TruncatedRange):
         run(send_counted(response, monkeypatch))
+
+
+def test_a_small_answer_of_small_ranges_is_read_whole_and_a_large_one_sends_itself(tmp_path: Path) -> None:
+    import pytest
+
+    from broker.kafka.spliced import TruncatedRange
+
+    response, logs = small_ranges_answer(tmp_path)
+    assert response.inlined() == response.to_bytes()
+    assert spliced_over(big_log(tmp_path / "big-0")).inlined() is None
+    logs[2].truncate_to(1)
+    with pytest.raises(TruncatedRange):
+        response.inlined()
