@@ -326,6 +326,13 @@ def main() -> int:
     print(f"{len(client)} transactions of {args.size} records on {args.partitions} partitions in {elapsed:.1f} s: "
           f"{sent * MSG_BYTES / 1e6 / elapsed:.1f} MB/s; load average {load0[0]:.2f} -> {load1[0]:.2f}")  # fmt: skip
     windows = phases(client, events, work / "cpu.txt" if args.cpu else None)
+    if args.cpu and client:
+        samples = (work / "cpu.txt").read_text().splitlines()
+        names = samples[0].split()[1:]
+        a, b = client[1][0], client[-1][0]  # the sampler starts after the first begin
+        lo = cpu_in((names, [[float(x) for x in row.split()] for row in samples[1:]]), a, b)
+        spent = sum(v for n, v in lo.items() if n.startswith("b")) * (b - a) * 1000
+        print(f"  brokers' CPU per transaction, second begin to last begin: {spent / max(1, len(client) - 2):.2f} ms")
     count_rounds(events, windows["EndTxn answered -> AddPartitionsToTxn answered"])
     if args.sample:
         samples_by_phase(diag, windows["EndTxn answered -> AddPartitionsToTxn answered"])
