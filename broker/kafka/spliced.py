@@ -2,7 +2,9 @@
 
 A Fetch answer's header and per-partition fields are encoded in Python; its records are
 `FileRange`s of segment files, sent from the file to the socket with `os.sendfile`, so no
-byte of a record batch passes through a Python object (Kafka's zero-copy `FileRecords`).
+byte of a record batch passes through a Python object (Kafka's zero-copy `FileRecords`),
+except small ranges (<= `INLINE_RANGE_BYTES`): there a `pread` and one joined write cost
+less than a `sendfile` call and a TCP segment each.
 
 Sending (the transport calls `send` where it would write a bytes response; answers of a
 connection are written one after the other, so nothing else writes to the socket meanwhile):

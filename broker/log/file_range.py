@@ -1,7 +1,8 @@
 """`FileRange`: a byte range of a segment file that a fetch answer sends as it is.
 
 A fetch answers with ranges, not bytes: the listener sends each range from the file to
-the socket (`os.sendfile`), so no byte of a record batch passes through Python.
+the socket (`os.sendfile`), so no byte of a record batch passes through Python (but for
+small ranges, read and joined into one write: `broker.kafka.spliced.INLINE_RANGE_BYTES`).
 
 How a range stays valid while it waits to be sent (a long poll holds its first read; a
 slow socket holds a response), as Kafka's FileRecords slices rely on the open channel:
