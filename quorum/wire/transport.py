@@ -351,11 +351,20 @@ class _Connected(_WriteFlow, asyncio.BufferedProtocol):
     their slots are given back), goes through a writer task; later answers wait for it.
     Reading pauses while `depth` requests are unanswered or a frame waits for the pool."""
 
-    def __init__(self, state: _ServerState, handler: Handler, depth: int, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        state: _ServerState,
+        handler: Handler,
+        depth: int,
+        loop: asyncio.AbstractEventLoop,
+        request_behind: bool = True,
+    ) -> None:
         super().__init__(loop)
         self.state = state
         self.handler = handler
         self.depth = depth
+        # REQUEST_BEHIND for the handlers (pipelined serving only; off: never set, None).
+        self.request_behind = request_behind and depth > 1
         self.loop = loop
         self.frames = _Frames()
         self.size = -1  # body bytes of the frame being received (prefix read, pool reserved); -1: between frames
@@ -563,7 +572,7 @@ class _Connected(_WriteFlow, asyncio.BufferedProtocol):
 
     def _start(self, frame: bytes, size: int) -> None:
         context = self.context.copy()
-        if self.depth > 1:  # at depth 1 nothing is read behind a request in flight: no REQUEST_BEHIND
+        if self.request_behind:  # at depth 1 nothing is read behind a request in flight: no REQUEST_BEHIND
             behind = self.behind
             if behind is not None and not behind.done():
                 behind.set_result(None)  # the previous request now has one behind it
@@ -618,10 +627,13 @@ class _Connected(_WriteFlow, asyncio.BufferedProtocol):
             if writer.is_closing():
                 self._close(None, cancel=True)  # the server closed it while we worked on it
                 return
-            if any(r is not None and not isinstance(r, (bytes, bytearray, memoryview)) for r in responses):
+            if len(responses) == 1 and type(responses[0]) is bytes:
+                self.transport.write(responses[0])  # the common case: StreamWriter.write's own call
+            elif any(r is not None and not isinstance(r, (bytes, bytearray, memoryview)) for r in responses):
                 self._write_in_task(responses, 0)
                 return
-            _write_joined(writer, responses)
+            else:
+                _write_joined(writer, responses)
             self.conn.touch()
             if self.transport.get_write_buffer_size():
                 self._write_in_task([], len(responses))
@@ -678,6 +690,7 @@ async def serve(
     limits: ConnectionLimits | None = None,
     pipeline_depth: int = 1,
     memory_pool: MemoryPool | None = None,
+    request_behind: bool = True,
 ) -> asyncio.Server:
     """Listen on host:port; call `handler(frame)` for each request frame.
 
@@ -692,7 +705,8 @@ async def serve(
     request order (a None response is skipped in place). Received frames count against
     `queued_max_request_bytes` until their handler returns; when the pool is full, reading
     stops (sockets back-pressure) until it is released. `memory_pool` shares one budget
-    between servers (default: one per server).
+    between servers (default: one per server). `request_behind` False: the handlers never
+    read REQUEST_BEHIND (it stays None; no future per request for it).
     Stop with `close_server`.
     """
     if pipeline_depth < 1:
@@ -702,7 +716,9 @@ async def serve(
     state = _ServerState(limits, pool)
 
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Connected(state, handler, pipeline_depth, loop), host, port)
+    server = await loop.create_server(
+        lambda: _Connected(state, handler, pipeline_depth, loop, request_behind), host, port
+    )
     _set_buffer_sizes(server, limits)
     idle_s = limits.idle_s
     if idle_s is not None:
