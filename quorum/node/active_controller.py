@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any
 
 from quorum.controller import replication_control as rc
 from quorum.controller.errors import ErrorCode
@@ -69,7 +69,6 @@ from quorum.raft.types import Epoch, Offset
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
 METADATA_VERSION_FEATURE = "metadata.version"
 METADATA_VERSION = 1  # pykraft's own metadata format version
@@ -147,6 +146,18 @@ class QuorumController:
         self._inflight = 0  # batches appended to the log and not committed (or failed) yet
         # Brokers being fenced -> topics other writes changed meanwhile (see `_fence`).
         self._fencing: dict[int, set[uuid.UUID]] = {}
+        # The write rule of each request type (`handle`): (working image, request) -> records
+        # and answer. Requests are final dataclasses: looked up by their exact type.
+        self._rules: dict[type, Callable[[MetadataImage, Any], ControllerResult[Any]]] = {
+            CreateTopicsRequest: lambda img, r: rc.create_topics(img, r, self.settings),
+            DeleteTopicsRequest: rc.delete_topics,
+            CreatePartitionsRequest: lambda img, r: rc.create_partitions(img, r, self.settings),
+            IncrementalAlterConfigsRequest: lambda img, r: rc.incremental_alter_configs(img, r, self.settings),
+            ElectLeadersRequest: rc.elect_leaders,
+            AlterPartitionRequest: rc.alter_partition,
+            BrokerRegistrationRequest: self._register,
+            AllocateProducerIdsRequest: allocate_producer_ids,
+        }
 
     # ---------------------------------------------------------------- state
 
@@ -331,39 +342,22 @@ class QuorumController:
         if self._inflight == 0 and self._open is not None:
             self._seal()
 
-    async def _write(self, op: Callable[[MetadataImage], ControllerResult[T]]) -> T:
-        result = op(self.working_image)
-        if result.records:
-            try:
-                await self._append(result.records)
-            except NotLeaderError as exc:
-                raise NotControllerError() from exc
-        return result.response
-
     async def handle(self, request: ControllerRequest) -> ControllerResponse:
         """Run one request; raises NotControllerError when this node is not active."""
         if not self.active:
             raise NotControllerError()
-        s = self.settings
-        match request:
-            case CreateTopicsRequest():
-                return await self._write(lambda img: rc.create_topics(img, request, s))
-            case DeleteTopicsRequest():
-                return await self._write(lambda img: rc.delete_topics(img, request))
-            case CreatePartitionsRequest():
-                return await self._write(lambda img: rc.create_partitions(img, request, s))
-            case IncrementalAlterConfigsRequest():
-                return await self._write(lambda img: rc.incremental_alter_configs(img, request, s))
-            case ElectLeadersRequest():
-                return await self._write(lambda img: rc.elect_leaders(img, request))
-            case AlterPartitionRequest():
-                return await self._write(lambda img: rc.alter_partition(img, request))
-            case BrokerRegistrationRequest():
-                return await self._write(lambda img: self._register(img, request))
-            case BrokerHeartbeatRequest():
-                return await self._heartbeat(request)
-            case AllocateProducerIdsRequest():
-                return await self._write(lambda img: allocate_producer_ids(img, request))
+        rule = self._rules.get(type(request))
+        if rule is not None:
+            # A write: the rule's records are appended; the answer once they are committed.
+            result: ControllerResult[ControllerResponse] = rule(self.working_image, request)
+            if result.records:
+                try:
+                    await self._append(result.records)
+                except NotLeaderError as exc:
+                    raise NotControllerError() from exc
+            return result.response
+        if isinstance(request, BrokerHeartbeatRequest):
+            return await self._heartbeat(request)
         raise TypeError(f"unknown controller request {type(request).__name__}")
 
     # --------------------------------------------------------------- brokers

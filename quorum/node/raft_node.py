@@ -21,9 +21,10 @@ import random
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from quorum.node.bootstrap_voters import controller_endpoint
 from quorum.node.config import HostPort, NodeConfig
@@ -198,7 +199,7 @@ class RaftNode:
         # the writes that gathered during it (they go into the next fsync).
         self.after_flush: Callable[[], None] | None = None
         # Serves the APIs on the controller listener that are not the quorum's own.
-        self.extra_api_handler: Callable[[int, bytes], Awaitable[bytes | None]] | None = None
+        self.extra_api_handler: Callable[[int, bytes], Coroutine[Any, Any, bytes | None]] | None = None
         self.failed = asyncio.Event()  # set when the loop stopped on an error
         self.stopped = asyncio.Event()
 
@@ -272,6 +273,7 @@ class RaftNode:
                 self._handle_frame,
                 limits=ConnectionLimits.from_config(self.config),
                 pipeline_depth=CONTROLLER_PIPELINE_DEPTH,
+                request_behind=False,  # no handler here answers early (a Fetch waits for data only)
             )
         self._task = asyncio.create_task(self._run(), name=f"raft-{self.node_id}")
 
@@ -780,16 +782,21 @@ class RaftNode:
             return None
         return answer if isinstance(answer, QuorumDescription) else None
 
-    async def _handle_frame(self, frame: bytes) -> bytes | None:
+    def _handle_frame(self, frame: bytes) -> Coroutine[Any, Any, bytes | None]:
+        """The listener's handler: the coroutine that answers `frame` (the handler of its api's
+        own, not one awaiting it: a controller write resumes one coroutine less)."""
         if len(frame) >= 2:
             api_key = int.from_bytes(frame[:2], "big", signed=True)
             if api_key in codec.VOTER_API_VERSIONS:
-                return await self._handle_voter_call(frame)
+                return self._handle_voter_call(frame)
             if api_key in codec.FEATURE_API_VERSIONS:
-                return await handle_update_features(self, frame)  # kraft.version upgrade
+                return handle_update_features(self, frame)  # kraft.version upgrade
             if self.extra_api_handler is not None and api_key not in codec.API_VERSIONS:
                 # Not a quorum API: the controller's (CreateTopics, BrokerHeartbeat, ...).
-                return await self.extra_api_handler(api_key, frame)
+                return self.extra_api_handler(api_key, frame)
+        return self._handle_quorum_frame(frame)
+
+    async def _handle_quorum_frame(self, frame: bytes) -> bytes | None:
         try:
             request = codec.decode_request(frame)
         except codec.WireError as exc:
