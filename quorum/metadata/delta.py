@@ -40,6 +40,9 @@ from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
+from immutables import Map
+
+from quorum.metadata._codec import fast_constructor
 from quorum.metadata.errors import MetadataReplayError, RecordDecodeError
 from quorum.metadata.image import (
     BrokerRegistration,
@@ -143,6 +146,18 @@ class _ConfigChange:
         self.cleared = False  # True: start from no keys rather than the base image's
         self.keys: dict[str, str | None] = {}
 
+    def merged(self, current: Mapping[str, str] | None) -> dict[str, str]:
+        """The resource's keys after this change, from its `current` ones (None: none)."""
+        keys = {} if self.cleared or current is None else _copy_map(current)
+        for key, value in self.keys.items():
+            if value is None:
+                keys.pop(key, None)
+            else:
+                keys[key] = value
+        return keys
+
+
+_new_image: Callable[..., MetadataImage] = fast_constructor(MetadataImage)
 
 _Replayer = Callable[["MetadataDelta", Any, "int | None"], None]
 
@@ -425,22 +440,28 @@ class MetadataDelta:
             cluster = ClusterImage(MappingProxyType(brokers))
         topics = self._apply_topics(image.topics)
         configs = image.configs
-        if self._configs:
+        if len(self._configs) == 1 and type(configs) is Map:
+            # One resource (a config write's own delta on the controller): one persistent-map
+            # set rather than a mutation session.
+            ((resource, change),) = self._configs.items()
+            keys = change.merged(configs.get(resource))
+            if keys:
+                configs = configs.set(resource, MappingProxyType(keys))
+            elif resource in configs:
+                configs = configs.delete(resource)
+        elif self._configs:
             with _hamt(configs).mutate() as new_configs:
                 for resource, change in self._configs.items():
-                    keys = {} if change.cleared else _copy_map(new_configs.get(resource, {}))
-                    for key, value in change.keys.items():
-                        if value is None:
-                            keys.pop(key, None)
-                        else:
-                            keys[key] = value
+                    keys = change.merged(new_configs.get(resource))
                     if keys:
                         new_configs[resource] = MappingProxyType(keys)
                     elif resource in new_configs:
                         del new_configs[resource]
                 configs = new_configs.finish()
         next_pid = image.next_producer_id if self._next_producer_id is None else self._next_producer_id
-        return MetadataImage(features, cluster, topics, configs, next_pid, self._offset, self._epoch)
+        # The base's features and configs are a MappingProxyType and a HAMT (MetadataImage's
+        # __post_init__), and so is what replaces them here: its checks are skipped.
+        return _new_image(features, cluster, topics, configs, next_pid, self._offset, self._epoch)
 
     def _apply_topics(self, topics: TopicsImage) -> TopicsImage:
         """The topics with this delta's changes: O(changed topics x log topics), the
