@@ -46,7 +46,7 @@ from broker.log import LogManager
 from broker.log.dir_failure import LogDirFailures
 from broker.producer_ids import ProducerIdManager
 from broker.replica.fetcher import FetcherManager
-from broker.replica.manager import HostedPartition, ReplicaManager, now_ms
+from broker.replica.manager import MIN_INSYNC_REPLICAS, HostedPartition, ReplicaManager, now_ms
 from broker.serving import LocalBrokerServices
 from broker.txn.coordinator import TxnConfig
 from broker.txn.marker_sender import MarkerSender
@@ -65,7 +65,7 @@ from quorum.node.node_context import broker_defaults_of
 
 log = logging.getLogger(__name__)
 
-_MIN_ISR = "min.insync.replicas"
+_MIN_ISR = MIN_INSYNC_REPLICAS
 
 DESCRIPTOR_CHECK_INTERVAL_MS = 10_000  # how often the hosted segments are counted against RLIMIT_NOFILE
 
@@ -210,7 +210,8 @@ class DataPlane:
                 self._min_isr_default = None
             else:
                 for resource in changed:
-                    self._min_isr.pop(resource.name, None)
+                    if delta.config_key_changed(resource, _MIN_ISR):
+                        self._min_isr.pop(resource.name, None)
         if self._closing_logs:
             return
         if not self._published:

@@ -80,6 +80,8 @@ from quorum.node.config import NodeConfig
 
 log = logging.getLogger(__name__)
 
+MIN_INSYNC_REPLICAS = "min.insync.replicas"  # the topic config a leader's ISR rule reads
+
 TopicPartition = tuple[str, int]
 
 
@@ -161,14 +163,16 @@ class ReplicaManager:
             if (tip.topic_name, tip.partition_id) not in creating:
                 self._become(tip, reg, image, leader=False)
         brokers_changed = False
+        min_isr_topics: set[str] = set()  # topics whose own min.insync.replicas changed
         for resource in delta.changed_configs:
             if resource.type == ConfigResourceType.TOPIC:  # LogConfig takes the broker's static config only
                 self.logs.update_config(resource.name, self._topic_config(image, resource.name))
+                if delta.config_key_changed(resource, MIN_INSYNC_REPLICAS):
+                    min_isr_topics.add(resource.name)
             elif resource.type == ConfigResourceType.BROKER:
                 brokers_changed = True
-        if delta.changed_configs:
-            topics = {r.name for r in delta.changed_configs if r.type == ConfigResourceType.TOPIC}
-            self._refresh_min_isr(None if brokers_changed else topics)
+        if brokers_changed or min_isr_topics:
+            self._refresh_min_isr(None if brokers_changed else min_isr_topics)
         if changes.leaders or changes.followers:
             self._on_isr_change_wanted()
 

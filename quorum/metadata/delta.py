@@ -217,6 +217,12 @@ class MetadataDelta:
     def changed_configs(self) -> frozenset[ConfigResource]:
         return frozenset(self._configs)
 
+    def config_key_changed(self, resource: ConfigResource, key: str) -> bool:
+        """Whether this delta may have changed `key` of `resource` (set, deleted, or all of
+        the resource's keys replaced)."""
+        change = self._configs.get(resource)
+        return change is not None and (change.cleared or key in change.keys)
+
     def changed_partitions(self) -> Iterator[tuple[TopicIdPartition, PartitionRegistration]]:
         """Every partition added or changed in this delta, with its new registration."""
         for td in self._topics.values():

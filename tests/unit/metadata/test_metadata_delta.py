@@ -414,6 +414,18 @@ def test_delta_inspection() -> None:
     assert "deleted_topics=1" in repr(delta)
 
 
+def test_config_key_changed_names_the_keys_a_delta_may_have_changed() -> None:
+    delta = MetadataDelta(small_cluster())
+    delta.replay(ConfigRecord(2, "a", "retention.ms", "5"))
+    delta.replay(ConfigRecord(2, "a", "min.insync.replicas", None))  # a delete changes the key too
+    delta.replay(RemoveTopicRecord(B))  # every config of b goes
+    assert delta.config_key_changed(ConfigResource(2, "a"), "retention.ms")
+    assert delta.config_key_changed(ConfigResource(2, "a"), "min.insync.replicas")
+    assert not delta.config_key_changed(ConfigResource(2, "a"), "segment.ms")
+    assert delta.config_key_changed(ConfigResource(2, "b"), "segment.ms")
+    assert not delta.config_key_changed(ConfigResource(2, "c"), "retention.ms")
+
+
 # --------------------------------------------------------------------------- diff and replay_batches
 
 
