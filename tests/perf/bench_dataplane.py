@@ -100,7 +100,7 @@ WARMUP_MESSAGES = 2000
 
 TARGET_ACKS_ALL_MB_S = 100.0
 TARGET_MOCK_SHARE = 1 / 3
-TARGET_CPU_MS_PER_MB = 10.0
+TARGET_CPU_MS_PER_MB = 5.0  # issue 22 (RF 3, acks=all, saturated); an earlier issue asked for 10
 TARGET_P99_MS = 20.0
 TARGET_CONSUME_RATIO = 2.0
 TARGET_KCAT_MOCK_SHARE = 0.8  # consumption from the page cache vs the mock, same fast client
@@ -1041,6 +1041,19 @@ def verdicts(runs: list[Run]) -> list[tuple[str, bool | None, str]]:
                 f"{best.mb_s:.1f} vs {mock_all.mb_s:.1f} MB/s = {best.mb_s / mock_all.mb_s:.2f}x",
             )
         )
+    acks1 = next(
+        (r for r in runs if r.system == "pykraft" and r.brokers == nb and r.rf == 3 and r.acks == "1"
+         and r.offered_mb_s is None and r.partitions == best.partitions),
+        None,
+    )  # fmt: skip
+    if acks1 is not None:
+        out.append(
+            (
+                "acks=1 >= acks=all",
+                acks1.mb_s >= best.mb_s,
+                f"{acks1.mb_s:.1f} vs {best.mb_s:.1f} MB/s ({shape})",
+            )
+        )
     out.append(
         (
             f"broker CPU <= {TARGET_CPU_MS_PER_MB:.0f} ms/MB ingested",
@@ -1100,7 +1113,7 @@ def verdicts(runs: list[Run]) -> list[tuple[str, bool | None, str]]:
     cons = best.consume_mb_s or 0.0
     out.append(
         (
-            f"consume >= {TARGET_CONSUME_RATIO:.0f}x produce",
+            f"consume() >= {TARGET_CONSUME_RATIO:.0f}x produce (confluent-kafka's consume(): the client's limit)",
             best.consume_complete and cons >= TARGET_CONSUME_RATIO * best.mb_s,
             f"{cons:.1f} vs {best.mb_s:.1f} MB/s = {cons / best.mb_s:.2f}x" if best.mb_s else "-",
         )
