@@ -65,8 +65,6 @@ from quorum.node.node_context import broker_defaults_of
 
 log = logging.getLogger(__name__)
 
-_MIN_ISR = MIN_INSYNC_REPLICAS
-
 DESCRIPTOR_CHECK_INTERVAL_MS = 10_000  # how often the hosted segments are counted against RLIMIT_NOFILE
 
 
@@ -180,7 +178,7 @@ class DataPlane:
         value = self._min_isr.get(topic)
         if value is None:
             explicit = self.image().topic_config(topic)
-            if _MIN_ISR in explicit:
+            if MIN_INSYNC_REPLICAS in explicit:
                 value = self._effective_min_isr(explicit)
             else:  # the broker's value, shared by every topic that does not set its own
                 value = self._min_isr_default
@@ -194,7 +192,7 @@ class DataPlane:
         # Kafka's order: the topic's own value, this broker's dynamic config, the cluster-wide
         # dynamic broker default, then the static server config.
         raw = effective_config(
-            _MIN_ISR,
+            MIN_INSYNC_REPLICAS,
             explicit,
             self.broker_defaults,
             dynamic_default_broker=image.config(ConfigResource.broker("")),
@@ -210,7 +208,7 @@ class DataPlane:
                 self._min_isr_default = None
             else:
                 for resource in changed:
-                    if delta.config_key_changed(resource, _MIN_ISR):
+                    if delta.config_key_changed(resource, MIN_INSYNC_REPLICAS):
                         self._min_isr.pop(resource.name, None)
         if self._closing_logs:
             return

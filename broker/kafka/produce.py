@@ -68,8 +68,9 @@ def decode_produce(ctx: RequestContext) -> ProduceRequest:
 
     One function walks the whole body with a local position (a Python call costs as much as
     a dozen fields read inline, and a request of one partition has about thirty fields):
-    one-byte lengths and empty tagged-field sections (nearly all of them) are read in place;
-    anything else goes through `Reader` (varints, tags, strings), which holds the rules."""
+    short strings and empty tagged-field sections (nearly all of them) are read in place,
+    array and records lengths by `_length`; anything else goes through `Reader` (varints,
+    tags, strings), which holds the rules."""
     buf = ctx.frame
     end = len(buf)
     flex = ctx.flexible
@@ -111,21 +112,7 @@ def decode_produce(ctx: RequestContext) -> ProduceRequest:
                 raise MalformedRequest(f"need 4 bytes at {pos}, {end - pos} left")
             index = _I32.unpack_from(buf, pos)[0]
             pos += 4
-            if flex:
-                if end - pos >= 2 and buf[pos] >= 0x80 and buf[pos + 1] < 0x80:  # 127..16,383 bytes: most batches
-                    size = (buf[pos] & 0x7F | buf[pos + 1] << 7) - 1
-                    pos += 2
-                else:
-                    r.pos = pos
-                    size = r.uvarint() - 1
-                    pos = r.pos
-            else:
-                if end - pos < 4:
-                    raise MalformedRequest(f"need 4 bytes at {pos}, {end - pos} left")
-                size = _I32.unpack_from(buf, pos)[0]
-                pos += 4
-                if size < -1:
-                    raise MalformedRequest(f"negative length {size}")
+            size, pos = _length(r, buf, pos, end, flex)  # -1: null records
             records: memoryview | None = None
             if size >= 0:
                 if size > end - pos:
@@ -154,25 +141,30 @@ def decode_produce(ctx: RequestContext) -> ProduceRequest:
     return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics))
 
 
-def _array_length(r: Reader, buf: memoryview, pos: int, end: int, flex: bool) -> tuple[int, int]:
-    """(items, position after the length) of the non-nullable array at `pos`: a compact
-    uvarint (+1) when flexible, an int32 otherwise (Reader's rule: below -1 malformed, -1
-    null, here refused); a one-byte compact length is read in place."""
+def _length(r: Reader, buf: memoryview, pos: int, end: int, flex: bool) -> tuple[int, int]:
+    """(length, position after it) of the array or bytes at `pos`: a compact uvarint (+1)
+    when flexible, an int32 otherwise (Reader's rule: below -1 malformed, -1 null). One- and
+    two-byte compact lengths (up to 16,383: most batches) are read in place."""
     if flex:
         if pos < end and buf[pos] < 0x80:
-            n = buf[pos] - 1
-            pos += 1
-        else:
-            r.pos = pos
-            n = r.uvarint() - 1
-            pos = r.pos
-    else:
-        if end - pos < 4:
-            raise MalformedRequest(f"need 4 bytes at {pos}, {end - pos} left")
-        n = _I32.unpack_from(buf, pos)[0]
-        pos += 4
-        if n < -1:
-            raise MalformedRequest(f"negative length {n}")
+            return buf[pos] - 1, pos + 1
+        if end - pos >= 2 and buf[pos + 1] < 0x80:
+            return (buf[pos] & 0x7F | buf[pos + 1] << 7) - 1, pos + 2
+        r.pos = pos
+        n = r.uvarint() - 1
+        return n, r.pos
+    if end - pos < 4:
+        raise MalformedRequest(f"need 4 bytes at {pos}, {end - pos} left")
+    n = _I32.unpack_from(buf, pos)[0]
+    if n < -1:
+        raise MalformedRequest(f"negative length {n}")
+    return n, pos + 4
+
+
+def _array_length(r: Reader, buf: memoryview, pos: int, end: int, flex: bool) -> tuple[int, int]:
+    """(items, position after the length) of the non-nullable array at `pos` (`_length`;
+    null refused)."""
+    n, pos = _length(r, buf, pos, end, flex)
     if n < 0:
         raise MalformedRequest("null in a non-nullable array")
     if n > end - pos:  # every item takes at least one byte

@@ -61,15 +61,10 @@ TOPIC_ID = uuid.UUID(int=7)
 PRODUCE = 0  # api key
 
 
-def Broker(root: Path, node_id: int, partitions: int) -> InProcessBroker:  # noqa: N802 - a constructor
-    """One broker's replica manager over its own log dir under `root`."""
-    return InProcessBroker(root / f"broker-{node_id}", node_id, partitions)
-
-
 class LeaderServices:
     """What broker 1's listener needs of `BrokerServices` here: produce, fetch, markers."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: InProcessBroker) -> None:
         self.manager = broker.manager
         self.node_id = 1
 
@@ -126,8 +121,8 @@ def produce_frame(correlation: int, partitions: int, data: list[bytes], transact
 
 
 async def scenario(args: argparse.Namespace, root: Path) -> list[float]:
-    leader = Broker(root, 1, args.partitions)
-    followers = [Broker(root, b, args.partitions) for b in (2, 3)]
+    leader = InProcessBroker(root / "broker-1", 1, args.partitions)
+    followers = [InProcessBroker(root / f"broker-{b}", b, args.partitions) for b in (2, 3)]
     handler = KafkaRequestHandler(
         cast(BrokerServices, LeaderServices(leader)), ListenerConfig(listener_name="PLAINTEXT", num_partitions=1)
     )
