@@ -59,15 +59,24 @@ def fast_constructor(cls: type[T]) -> Callable[..., T]:
         f"    def build({', '.join(names)}):\n        obj = _new(_cls)\n{setters}        return obj\n"
         f"    return build\n"
     )
-    built: Callable[..., T] = _compile(source, _slot_setters(cls, names), {"_new": object.__new__, "_cls": cls})
+    # `cls.__new__`: `object.__new__` for a Python class; a class compiled by mypyc has its
+    # own (object.__new__ refuses it as "not safe").
+    built: Callable[..., T] = _compile(source, _slot_setters(cls, names), {"_new": cls.__new__, "_cls": cls})
     return built
 
 
 def fast_frozen_init(cls: type[T]) -> type[T]:
     """Decorate a `@dataclass(frozen=True, slots=True)` class (put it above the dataclass
-    decorator) with the faster `__init__`; returns the class itself."""
+    decorator) with the faster `__init__`; returns the class itself. In a module compiled by
+    mypyc, call it after the class instead (`fast_frozen_init(C)`): mypyc compiles a class
+    with any other decorator than `dataclass` as a Python class."""
     params = getattr(cls, "__dataclass_params__", None)
-    if params is None or not params.frozen or "__slots__" not in cls.__dict__:
+    # A class compiled by mypyc is native: no `__slots__` in its dict but no instance dict
+    # either, and its fields are getset descriptors with a `__set__` (mypyc still has the
+    # dataclass decorator generate `__init__` at import time, as Python code: this one is
+    # faster there too).
+    native = "__slots__" not in cls.__dict__ and cls.__dictoffset__ == 0
+    if params is None or not params.frozen or ("__slots__" not in cls.__dict__ and not native):
         raise TypeError(f"{cls.__qualname__}: fast_frozen_init needs a frozen, slotted dataclass")
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__qualname__}: fast_frozen_init does not run __post_init__")

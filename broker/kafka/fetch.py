@@ -48,7 +48,6 @@ from quorum.wire.transport import REQUEST_BEHIND
 __all__ = ["FetchRequest", "decode_fetch", "encode_fetch_response", "handle_fetch"]
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchRequest:
     replica_id: int
@@ -61,6 +60,9 @@ class FetchRequest:
     partitions: tuple[FetchPartition, ...]  # request order
     forgotten: tuple[tuple[str, int], ...]
     rack_id: str
+
+
+fast_frozen_init(FetchRequest)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 def decode_fetch(ctx: RequestContext) -> FetchRequest:

@@ -54,13 +54,15 @@ _ACKS_TIMEOUT: Final = struct.Struct(">hi")
 _UNANSWERED: Final = ProducePartitionResult(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ProduceRequest:
     transactional_id: str | None
     acks: int
     timeout_ms: int
     topics: tuple[tuple[str, tuple[tuple[int, memoryview | None], ...]], ...]  # request order
+
+
+fast_frozen_init(ProduceRequest)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 def decode_produce(ctx: RequestContext) -> ProduceRequest:

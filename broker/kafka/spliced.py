@@ -38,6 +38,8 @@ import logging
 import os
 from typing import Final
 
+from mypy_extensions import mypyc_attr
+
 from broker.log.file_range import FileRange
 
 __all__ = ["SplicedResponse", "TruncatedRange"]
@@ -54,6 +56,8 @@ INLINE_RANGE_BYTES: Final = 16 * 1024
 INLINE_FRAME_BYTES: Final = 64 * 1024
 
 
+# mypyc cannot compile a subclass of ConnectionError as a native class: a Python class in both builds.
+@mypyc_attr(native_class=False)
 class TruncatedRange(ConnectionError):
     """A file range's segment was truncated or shrank before all of it was sent."""
 

@@ -72,7 +72,6 @@ class Writer(_Writer):
         return spliced
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class RequestHeader:
     api_key: int
@@ -80,6 +79,9 @@ class RequestHeader:
     correlation_id: int
     client_id: str | None
     body_offset: int  # where the request body starts in the frame
+
+
+fast_frozen_init(RequestHeader)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 def parse_request_header(frame: memoryview, flexible: bool) -> RequestHeader:

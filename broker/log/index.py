@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
+from typing import ClassVar
 
 from broker.log.mapped_file import MappedFile
 
@@ -37,7 +38,9 @@ class CorruptIndexError(ValueError):
 class _Index:
     """No file descriptor is held (`MappedFile`): an index costs a mapping, not a descriptor."""
 
-    ENTRY: struct.Struct = struct.Struct(">ii")
+    # ClassVar: mypyc makes an unmarked class attribute an instance attribute (and refuses
+    # `OffsetIndex.ENTRY` on the class).
+    ENTRY: ClassVar[struct.Struct] = struct.Struct(">ii")
 
     def __init__(self, path: Path, base_offset: int, max_bytes: int, *, fresh: bool) -> None:
         """`fresh`: a new, empty index preallocated to `max_bytes`. Otherwise the existing
@@ -165,7 +168,7 @@ class _Index:
 class OffsetIndex(_Index):
     """(relative offset, position) entries."""
 
-    ENTRY = struct.Struct(">ii")
+    ENTRY: ClassVar[struct.Struct] = struct.Struct(">ii")
 
     def lookup(self, offset: int) -> int:
         """The file position from which to scan for `offset` (0 if before every entry)."""
@@ -199,7 +202,7 @@ class OffsetIndex(_Index):
 class TimeIndex(_Index):
     """(timestamp, relative offset) entries with rising timestamps."""
 
-    ENTRY = struct.Struct(">qi")
+    ENTRY: ClassVar[struct.Struct] = struct.Struct(">qi")
 
     def lookup(self, timestamp: int) -> int:
         """The offset from which to scan for the first record with timestamp >= `timestamp`

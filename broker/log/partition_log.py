@@ -107,7 +107,6 @@ _RECENT_LOOKUP = 16
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AppendInfo:
     first_offset: int
@@ -118,6 +117,9 @@ class AppendInfo:
     log_start_offset: int
     record_count: int
     size_bytes: int
+
+
+fast_frozen_init(AppendInfo)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from crc32c import crc32c
+from mypy_extensions import trait
 
 from broker.log.control_records import EndTxnMarker, MarkerError, decode_marker_batch
 from broker.log.errors import LogError
@@ -124,10 +125,14 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == SEQUENCE_MAX)
 
 
+# A trait for mypyc: an attribute declared on a native base class reaches its dataclass
+# subclasses' decorator as a default (a getset descriptor), which refuses the fields after it.
+# A trait has no `__slots__` (mypy refuses them with the subclasses' slots=True), so an
+# uncompiled subclass's instances carry an (always empty) instance dict slot.
+@trait
 class _BatchAttributes:
     """The attribute bits of a batch header that the producer state reads."""
 
-    __slots__ = ()
     attributes: int
 
     @property
@@ -168,7 +173,6 @@ def read_producer_fields(data: bytes | bytearray | memoryview, position: int = 0
     return BatchProducerFields(attributes, pid, epoch, sequence)
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ProducerBatch(_BatchAttributes):
     """What the producer state needs of one batch header (offsets as written or to be);
@@ -215,6 +219,9 @@ class ProducerBatch(_BatchAttributes):
         return cls(pid, epoch, seq, base_offset, last_offset_delta, max_timestamp, attributes, marker)
 
 
+fast_frozen_init(ProducerBatch)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 class VerificationGuard:
     """One verification's token: compared by identity, never equal to another."""
 
@@ -253,7 +260,6 @@ class CompletedTxn:
     aborted: bool
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BatchMetadata:
     last_seq: int
@@ -270,7 +276,9 @@ class BatchMetadata:
         return self.last_offset - self.offset_delta
 
 
-@fast_frozen_init
+fast_frozen_init(BatchMetadata)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerEntry:
     """One producer's state in this partition; `batches` oldest first, at most 5."""
@@ -314,6 +322,9 @@ class ProducerEntry:
         is closed; a new producer epoch forgets the older epoch's batches."""
         kept = self.batches if producer_epoch == self.producer_epoch else ()
         return ProducerEntry(self.producer_id, producer_epoch, kept, timestamp, coordinator_epoch, -1)
+
+
+fast_frozen_init(ProducerEntry)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 def check_producer_epoch(current: ProducerEntry, epoch: int, offset: int, where: str) -> None:

@@ -53,7 +53,6 @@ _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Assigned:
     data: bytearray | memoryview  # the request's own bytes when they were writable
@@ -64,6 +63,9 @@ class Assigned:
     offset_of_max_timestamp: int
     record_count: int
     log_append_time_ms: int
+
+
+fast_frozen_init(Assigned)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 def _check_keys(view: memoryview, f: BatchFrame) -> None:

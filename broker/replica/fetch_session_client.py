@@ -51,7 +51,6 @@ def _next_epoch(epoch: int) -> int:
     return 1 if epoch >= _MAX_EPOCH else epoch + 1
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class SessionRequest:
     """What one Fetch carries for its session, and what the leader will read for it."""
@@ -68,6 +67,9 @@ class SessionRequest:
     @property
     def full(self) -> bool:
         return self.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH)
+
+
+fast_frozen_init(SessionRequest)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 class FetchSessionHandler:

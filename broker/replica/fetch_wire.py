@@ -46,7 +46,6 @@ class FetchWireError(ValueError):
     """The leader's response could not be decoded."""
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchPartitionRequest:
     topic: str
@@ -58,7 +57,9 @@ class FetchPartitionRequest:
     partition_max_bytes: int
 
 
-@fast_frozen_init
+fast_frozen_init(FetchPartitionRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class FetchPartitionResponse:
     topic: str
@@ -70,6 +71,9 @@ class FetchPartitionResponse:
     leader_id: int
     leader_epoch: int
     records: bytes | memoryview  # a slice of the response frame: appended from there, not copied
+
+
+fast_frozen_init(FetchPartitionResponse)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 _REQUEST_HEAD: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id (header v2)
@@ -165,12 +169,14 @@ def _decode(schema: Any, frame: bytes, what: str) -> Any:
     return body
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchAnswer:
     error: ErrorCode  # top level: the session's errors (KIP-227)
     session_id: int
     partitions: list[FetchPartitionResponse]
+
+
+fast_frozen_init(FetchAnswer)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 def decode_fetch_response(frame: bytes) -> tuple[ErrorCode, list[FetchPartitionResponse]]:

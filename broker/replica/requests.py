@@ -82,7 +82,6 @@ class RecordError:
     message: str | None = None
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ProducePartitionResult:
     error: ErrorCode
@@ -94,10 +93,12 @@ class ProducePartitionResult:
     current_leader: LeaderHint | None = None  # on NOT_LEADER_OR_FOLLOWER (KIP-951)
 
 
+fast_frozen_init(ProducePartitionResult)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 # --------------------------------------------------------------------------- Fetch
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchPartition:
     topic: str
@@ -107,6 +108,9 @@ class FetchPartition:
     current_leader_epoch: int = -1  # -1: not checked
     last_fetched_epoch: int = -1  # followers (v12+): for the diverging-epoch check; -1 unknown
     log_start_offset: int = -1  # followers: their log start offset; -1 for consumers
+
+
+fast_frozen_init(FetchPartition)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +167,6 @@ class AbortedTransaction:
     first_offset: int
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FetchPartitionResult:
     error: ErrorCode
@@ -178,6 +181,9 @@ class FetchPartitionResult:
     preferred_read_replica: int = -1  # set by the listener (KIP-392), not the implementation
     # READ_COMMITTED consumers: the aborted transactions overlapping `records`.
     aborted_transactions: tuple[AbortedTransaction, ...] = ()
+
+
+fast_frozen_init(FetchPartitionResult)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 # --------------------------------------------------------------------------- KIP-392 replica selection

@@ -113,7 +113,6 @@ class FollowerView:
     broker_epoch: int
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FollowerFetchResult:
     """The leader's verdict on one partition of a follower's Fetch."""
@@ -124,6 +123,9 @@ class FollowerFetchResult:
     high_watermark_changed: bool = False
     isr_expand_wanted: bool = False
     """This follower may join the ISR now: ask `proposed_isr` and send AlterPartition."""
+
+
+fast_frozen_init(FollowerFetchResult)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +141,6 @@ class Truncation:
     log it as data loss)."""
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class LeaderAnswer:
     """One partition of a leader's Fetch answer, as a follower's rules read it."""
@@ -151,6 +152,9 @@ class LeaderAnswer:
     """(epoch, end_offset) of a DivergingEpoch answer (error NONE)."""
     first_batch: tuple[int, int] | None = None
     """(base offset, last offset) of the first batch of the records; None when there are none."""
+
+
+fast_frozen_init(LeaderAnswer)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 class FollowerStep(Enum):
@@ -170,7 +174,6 @@ class FollowerStep(Enum):
     """Wait ``replica.fetch.backoff.ms``, then fetch again from the log end."""
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class FollowerPlan:
     """What a follower does with one partition of a fetch answer (see `FollowerStep`)."""
@@ -182,6 +185,9 @@ class FollowerPlan:
     log it as data loss)."""
     completed: bool = True
     """TRUNCATE: False when another round of divergence is expected."""
+
+
+fast_frozen_init(FollowerPlan)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 @dataclass(frozen=True, slots=True)

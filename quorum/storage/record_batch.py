@@ -216,7 +216,6 @@ def encode_batches(batches: Iterable[Batch]) -> bytes:
 # --------------------------------------------------------------------------- decode
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ScanResult:
     """Outcome of scanning a buffer of consecutive batches from its start.
@@ -231,6 +230,9 @@ class ScanResult:
     positions: list[int]
     consumed: int
     error: CorruptRecordError | None
+
+
+fast_frozen_init(ScanResult)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 def peek_batch_header(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int, int, int] | None:
@@ -385,7 +387,6 @@ def _frame_end(data: bytes | bytearray | memoryview, pos: int, size: int, verify
     return end, None
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BatchFrame:
     """One batch's header fields, without its records (the partition log's view)."""
@@ -410,7 +411,9 @@ class BatchFrame:
         return self.attributes & ATTR_COMPRESSION_MASK
 
 
-@fast_frozen_init
+fast_frozen_init(BatchFrame)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class FrameScan:
     """`frames` of complete valid batches from the start of a buffer; `consumed` bytes in
@@ -420,6 +423,9 @@ class FrameScan:
     frames: list[BatchFrame]
     consumed: int
     error: CorruptRecordError | None
+
+
+fast_frozen_init(FrameScan)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 def scan_frames(
