@@ -86,8 +86,27 @@ ensure_debian_package() {
     return 0
 }
 
+build_compiled() {
+    # Compile the hot modules with mypyc (tools/mypyc_build.py): again only when their sources
+    # changed. PYKRAFT_BUILD=pure removes a build and runs everything as Python; a build that
+    # fails (no C compiler or Python headers) warns and leaves the tree pure Python.
+    local tool="tools/mypyc_build.py" now
+    now="$("$VENV/bin/python" "$tool" status || true)"
+    if [ "${PYKRAFT_BUILD:-compiled}" = pure ]; then
+        [ "$now" = pure ] || "$VENV/bin/python" "$tool" clean
+        return 0
+    fi
+    [ "$now" = current ] && return 0
+    log "compiling the hot modules with mypyc ($tool; a few minutes, once; PYKRAFT_BUILD=pure skips it)"
+    if ! "$VENV/bin/python" "$tool" build >"$VENV/mypyc-build.log" 2>&1; then
+        log "warning: the mypyc build failed (see $VENV/mypyc-build.log); pykraft runs as pure Python"
+        "$VENV/bin/python" "$tool" clean
+    fi
+}
+
 setup_env() {
     [ -f pyproject.toml ] && [ -f requirements.lock ] || die "run from the pykraft repository root"
     ensure_venv
     install_project
+    build_compiled
 }

@@ -1,23 +1,38 @@
-"""Compile the brokers' data-path modules with mypyc, in place (a spike: see the branch
-mypyc-spike's report): each module gets a `<name>.cpython-311-x86_64-linux-gnu.so` next to
-its `.py`, which Python imports in preference to the source; `clean` removes them again, and
-the same sources run as plain Python (the fallback is simply not building).
+"""Compile pykraft's hot modules with mypyc, in place, or remove them again.
 
-    cd <checkout> && .venv/bin/python tools/mypyc_build.py [build|clean] [--set first|wide]
+Each listed module gets a `<name>.cpython-<tag>.so` next to its `.py`, which Python imports
+in preference to the source; one shared library (quorum/native__mypyc) holds their C (calls
+between compiled modules are direct C calls). The same sources run as plain Python where
+nothing is built: `clean` is the way back, and `deploy/env.sh` falls back to it when a
+build fails. A stamp (`build/mypyc.stamp`) records a digest of what was compiled (the
+modules' sources, this file, Python's and mypyc's versions): `status` says whether the
+built modules are current, and the test suite refuses stale ones, which would shadow newer
+sources.
 
-Needs mypy (with mypyc) in the venv, a C compiler and the Python headers. The build writes
-the generated C and objects under build/ (kept for a quicker rebuild; `clean` removes it).
+    .venv/bin/python tools/mypyc_build.py [build|clean|status] [--set first|wide|all] [--jobs N]
+
+Needs mypy (with mypyc, pinned in requirements.lock), a C compiler and the Python headers.
+The generated C and the objects stay under build/ (an unchanged module is not recompiled).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
 import shutil
 import sys
+import sysconfig
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+STAMP = ROOT / "build" / "mypyc.stamp"
+ROOMS = ("broker", "quorum", "api")
+SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 
 # The modules where a cProfile of tests/perf/bench_replication_round.py (plain and --markers)
 # and tests/perf/bench_produce_cpu.py spends its time (tottime by module, builtins charged to
@@ -61,30 +76,108 @@ WIDE: tuple[str, ...] = FIRST + (
     "broker/replica/requests.py",
     "quorum/raft/control_records.py",
 )
-SETS = {"first": FIRST, "wide": WIDE}
+GROUP = "quorum.native"
+SETS: dict[str, tuple[str, ...]] = {"first": FIRST, "wide": WIDE}
+DEFAULT_SET = "wide"
 
 
-def build(modules: tuple[str, ...]) -> None:
+def digest(modules: tuple[str, ...]) -> str:
+    """What a build of `modules` depends on: their sources, this file, the interpreter and mypyc."""
+    from mypy.version import __version__ as mypy_version
+
+    h = hashlib.sha256()
+    h.update(f"{sys.version}\n{mypy_version}\n".encode())
+    for path in (*modules, "tools/mypyc_build.py"):
+        h.update(path.encode() + b"\0" + (ROOT / path).read_bytes())
+    return h.hexdigest()
+
+
+def built_modules() -> list[Path]:
+    """Every extension module a build left in the tree (and the shared library; builds before it was named put it at the root)."""
+    built = set(ROOT.glob(f"*{SUFFIX}"))
+    for room in ROOMS:
+        built |= set((ROOT / room).rglob(f"*{SUFFIX}"))
+    return sorted(built)
+
+
+def state() -> str:
+    """'pure' (nothing built), 'current' (built from the sources as they are) or 'stale'."""
+    if not built_modules():
+        return "pure"
+    try:
+        stamp: dict[str, Any] = json.loads(STAMP.read_text())
+        modules = tuple(stamp["modules"])
+        if all((ROOT / m).is_file() for m in modules) and digest(modules) == stamp["digest"]:
+            return "current"
+    except (OSError, ValueError, KeyError):
+        pass
+    return "stale"
+
+
+def _parallel_compile(jobs: int) -> None:
+    """Compile an extension's C files `jobs` at a time (distutils compiles them one by one;
+    with mypyc's multi_file output that is one file per module)."""
+    from setuptools._distutils import ccompiler  # type: ignore[import-untyped]
+
+    def compile_(
+        self: Any,
+        sources: list[str],
+        output_dir: str | None = None,
+        macros: Any = None,
+        include_dirs: Any = None,
+        debug: bool = False,
+        extra_preargs: Any = None,
+        extra_postargs: Any = None,
+        depends: Any = None,
+    ) -> list[str]:
+        macros, objects, extra_postargs, pp_opts, build = self._setup_compile(
+            output_dir, macros, include_dirs, sources, depends, extra_postargs
+        )
+        cc_args = self._get_cc_args(pp_opts, debug, extra_preargs)
+
+        def one(obj: str) -> None:
+            src, ext = build[obj]
+            self._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(one, list(build)))
+        return list(objects)
+
+    ccompiler.CCompiler.compile = compile_
+
+
+def build(set_name: str, jobs: int) -> None:
     from mypyc.build import mypycify
     from setuptools import setup  # type: ignore[import-untyped]
 
+    modules = SETS[set_name]
     start = time.monotonic()
-    # opt_level 3 is mypyc's default; the C of all modules goes into one shared library
-    # (cross-module calls between compiled modules are then direct C calls).
+    os.chdir(ROOT)  # mypycify takes paths relative to the checkout's root
+    for path in built_modules():  # a module dropped from the set must not stay compiled
+        path.unlink()
+    STAMP.unlink(missing_ok=True)
+    _parallel_compile(jobs)
+    # opt_level 3 is mypyc's default; multi_file: one C file per module, compiled in parallel
+    # (one shared library still, so cross-module calls stay direct). The shared library is
+    # quorum/native__mypyc.so (group_name): inside a package, so that it imports wherever
+    # the packages do (the `pykraft` console script does not put the checkout on sys.path).
+    extensions = mypycify(list(modules), opt_level="3", multi_file=True, group_name=GROUP)
+    for extension in extensions:  # the group's headers go to build/quorum/, the modules' C to build/
+        extension.include_dirs.append(str(Path("build", *GROUP.split(".")[:-1])))
     setup(
         name="pykraft-mypyc",
-        ext_modules=mypycify(list(modules), opt_level="3"),
+        ext_modules=extensions,
         script_args=["build_ext", "--inplace"],
         py_modules=[],
     )
-    print(f"built {len(modules)} modules in {time.monotonic() - start:.0f} s", file=sys.stderr)
+    STAMP.parent.mkdir(exist_ok=True)
+    STAMP.write_text(json.dumps({"set": set_name, "modules": list(modules), "digest": digest(modules)}))
+    print(f"built {len(modules)} modules ({set_name}) in {time.monotonic() - start:.0f} s", file=sys.stderr)
 
 
 def clean() -> None:
     """Remove every built extension module and the build directory (the tree is pure Python again)."""
-    built = set(ROOT.glob("*.cpython-*.so"))  # the shared library of all modules
-    for room in ("broker", "quorum", "api"):
-        built |= set((ROOT / room).rglob("*.cpython-*.so"))
+    built = built_modules()
     for path in built:
         path.unlink()
     shutil.rmtree(ROOT / "build", ignore_errors=True)
@@ -92,17 +185,19 @@ def clean() -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("action", choices=["build", "clean"], nargs="?", default="build")
-    ap.add_argument("--set", choices=sorted(SETS), default="first")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("action", choices=["build", "clean", "status"], nargs="?", default="build")
+    ap.add_argument("--set", choices=sorted(SETS), default=DEFAULT_SET)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="C files compiled at once")
     args = ap.parse_args()
     if args.action == "clean":
         clean()
+    elif args.action == "status":
+        now = state()
+        print(now)
+        return {"current": 0, "pure": 1}.get(now, 2)
     else:
-        import os
-
-        os.chdir(ROOT)  # mypycify takes paths relative to the checkout's root
-        build(SETS[args.set])
+        build(args.set, max(1, args.jobs))
     return 0
 
 

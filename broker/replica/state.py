@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Protocol
 
+from mypy_extensions import mypyc_attr
+
 from broker.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
@@ -247,6 +249,9 @@ class _Pending:
     resend: bool = False
 
 
+# Compiled, a Python subclass's overrides still take effect (the replication simulation's
+# mutants are such subclasses); the broker's own instances keep the native calls.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PartitionState:
     """The replication state of one replica of one partition on this broker."""
 

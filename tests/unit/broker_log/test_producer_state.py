@@ -296,6 +296,7 @@ def _no_duplicates(self: ProducerEntry, batch: ProducerBatch) -> None:
     return None
 
 
+@pytest.mark.pure_python  # plants mutants by replacing module functions (conftest.py)
 @pytest.mark.parametrize(
     ("target", "name", "mutant"),
     [

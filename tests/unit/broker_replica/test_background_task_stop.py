@@ -18,6 +18,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
+import pytest
+
 from broker.isr import IsrSender
 from broker.replica.fetcher import ReplicaFetcher
 from broker.replica.manager import HostedPartition, ReplicaManager
@@ -78,6 +80,7 @@ def test_isr_sender_stops_when_cancelled_right_after_a_wake(
     run(scenario())
 
 
+@pytest.mark.pure_python  # SimpleNamespace fakes where compiled code checks the types (conftest.py)
 def test_replica_fetcher_stops_when_cancelled_right_after_a_partition_is_added(
     run: Callable[[Coroutine[Any, Any, None]], None], tmp_path: Path
 ) -> None:

@@ -27,6 +27,7 @@ def views(s: PartitionState) -> dict[int, str]:
     return {r: repr(f) for r, f in s._followers.items()}
 
 
+@pytest.mark.pure_python  # spies on methods of compiled instances (conftest.py)
 def test_the_idle_path_records_what_the_full_rule_records() -> None:
     rng = random.Random(227)
     taken = 0
@@ -79,6 +80,7 @@ def test_the_idle_path_records_what_the_full_rule_records() -> None:
     assert taken > 200, f"the idle path was taken only {taken} times"
 
 
+@pytest.mark.pure_python  # spies on methods of compiled instances (conftest.py)
 def test_an_idle_follower_round_reads_no_log_and_runs_no_full_rule(
     tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:

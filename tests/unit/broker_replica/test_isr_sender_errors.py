@@ -50,6 +50,7 @@ async def eventually(condition: Callable[[], bool], timeout_s: float = 30.0) -> 
             await asyncio.sleep(0.01)
 
 
+@pytest.mark.pure_python  # spies on methods of compiled instances (conftest.py)
 def test_failed_alter_partition_items_are_handled_in_one_pass(
     tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:

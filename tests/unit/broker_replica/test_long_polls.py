@@ -60,6 +60,7 @@ async def settle() -> None:
     await asyncio.sleep(0.05)
 
 
+@pytest.mark.pure_python  # spies on methods of compiled instances (conftest.py)
 def test_a_consumer_long_poll_sleeps_through_an_append_below_the_hw_and_wakes_when_the_hw_moves(
     tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -84,6 +85,7 @@ def test_a_consumer_long_poll_sleeps_through_an_append_below_the_hw_and_wakes_wh
     run(scenario())
 
 
+@pytest.mark.pure_python  # spies on methods of compiled instances (conftest.py)
 def test_a_follower_long_poll_wakes_on_an_append_not_on_another_followers_fetch(
     tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -113,6 +115,7 @@ def test_a_follower_long_poll_wakes_on_an_append_not_on_another_followers_fetch(
 N = 40
 
 
+@pytest.mark.pure_python  # spies on methods of compiled instances (conftest.py)
 def test_a_long_poll_over_n_partitions_registers_once_and_rereads_only_what_changed(
     tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:

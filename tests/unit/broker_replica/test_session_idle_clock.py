@@ -177,6 +177,7 @@ class Follower:
         return pairs
 
 
+@pytest.mark.pure_python  # spies on methods of compiled instances (conftest.py)
 def test_an_incremental_follower_fetch_reads_only_what_changed(
     tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -218,6 +219,7 @@ def test_an_incremental_follower_fetch_reads_only_what_changed(
     run(scenario())
 
 
+@pytest.mark.pure_python  # spies on methods of compiled instances (conftest.py)
 def test_a_follower_unfenced_meanwhile_has_its_whole_session_read_again(
     tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -247,6 +249,7 @@ def test_a_follower_unfenced_meanwhile_has_its_whole_session_read_again(
     run(scenario())
 
 
+@pytest.mark.pure_python  # spies on methods of compiled instances (conftest.py)
 def test_an_idle_replica_fetcher_round_rebuilds_no_request(
     tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:

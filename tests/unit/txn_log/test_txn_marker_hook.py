@@ -8,6 +8,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, cast
 
+import pytest
+
 from broker.kafka.services import TxnMarker, TxnMarkerResult
 from broker.serving import LocalBrokerServices
 from quorum.kafka_errors import ErrorCode
@@ -38,6 +40,9 @@ class Groups:
 def services(errors: list[tuple[ErrorCode, ...]]) -> LocalBrokerServices:
     return LocalBrokerServices(1, "c", cast(Any, None), cast(Any, Appended(errors)), cast(Any, None), cast(Any, None))
 
+
+# `Appended` is not a ReplicaManager: LocalBrokerServices, compiled, checks its arguments' types.
+pytestmark = pytest.mark.pure_python
 
 MARKERS = [
     TxnMarker(7, 0, True, 1, (("__consumer_offsets", 3), ("orders", 0), ("__consumer_offsets", 4))),
