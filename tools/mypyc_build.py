@@ -93,7 +93,8 @@ def digest(modules: tuple[str, ...]) -> str:
 
 
 def built_modules() -> list[Path]:
-    """Every extension module a build left in the tree (and the shared library; builds before it was named put it at the root)."""
+    """Every extension module a build left in the tree, the shared library included (builds
+    before it was named quorum/native__mypyc put it at the checkout's root)."""
     built = set(ROOT.glob(f"*{SUFFIX}"))
     for room in ROOMS:
         built |= set((ROOT / room).rglob(f"*{SUFFIX}"))
