@@ -36,7 +36,9 @@ class ControllerLink(Protocol):
 
     def next_correlation_id(self) -> int: ...
 
-    async def send(self, node_id: int, frame: bytes, correlation_id: int, api_key: int, api_version: int) -> bytes: ...
+    async def send(
+        self, node_id: int, frame: bytes, correlation_id: int, api_key: int, api_version: int
+    ) -> bytes | bytearray: ...
 
 
 def _walk_has(value: Any, code: int) -> bool:
@@ -52,7 +54,7 @@ def _walk_has(value: Any, code: int) -> bool:
     return False
 
 
-def response_has_error(response: bytes, api_key: int, api_version: int, code: int) -> bool:
+def response_has_error(response: bytes | bytearray, api_key: int, api_version: int, code: int) -> bool:
     """Does any error_code of the response frame (no length prefix) equal `code`?
     An undecodable answer counts as not carrying it."""
     try:

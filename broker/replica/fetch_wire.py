@@ -157,7 +157,7 @@ def _error(code: Any) -> ErrorCode:
         return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
-def _decode(schema: Any, frame: bytes, what: str) -> Any:
+def _decode(schema: Any, frame: bytes | bytearray, what: str) -> Any:
     """A response body from a frame without its length prefix (header, body, nothing after)."""
     try:
         _, pos = entity_reader(schema.__header_schema__)(frame, 0)
@@ -185,7 +185,7 @@ def decode_fetch_response(frame: bytes) -> tuple[ErrorCode, list[FetchPartitionR
     return answer.error, answer.partitions
 
 
-def decode_fetch_answer(frame: bytes) -> FetchAnswer:
+def decode_fetch_answer(frame: bytes | bytearray) -> FetchAnswer:
     """The answer in a response frame without its length prefix (header v1 and the Fetch v12
     body, nothing after them). The records come back as slices of the frame (a memoryview
     over it: no copy); a partition without records has b""."""
@@ -305,7 +305,7 @@ def encode_list_offsets_request(
     return _frame(_LO_REQUEST, LIST_OFFSETS_API_KEY, LIST_OFFSETS_VERSION, correlation_id, client_id, body)
 
 
-def decode_list_offsets_response(frame: bytes) -> list[ListOffsetsAnswer]:
+def decode_list_offsets_response(frame: bytes | bytearray) -> list[ListOffsetsAnswer]:
     body = _decode(_LO_RESPONSE, frame, "list offsets")
     return [
         ListOffsetsAnswer(str(t.name), int(p.partition_index), _error(p.error_code), int(p.offset))

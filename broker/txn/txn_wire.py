@@ -74,7 +74,7 @@ def encode_write_txn_markers_request(
                          client_id, body)  # fmt: skip
 
 
-def decode_write_txn_markers_response(frame: bytes) -> dict[int, dict[TopicPartition, ErrorCode]]:
+def decode_write_txn_markers_response(frame: bytes | bytearray) -> dict[int, dict[TopicPartition, ErrorCode]]:
     """Per producer id, each partition's result (`FetchWireError` on bad bytes)."""
     body = decode_response_frame(_WTM_RESPONSE, frame, "WriteTxnMarkers")
     out: dict[int, dict[TopicPartition, ErrorCode]] = {}
@@ -111,7 +111,9 @@ def encode_verify_request(
     return request_frame(_APT_REQUEST, ADD_PARTITIONS_TO_TXN_API_KEY, VERIFY_VERSION, correlation_id, client_id, body)
 
 
-def decode_verify_response(frame: bytes, transactional_id: str) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+def decode_verify_response(
+    frame: bytes | bytearray, transactional_id: str
+) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
     """(the top-level error, each partition's result for `transactional_id`)."""
     body = decode_response_frame(_APT_RESPONSE, frame, "AddPartitionsToTxn")
     results: dict[TopicPartition, ErrorCode] = {}

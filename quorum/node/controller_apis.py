@@ -43,7 +43,7 @@ class ControllerApis:
         self.cluster_id = cluster_id
         self.broker_defaults = broker_defaults
 
-    async def handle(self, api_key: int, frame: bytes) -> bytes | None:
+    async def handle(self, api_key: int, frame: bytes | bytearray) -> bytes | None:
         try:
             decoded = admin_codec.decode_admin_request(frame)
         except codec.WireError as exc:

@@ -90,7 +90,7 @@ class ControllerClient:
 
     async def send(
         self, node_id: int, frame: bytes, correlation_id: int, api_key: int, api_version: int, *, control: bool = False
-    ) -> bytes:
+    ) -> bytes | bytearray:
         """Send one framed request to `node_id`; its raw answer. Over a pooled write
         connection, or with `control` over the connection kept for requests the controller
         answers without waiting for a commit (never queued behind writes)."""
@@ -164,7 +164,7 @@ class ControllerClient:
 
     async def ask_leader(
         self, leader: int, frame: bytes, correlation_id: int, api_key: int, api_version: int, timeout_s: float
-    ) -> bytes | None:
+    ) -> bytes | bytearray | None:
         """Send one framed request to the quorum leader `leader` over the control connection;
         its raw answer, or None if none came within `timeout_s` or before this node learned of
         another leader (no resend: for requests whose answer is only worth having from that
@@ -172,7 +172,9 @@ class ControllerClient:
         attempt = asyncio.ensure_future(self.send(leader, frame, correlation_id, api_key, api_version, control=True))
         return await self._await_attempt(attempt, leader, time.monotonic() + timeout_s)
 
-    async def _await_attempt(self, attempt: asyncio.Future[bytes], leader: int, deadline: float) -> bytes | None:
+    async def _await_attempt(
+        self, attempt: asyncio.Future[bytes | bytearray], leader: int, deadline: float
+    ) -> bytes | bytearray | None:
         """The attempt's answer; None (the attempt cancelled) at the deadline or once this
         node knows a leader other than `leader`."""
         try:

@@ -52,7 +52,7 @@ def static_voters(node: RaftNode) -> VoterSet:
     )
 
 
-async def handle_update_features(node: RaftNode, frame: bytes) -> bytes:
+async def handle_update_features(node: RaftNode, frame: bytes | bytearray) -> bytes:
     try:
         head, call = features_codec.decode_request(frame)
     except codec.WireError as exc:

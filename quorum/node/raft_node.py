@@ -254,7 +254,7 @@ class RaftNode:
         # the writes that gathered during it (they go into the next fsync).
         self.after_flush: Callable[[], None] | None = None
         # Serves the APIs on the controller listener that are not the quorum's own.
-        self.extra_api_handler: Callable[[int, bytes], Coroutine[Any, Any, bytes | None]] | None = None
+        self.extra_api_handler: Callable[[int, bytes | bytearray], Coroutine[Any, Any, bytes | None]] | None = None
         self.failed = asyncio.Event()  # set when the loop stopped on an error
         self.stopped = asyncio.Event()
 
@@ -838,7 +838,7 @@ class RaftNode:
             return None
         return answer if isinstance(answer, QuorumDescription) else None
 
-    def _handle_frame(self, frame: bytes) -> Coroutine[Any, Any, bytes | None]:
+    def _handle_frame(self, frame: bytes | bytearray) -> Coroutine[Any, Any, bytes | None]:
         """The listener's handler: the coroutine that answers `frame` (the handler of its api's
         own, not one awaiting it: a controller write resumes one coroutine less)."""
         if len(frame) >= 2:
@@ -852,7 +852,7 @@ class RaftNode:
                 return self.extra_api_handler(api_key, frame)
         return self._handle_quorum_frame(frame)
 
-    async def _handle_quorum_frame(self, frame: bytes) -> bytes | None:
+    async def _handle_quorum_frame(self, frame: bytes | bytearray) -> bytes | None:
         try:
             request = codec.decode_request(frame)
         except codec.WireError as exc:
@@ -965,7 +965,7 @@ class RaftNode:
         self._wake.set()
         return fut
 
-    async def _handle_voter_call(self, frame: bytes) -> bytes:
+    async def _handle_voter_call(self, frame: bytes | bytearray) -> bytes:
         try:
             head, call = voter_codec.decode_voter_request(frame)
         except codec.WireError as exc:

@@ -38,7 +38,7 @@ from kio.serial._introspect import (  # kio's own schema introspection (pinned k
 
 __all__ = ["MalformedError", "Reader", "entity_reader", "known_error_code", "read_request_body", "read_uvarint"]
 
-Reader = Callable[[bytes, int], tuple[Any, int]]
+Reader = Callable[[bytes | bytearray, int], tuple[Any, int]]
 
 
 class MalformedError(ValueError):
@@ -67,7 +67,7 @@ def _fixed(s: struct.Struct) -> Reader:
     size = s.size
     unpack_from = s.unpack_from
 
-    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+    def read(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
         if pos + size > len(buf):
             raise MalformedError("buffer exhausted")
         return unpack_from(buf, pos)[0], pos + size
@@ -81,7 +81,7 @@ _read_i32 = _fixed(_I32)
 _read_i64 = _fixed(_I64)
 
 
-def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: bytes | bytearray, pos: int) -> tuple[int, int]:
     """Kafka's unsigned varint: at most 5 bytes and at most 32 bits of value."""
     result = 0
     shift = 0
@@ -102,23 +102,23 @@ def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
     return result, pos
 
 
-def _read_bool(buf: bytes, pos: int) -> tuple[Any, int]:
+def _read_bool(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
     if pos >= len(buf):
         raise MalformedError("buffer exhausted")
     return buf[pos] != 0, pos + 1
 
 
-def _read_error_code(buf: bytes, pos: int) -> tuple[Any, int]:
+def _read_error_code(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
     value, pos = _read_i16(buf, pos)
     return (KioErrorCode(value) if value in _KIO_ERROR_CODES else value), pos
 
 
-def _read_timedelta_i32(buf: bytes, pos: int) -> tuple[Any, int]:
+def _read_timedelta_i32(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
     value, pos = _read_i32(buf, pos)
     return timedelta(milliseconds=value), pos
 
 
-def _read_timedelta_i64(buf: bytes, pos: int) -> tuple[Any, int]:
+def _read_timedelta_i64(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
     value, pos = _read_i64(buf, pos)
     try:
         return timedelta(milliseconds=value), pos
@@ -126,7 +126,7 @@ def _read_timedelta_i64(buf: bytes, pos: int) -> tuple[Any, int]:
         raise MalformedError("timedelta out of range") from exc
 
 
-def _read_uuid(buf: bytes, pos: int) -> tuple[Any, int]:
+def _read_uuid(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
     end = pos + 16
     if end > len(buf):
         raise MalformedError("buffer exhausted in uuid")
@@ -134,14 +134,14 @@ def _read_uuid(buf: bytes, pos: int) -> tuple[Any, int]:
     return (None if raw == bytes(16) else uuid.UUID(bytes=bytes(raw))), end
 
 
-def _take(buf: bytes, pos: int, length: int) -> tuple[bytes, int]:
+def _take(buf: bytes | bytearray, pos: int, length: int) -> tuple[bytes | bytearray, int]:
     end = pos + length
     if length < 0 or end > len(buf):
         raise MalformedError("buffer exhausted in string/bytes")
     return buf[pos:end], end
 
 
-def _decode_utf8(raw: bytes) -> str:
+def _decode_utf8(raw: bytes | bytearray) -> str:
     try:
         return str(raw, "utf-8")  # bytes or a memoryview (a frame read without copies)
     except UnicodeDecodeError as exc:
@@ -149,7 +149,7 @@ def _decode_utf8(raw: bytes) -> str:
 
 
 def _compact_bytes(nullable: bool) -> Reader:
-    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+    def read(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
         n, pos = read_uvarint(buf, pos)
         if n == 0:
             if not nullable:
@@ -161,7 +161,7 @@ def _compact_bytes(nullable: bool) -> Reader:
 
 
 def _legacy_bytes(nullable: bool) -> Reader:
-    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+    def read(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
         n, pos = _read_i32(buf, pos)
         if n < 0:
             if n != -1 or not nullable:
@@ -175,7 +175,7 @@ def _legacy_bytes(nullable: bool) -> Reader:
 def _compact_string(nullable: bool) -> Reader:
     read_raw = _compact_bytes(nullable)
 
-    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+    def read(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
         raw, pos = read_raw(buf, pos)
         return (None if raw is None else _decode_utf8(raw)), pos
 
@@ -183,7 +183,7 @@ def _compact_string(nullable: bool) -> Reader:
 
 
 def _legacy_string(nullable: bool) -> Reader:
-    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+    def read(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
         n, pos = _read_i16(buf, pos)
         if n < 0:
             if n != -1 or not nullable:
@@ -233,7 +233,7 @@ def _primitive_reader(kafka_type: str, flexible: bool, optional: bool) -> Reader
 
 
 def _array_reader(item: Reader, flexible: bool, nullable: bool) -> Reader:
-    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+    def read(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
         if flexible:
             n, pos = read_uvarint(buf, pos)
             if n == 0:
@@ -262,7 +262,7 @@ def _array_reader(item: Reader, flexible: bool, nullable: bool) -> Reader:
 
 def _nullable_entity(inner: Reader) -> Reader:
     # KIP-893 nullable structs: an int8 marker, -1 for null, 1 for present.
-    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+    def read(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
         marker, pos = _read_i8(buf, pos)
         if marker == -1:
             return None, pos
@@ -323,7 +323,7 @@ def _build_entity_reader(entity_type: type[Any]) -> Reader:
                 implicit[f.name] = get_tagged_field_default(f)
             tagged[int(tag)] = (f.name, reader)
 
-    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+    def read(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
         values: dict[str, Any] = {}
         for name, reader in regular:
             values[name], pos = reader(buf, pos)
@@ -352,7 +352,7 @@ def _build_entity_reader(entity_type: type[Any]) -> Reader:
     return read
 
 
-def read_request_body(entity_type: type[Any], frame: bytes, pos: int) -> Any:
+def read_request_body(entity_type: type[Any], frame: bytes | bytearray, pos: int) -> Any:
     """The request body of `entity_type` that starts at `pos` of a request frame.
 
     Bytes after the body are ignored: that is Kafka's rule (a broker or controller parses

@@ -91,7 +91,7 @@ def encode_request(
     return frame, version
 
 
-def decode_request(frame: bytes) -> tuple[RequestHeaderInfo, UpdateFeatures]:
+def decode_request(frame: bytes | bytearray) -> tuple[RequestHeaderInfo, UpdateFeatures]:
     """Decode an UpdateFeatures request (frame without its length prefix). Raises WireError
     (with the header once it parsed: the caller answers it)."""
     head, body = api_frames.read_request(bytes(frame), FEATURE_API_VERSIONS, "UpdateFeatures")

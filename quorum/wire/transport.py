@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "CloseConnection",
     "ConnectionLimits",
+    "Frame",
     "Handler",
     "MemoryPool",
     "PeerClient",
@@ -51,7 +52,11 @@ class StreamedResponse(Protocol):
     async def send(self, writer: asyncio.StreamWriter) -> None: ...
 
 
-Handler = Callable[[bytes], Awaitable[bytes | StreamedResponse | None]]
+Frame = bytes | bytearray
+"""A received frame's body: `bytes`, or for a frame larger than one read chunk the `bytearray`
+it was read into (no copy). mypy's --strict-bytes keeps the two apart, as compiled code does."""
+
+Handler = Callable[[Frame], Awaitable[bytes | StreamedResponse | None]]
 _Answer = asyncio.Future[bytes | StreamedResponse | None]  # a handler's task
 _Handling = Coroutine[Any, Any, bytes | StreamedResponse | None]  # a handler's call
 
@@ -540,7 +545,7 @@ class _Connected(_WriteFlow, asyncio.BufferedProtocol):
             size = self.size
             self.size = -1
             self.held = 0
-            self._start(cast(bytes, body), size)
+            self._start(body, size)
 
     def _ended(self, left: int) -> None:
         """The peer's stream ended with `left` bytes of a frame's prefix unread (-1: its body)."""
@@ -570,7 +575,7 @@ class _Connected(_WriteFlow, asyncio.BufferedProtocol):
             self.transport.resume_reading()
             self._read_frames()
 
-    def _start(self, frame: bytes, size: int) -> None:
+    def _start(self, frame: Frame, size: int) -> None:
         context = self.context.copy()
         if self.request_behind:  # at depth 1 nothing is read behind a request in flight: no REQUEST_BEHIND
             behind = self.behind
@@ -787,7 +792,7 @@ class _Connection(_WriteFlow, asyncio.BufferedProtocol):
         self.name = name
         self.max_frame = max_frame
         self.loop = loop
-        self.pending: dict[int, asyncio.Future[bytes]] = {}
+        self.pending: dict[int, asyncio.Future[Frame]] = {}
         self.closed = False
         self.frames = _Frames()
         self.size = -1  # body bytes of the response being received; -1: between frames
@@ -828,7 +833,7 @@ class _Connection(_WriteFlow, asyncio.BufferedProtocol):
                 # The sender gave up on it (cancelled); responses stay in order, so go on.
                 log.debug("%s: response to unknown correlation id %d dropped", self.name, correlation_id)
             elif not fut.done():
-                fut.set_result(cast(bytes, body))
+                fut.set_result(body)
 
     def eof_received(self) -> bool:
         self.fail(PeerUnavailable(f"{self.name}: connection closed by the peer"))
@@ -852,7 +857,7 @@ class _Connection(_WriteFlow, asyncio.BufferedProtocol):
         self.transport.close()
 
 
-def _expire(fut: asyncio.Future[bytes], timeout_s: float) -> None:
+def _expire(fut: asyncio.Future[Frame], timeout_s: float) -> None:
     if not fut.done():
         fut.set_exception(TimeoutError(f"no response within {timeout_s}s"))
 
@@ -913,7 +918,7 @@ class PeerClient:
         _, conn = await loop.create_connection(lambda: _Connection(self._name, self.max_frame_bytes, loop), **address)
         return conn
 
-    async def send(self, frame: bytes, correlation_id: int, api_key: int, api_version: int) -> bytes:
+    async def send(self, frame: bytes, correlation_id: int, api_key: int, api_version: int) -> Frame:
         """Send one request frame (with length prefix); return the response frame body.
 
         `api_key`/`api_version` only label errors and logs.
@@ -922,7 +927,7 @@ class PeerClient:
         if correlation_id in conn.pending:
             raise ValueError(f"correlation id {correlation_id} already in flight to {self._name}")
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bytes] = loop.create_future()
+        fut: asyncio.Future[Frame] = loop.create_future()
         conn.pending[correlation_id] = fut
         timer = loop.call_later(self.request_timeout_s, _expire, fut, self.request_timeout_s)
         try:

@@ -153,7 +153,7 @@ def _endpoints(listeners: Any) -> tuple[Endpoint, ...]:
     return tuple(out)
 
 
-def decode_voter_request(frame: bytes) -> tuple[RequestHeaderInfo, VoterCall]:
+def decode_voter_request(frame: bytes | bytearray) -> tuple[RequestHeaderInfo, VoterCall]:
     """Decode a voter-change request (frame without its length prefix). Raises WireError
     (with the header once it parsed: the caller answers it)."""
     head, body = api_frames.read_request(bytes(frame), VOTER_API_VERSIONS, "a voter change")
