@@ -96,7 +96,7 @@ class KafkaRequestHandler:
         self.requests_served = 0
         self._by_key = self._handlers()
 
-    async def __call__(self, frame: bytes) -> bytes | bytearray | SplicedResponse | None:
+    async def __call__(self, frame: bytes | bytearray) -> bytes | bytearray | SplicedResponse | None:
         view = memoryview(frame)
         try:
             api_key, version, _ = peek_api(view)
