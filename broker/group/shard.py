@@ -103,7 +103,6 @@ _Dropped = list[tuple[int, PendingOffsets, _Change]]
 DeadlineKey = tuple[Any, ...]
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class CoordinatorConfig:
     """The broker settings the coordinator applies (Kafka's names and defaults)."""
@@ -117,6 +116,9 @@ class CoordinatorConfig:
     consumer_session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms (KIP-848)
     consumer_heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
     consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors; the first is the default
+
+
+fast_frozen_init(CoordinatorConfig)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 @dataclass(slots=True)

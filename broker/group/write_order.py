@@ -34,7 +34,6 @@ from quorum.kafka_errors import ErrorCode
 __all__ = ["Release", "WriteOrder", "error_reply"]
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Release:
     """The answers of one submitted outcome, ready to be sent."""
@@ -42,6 +41,9 @@ class Release:
     entry: int  # `submit`'s number for the outcome
     code: ErrorCode  # its own append's result (NONE for an outcome without records)
     replies: dict[int, Any]
+
+
+fast_frozen_init(Release)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 @dataclass(slots=True)

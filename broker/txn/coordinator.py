@@ -115,7 +115,6 @@ _MARKER_RETRY: Final = frozenset({
 # partition is loaded again, as in Kafka.
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class TxnConfig:
     """The broker settings the coordinator applies (Kafka's names and defaults)."""
@@ -133,7 +132,9 @@ class TxnConfig:
     concurrent_transactions_hold_ms: int = 1_000
 
 
-@fast_frozen_init
+fast_frozen_init(TxnConfig)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class Write:
     """One record to append. The records of one `Outcome` go in its order; those of one
@@ -143,6 +144,9 @@ class Write:
 
     key: TransactionLogKey
     value: TransactionLogValue | None  # None: a tombstone
+
+
+fast_frozen_init(Write)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 def appends_of(writes: Iterable[Write]) -> list[list[Write]]:
@@ -180,14 +184,15 @@ class _Pending:
     then: _Chained | None = None
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class _Chained:
     held: _Held  # back to the held requests if the append fails
     target: Transit
 
 
-@fast_frozen_init
+fast_frozen_init(_Chained)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class _Held:
     """An AddPartitionsToTxn waiting for its id's previous transaction to complete."""
@@ -195,6 +200,9 @@ class _Held:
     request: AddPartitionsRequest
     token: Token
     deadline_ms: int  # answered at the latest then
+
+
+fast_frozen_init(_Held)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 @dataclass(slots=True)
