@@ -3,7 +3,7 @@ mypyc-spike's report): each module gets a `<name>.cpython-311-x86_64-linux-gnu.s
 its `.py`, which Python imports in preference to the source; `clean` removes them again, and
 the same sources run as plain Python (the fallback is simply not building).
 
-    cd <checkout> && .venv/bin/python tools/mypyc_build.py [build|clean] [--set first|wide]
+    cd <checkout> && .venv/bin/python tools/mypyc_build.py [build|clean] [--set first|wide|groups]
 
 Needs mypy (with mypyc) in the venv, a C compiler and the Python headers. The build writes
 the generated C and objects under build/ (kept for a quicker rebuild; `clean` removes it).
@@ -61,7 +61,34 @@ WIDE: tuple[str, ...] = FIRST + (
     "broker/replica/requests.py",
     "quorum/raft/control_records.py",
 )
-SETS = {"first": FIRST, "wide": WIDE}
+# The group coordinator's OffsetCommit path (pykraft issue 20) and the transaction
+# coordinator's: where a cProfile of tests/perf/bench_offset_commit_cpu.py and a py-spy of the
+# coordinator broker under `tests/perf/bench_groups.py --only commits` spent their time (by
+# module, self time), with the message and record classes those modules build per request.
+# broker/kafka/context.py builds now (its memoryview field: see the module). The coordinator's
+# other big module, quorum/wire/transport.py, is in the quorum set.
+GROUPS: tuple[str, ...] = (
+    "broker/group/shard.py",
+    "broker/group/runtime.py",
+    "broker/group/records.py",
+    "broker/group/messages.py",
+    "broker/group/write_order.py",
+    "broker/group/timers.py",
+    "broker/group/classic.py",
+    "broker/coordinator/append_queue.py",
+    "broker/coordinator/partition_host.py",
+    "broker/kafka/offset_commit_wire.py",
+    "broker/kafka/group_apis.py",
+    "broker/kafka/context.py",
+    "broker/kafka/txn_apis.py",
+    "broker/txn/coordinator.py",
+    "broker/txn/runtime.py",
+    "broker/txn/metadata.py",
+    "broker/txn/records.py",
+    "broker/txn/messages.py",
+    "broker/txn/txn_wire.py",
+)
+SETS = {"first": FIRST, "wide": WIDE, "groups": WIDE + GROUPS}
 
 
 def build(modules: tuple[str, ...]) -> None:
