@@ -46,13 +46,24 @@ class Release:
 fast_frozen_init(Release)  # not a decorator: mypyc makes a decorated class a Python class
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _Entry:
     number: int
     outcome: Outcome
     done: bool  # its append completed (or it has none)
-    code: ErrorCode = ErrorCode.NONE
-    undo: bool = True  # run the outcome's undo if the append failed
+    code: ErrorCode
+    undo: bool  # run the outcome's undo if the append failed
+
+    # An explicit __init__ (init=False): mypyc compiles it, while the dataclass decorator's runs
+    # as interpreted Python in a compiled module, slower there than uncompiled.
+    def __init__(
+        self, number: int, outcome: Outcome, done: bool, code: ErrorCode = ErrorCode.NONE, undo: bool = True
+    ) -> None:
+        self.number = number
+        self.outcome = outcome
+        self.done = done
+        self.code = code
+        self.undo = undo
 
 
 class WriteOrder:

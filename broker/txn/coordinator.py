@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from broker.group.records import coordinator_partition
@@ -158,11 +158,23 @@ def appends_of(writes: Iterable[Write]) -> list[list[Write]]:
     return list(by_id.values())
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Outcome:
-    writes: list[Write] = field(default_factory=list)
-    replies: dict[Token, Reply] = field(default_factory=dict)  # may be sent now
-    markers: list[MarkerRequest] = field(default_factory=list)  # to send now
+    writes: list[Write]
+    replies: dict[Token, Reply]  # may be sent now
+    markers: list[MarkerRequest]  # to send now
+
+    # An explicit __init__ (init=False): mypyc compiles it, while the dataclass decorator's runs
+    # as interpreted Python in a compiled module, slower there than uncompiled.
+    def __init__(
+        self,
+        writes: list[Write] | None = None,  # None: a new empty list (so for the others)
+        replies: dict[Token, Reply] | None = None,
+        markers: list[MarkerRequest] | None = None,
+    ) -> None:
+        self.writes = [] if writes is None else writes
+        self.replies = {} if replies is None else replies
+        self.markers = [] if markers is None else markers
 
     def extend(self, other: Outcome) -> None:
         self.writes += other.writes
