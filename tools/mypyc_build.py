@@ -9,7 +9,7 @@ modules' sources, this file, Python's and mypyc's versions): `status` says wheth
 built modules are current, and the test suite refuses stale ones, which would shadow newer
 sources.
 
-    .venv/bin/python tools/mypyc_build.py [build|clean|status] [--set first|wide|all] [--jobs N]
+    .venv/bin/python tools/mypyc_build.py [build|clean|status] [--set first|wide|groups] [--jobs N]
 
 Needs mypy (with mypyc, pinned in requirements.lock), a C compiler and the Python headers.
 The generated C and the objects stay under build/ (an unchanged module is not recompiled).
@@ -63,10 +63,7 @@ FIRST: tuple[str, ...] = (
     "broker/kafka/server.py",
     "broker/kafka/spliced.py",
 )
-# The rest of what the first build's profile still ran as Python (its callers and helpers),
-# but broker/kafka/context.py: mypyc 2.4.1 builds a module whose dataclass has a `memoryview`
-# field (RequestContext.frame) that fails at import (KeyError: 'memoryview' while it rebuilds
-# the class's __annotations__ for the dataclass decorator).
+# The rest of what the first build's profile still ran as Python (its callers and helpers).
 WIDE: tuple[str, ...] = FIRST + (
     "broker/log/epoch_cache.py",
     "broker/log/config.py",
@@ -77,8 +74,35 @@ WIDE: tuple[str, ...] = FIRST + (
     "quorum/raft/control_records.py",
 )
 GROUP = "quorum.native"
-SETS: dict[str, tuple[str, ...]] = {"first": FIRST, "wide": WIDE}
-DEFAULT_SET = "wide"
+# The group coordinator's OffsetCommit path (pykraft issue 20) and the transaction
+# coordinator's: where a cProfile of tests/perf/bench_offset_commit_cpu.py and a py-spy of the
+# coordinator broker under `tests/perf/bench_groups.py --only commits` spent their time (by
+# module, self time), with the message and record classes those modules build per request.
+# broker/kafka/context.py builds now (its memoryview field: see the module).
+GROUPS: tuple[str, ...] = (
+    "broker/group/shard.py",
+    "broker/group/runtime.py",
+    "broker/group/records.py",
+    "broker/group/messages.py",
+    "broker/group/write_order.py",
+    "broker/group/timers.py",
+    "broker/group/classic.py",
+    "broker/group/replica_host.py",  # a subclass of partition_host's (an interpreted class cannot be)
+    "broker/coordinator/append_queue.py",
+    "broker/coordinator/partition_host.py",
+    "broker/kafka/offset_commit_wire.py",
+    "broker/kafka/group_apis.py",
+    "broker/kafka/context.py",
+    "broker/kafka/txn_apis.py",
+    "broker/txn/coordinator.py",
+    "broker/txn/runtime.py",
+    "broker/txn/metadata.py",
+    "broker/txn/records.py",
+    "broker/txn/messages.py",
+    "broker/txn/txn_wire.py",
+)
+SETS: dict[str, tuple[str, ...]] = {"first": FIRST, "wide": WIDE, "groups": WIDE + GROUPS}
+DEFAULT_SET = "groups"
 
 
 def digest(modules: tuple[str, ...]) -> str:

@@ -14,7 +14,6 @@ from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class JoinRequest:
     group_id: str
@@ -29,7 +28,9 @@ class JoinRequest:
     version: int  # the JoinGroup version: v4+ require a known member id (KIP-394)
 
 
-@fast_frozen_init
+fast_frozen_init(JoinRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class JoinedMember:
     member_id: str
@@ -37,7 +38,9 @@ class JoinedMember:
     metadata: bytes
 
 
-@fast_frozen_init
+fast_frozen_init(JoinedMember)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class JoinResult:
     error: ErrorCode
@@ -50,7 +53,9 @@ class JoinResult:
     skip_assignment: bool = False
 
 
-@fast_frozen_init
+fast_frozen_init(JoinResult)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class SyncRequest:
     group_id: str
@@ -62,7 +67,9 @@ class SyncRequest:
     assignments: tuple[tuple[str, bytes], ...]  # the leader's: (member id, assignment)
 
 
-@fast_frozen_init
+fast_frozen_init(SyncRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class SyncResult:
     error: ErrorCode
@@ -71,7 +78,9 @@ class SyncResult:
     assignment: bytes = b""
 
 
-@fast_frozen_init
+fast_frozen_init(SyncResult)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
     group_id: str
@@ -80,21 +89,27 @@ class HeartbeatRequest:
     generation: int
 
 
-@fast_frozen_init
+fast_frozen_init(HeartbeatRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class LeavingMember:
     member_id: str
     group_instance_id: str | None = None
 
 
-@fast_frozen_init
+fast_frozen_init(LeavingMember)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class LeaveResult:
     error: ErrorCode  # the group's (UNKNOWN_MEMBER_ID when the group is unknown, ...)
     members: tuple[tuple[LeavingMember, ErrorCode], ...] = ()
 
 
-@fast_frozen_init
+fast_frozen_init(LeaveResult)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class CommitPartition:
     topic: str
@@ -104,7 +119,9 @@ class CommitPartition:
     metadata: str | None = ""
 
 
-@fast_frozen_init
+fast_frozen_init(CommitPartition)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class CommitRequest:
     group_id: str
@@ -116,7 +133,9 @@ class CommitRequest:
     version: int  # the OffsetCommit version (v9+: GROUP_ID_NOT_FOUND for an unknown group)
 
 
-@fast_frozen_init
+fast_frozen_init(CommitRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class TxnCommitRequest:
     """TxnOffsetCommit (API 28): offsets committed inside a producer's transaction. They stay
@@ -132,7 +151,9 @@ class TxnCommitRequest:
     transactional_id: str = ""
 
 
-@fast_frozen_init
+fast_frozen_init(TxnCommitRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class CommittedOffset:
     topic: str
@@ -143,7 +164,9 @@ class CommittedOffset:
     error: ErrorCode = ErrorCode.NONE
 
 
-@fast_frozen_init
+fast_frozen_init(CommittedOffset)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class GroupListing:
     group_id: str
@@ -152,7 +175,9 @@ class GroupListing:
     group_type: str = "classic"
 
 
-@fast_frozen_init
+fast_frozen_init(GroupListing)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class DescribedMember:
     member_id: str
@@ -163,7 +188,9 @@ class DescribedMember:
     assignment: bytes
 
 
-@fast_frozen_init
+fast_frozen_init(DescribedMember)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class GroupDescription:
     group_id: str
@@ -174,7 +201,9 @@ class GroupDescription:
     members: tuple[DescribedMember, ...] = ()
 
 
-@fast_frozen_init
+fast_frozen_init(GroupDescription)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerHeartbeatRequest:
     """ConsumerGroupHeartbeat (KIP-848). None fields are "unchanged since the last heartbeat"."""
@@ -193,7 +222,9 @@ class ConsumerHeartbeatRequest:
     subscribed_regex: str | None = None  # SubscribedTopicRegex (None: unchanged; "": none)
 
 
-@fast_frozen_init
+fast_frozen_init(ConsumerHeartbeatRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerHeartbeatResult:
     error: ErrorCode
@@ -204,7 +235,9 @@ class ConsumerHeartbeatResult:
     assignment: tuple[tuple[UUID, int], ...] | None = None
 
 
-@fast_frozen_init
+fast_frozen_init(ConsumerHeartbeatResult)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerMemberDescription:
     member_id: str
@@ -219,7 +252,9 @@ class ConsumerMemberDescription:
     subscribed_regex: str | None = None
 
 
-@fast_frozen_init
+fast_frozen_init(ConsumerMemberDescription)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupDescription:
     group_id: str
@@ -229,3 +264,6 @@ class ConsumerGroupDescription:
     assignment_epoch: int = 0
     assignor: str = ""
     members: tuple[ConsumerMemberDescription, ...] = ()
+
+
+fast_frozen_init(ConsumerGroupDescription)  # not a decorator: mypyc makes a decorated class a Python class

@@ -136,7 +136,6 @@ class RecordSchemaError(ValueError):
     of its field's range)."""
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class OffsetKey:
     """OffsetCommitKey: the committed offset of one partition for one group."""
@@ -146,7 +145,9 @@ class OffsetKey:
     partition: int  # int32
 
 
-@fast_frozen_init
+fast_frozen_init(OffsetKey)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetValue:
     """OffsetCommitValue."""
@@ -163,7 +164,9 @@ class OffsetValue:
     position: int = field(default=-1, compare=False, repr=False)
 
 
-@fast_frozen_init
+fast_frozen_init(OffsetValue)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class GroupKey:
     """GroupMetadataKey: the metadata of a classic group."""
@@ -171,7 +174,9 @@ class GroupKey:
     group: str
 
 
-@fast_frozen_init
+fast_frozen_init(GroupKey)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class MemberValue:
     """GroupMetadataValue.MemberMetadata: one member of a classic group."""
@@ -186,7 +191,9 @@ class MemberValue:
     assignment: bytes
 
 
-@fast_frozen_init
+fast_frozen_init(MemberValue)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class GroupValue:
     """GroupMetadataValue."""
@@ -199,10 +206,12 @@ class GroupValue:
     members: tuple[MemberValue, ...]
 
 
+fast_frozen_init(GroupValue)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 # ---------------------------------------------------------------- KIP-848 consumer groups
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class TopicMetadata:
     """ConsumerGroupPartitionMetadataValue.TopicMetadata: a subscribed topic as the group saw it."""
@@ -212,7 +221,9 @@ class TopicMetadata:
     num_partitions: int  # int32
 
 
-@fast_frozen_init
+fast_frozen_init(TopicMetadata)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class TopicPartitions:
     """Partitions of one topic (ConsumerGroupTargetAssignmentMemberValue.TopicPartition,
@@ -222,7 +233,9 @@ class TopicPartitions:
     partitions: tuple[int, ...]  # int32 each, in the order given
 
 
-@fast_frozen_init
+fast_frozen_init(TopicPartitions)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupMetadataKey:
     """Key version 3: the group epoch of a consumer group."""
@@ -230,13 +243,17 @@ class ConsumerGroupMetadataKey:
     group: str
 
 
-@fast_frozen_init
+fast_frozen_init(ConsumerGroupMetadataKey)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupMetadataValue:
     epoch: int  # int32: the group epoch
 
 
-@fast_frozen_init
+fast_frozen_init(ConsumerGroupMetadataValue)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupPartitionMetadataKey:
     """Key version 4: the metadata of the topics a consumer group subscribes to."""
@@ -244,13 +261,17 @@ class ConsumerGroupPartitionMetadataKey:
     group: str
 
 
-@fast_frozen_init
+fast_frozen_init(ConsumerGroupPartitionMetadataKey)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupPartitionMetadataValue:
     topics: tuple[TopicMetadata, ...]
 
 
-@fast_frozen_init
+fast_frozen_init(ConsumerGroupPartitionMetadataValue)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupMemberMetadataKey:
     """Key version 5: one member's subscription."""
@@ -259,7 +280,9 @@ class ConsumerGroupMemberMetadataKey:
     member_id: str
 
 
-@fast_frozen_init
+fast_frozen_init(ConsumerGroupMemberMetadataKey)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupMemberMetadataValue:
     instance_id: str | None  # KIP-345 static membership
@@ -272,7 +295,9 @@ class ConsumerGroupMemberMetadataValue:
     rebalance_timeout_ms: int  # int32, -1 = none
 
 
-@fast_frozen_init
+fast_frozen_init(ConsumerGroupMemberMetadataValue)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupTargetAssignmentMetadataKey:
     """Key version 6: the epoch of a consumer group's target assignment."""
@@ -280,13 +305,19 @@ class ConsumerGroupTargetAssignmentMetadataKey:
     group: str
 
 
-@fast_frozen_init
+# not a decorator: mypyc makes a decorated class a Python class
+fast_frozen_init(ConsumerGroupTargetAssignmentMetadataKey)
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupTargetAssignmentMetadataValue:
     assignment_epoch: int  # int32
 
 
-@fast_frozen_init
+# not a decorator: mypyc makes a decorated class a Python class
+fast_frozen_init(ConsumerGroupTargetAssignmentMetadataValue)
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupTargetAssignmentMemberKey:
     """Key version 7: one member's target assignment."""
@@ -295,13 +326,19 @@ class ConsumerGroupTargetAssignmentMemberKey:
     member_id: str
 
 
-@fast_frozen_init
+# not a decorator: mypyc makes a decorated class a Python class
+fast_frozen_init(ConsumerGroupTargetAssignmentMemberKey)
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupTargetAssignmentMemberValue:
     topic_partitions: tuple[TopicPartitions, ...]
 
 
-@fast_frozen_init
+# not a decorator: mypyc makes a decorated class a Python class
+fast_frozen_init(ConsumerGroupTargetAssignmentMemberValue)
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupCurrentMemberAssignmentKey:
     """Key version 8: one member's current assignment and epochs."""
@@ -310,7 +347,10 @@ class ConsumerGroupCurrentMemberAssignmentKey:
     member_id: str
 
 
-@fast_frozen_init
+# not a decorator: mypyc makes a decorated class a Python class
+fast_frozen_init(ConsumerGroupCurrentMemberAssignmentKey)
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupCurrentMemberAssignmentValue:
     member_epoch: int  # int32
@@ -318,6 +358,10 @@ class ConsumerGroupCurrentMemberAssignmentValue:
     state: int  # int8, Kafka's MemberState: 0 STABLE, 1 UNREVOKED_PARTITIONS, 2 UNRELEASED_PARTITIONS
     assigned_partitions: tuple[TopicPartitions, ...]
     partitions_pending_revocation: tuple[TopicPartitions, ...]
+
+
+# not a decorator: mypyc makes a decorated class a Python class
+fast_frozen_init(ConsumerGroupCurrentMemberAssignmentValue)
 
 
 ConsumerGroupKey: TypeAlias = (

@@ -109,7 +109,7 @@ class PartitionHost(Protocol):
     def partition_log(self, partition: int) -> LoggedPartition | None: ...
 
     async def append(
-        self, partition: int, batch: bytes, timeout_ms: int, *, verification: VerificationGuard | None = ...
+        self, partition: int, batch: bytes, timeout_ms: int, *, verification: VerificationGuard | None = None
     ) -> ErrorCode:
         """Append one batch as leader with acks=-1; the outcome once the HW covers it
         (`verification`: a transactional batch's KIP-890 guard, given only when verified)."""

@@ -42,7 +42,7 @@ import logging
 import re
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID
 
@@ -103,7 +103,6 @@ _Dropped = list[tuple[int, PendingOffsets, _Change]]
 DeadlineKey = tuple[Any, ...]
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class CoordinatorConfig:
     """The broker settings the coordinator applies (Kafka's names and defaults)."""
@@ -119,18 +118,37 @@ class CoordinatorConfig:
     consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors; the first is the default
 
 
-@dataclass(slots=True)
+fast_frozen_init(CoordinatorConfig)  # not a decorator: mypyc makes a decorated class a Python class
+
+
+@dataclass(slots=True, init=False)
 class Outcome:
-    records: list[Record] = field(default_factory=list)
-    replies: dict[Token, Any] = field(default_factory=dict)
+    records: list[Record]
+    replies: dict[Token, Any]
     # The append of `records` failed: restore what they changed; the answers to send instead.
-    undo: Callable[[ErrorCode], dict[Token, Any]] | None = None
+    undo: Callable[[ErrorCode], dict[Token, Any]] | None
     # The append of `records` committed. The runtime calls `written` or `undo` for the
     # outcomes of a partition in the order the shard returned them.
-    written: Callable[[], None] | None = None
+    written: Callable[[], None] | None
     # (producer id, producer epoch): `records` are that producer's transactional write (a
     # batch of their own, with the transactional bit), else None (a plain write).
-    producer: tuple[int, int] | None = None
+    producer: tuple[int, int] | None
+
+    # An explicit __init__ (init=False): mypyc compiles it, while the dataclass decorator's runs
+    # as interpreted Python in a compiled module, slower there than uncompiled.
+    def __init__(
+        self,
+        records: list[Record] | None = None,  # None: a new empty list
+        replies: dict[Token, Any] | None = None,  # None: a new empty dict
+        undo: Callable[[ErrorCode], dict[Token, Any]] | None = None,
+        written: Callable[[], None] | None = None,
+        producer: tuple[int, int] | None = None,
+    ) -> None:
+        self.records = [] if records is None else records
+        self.replies = {} if replies is None else replies
+        self.undo = undo
+        self.written = written
+        self.producer = producer
 
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,6 @@ from quorum.kafka_errors import ErrorCode
 __all__ = ["Release", "WriteOrder", "error_reply"]
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Release:
     """The answers of one submitted outcome, ready to be sent."""
@@ -44,13 +43,27 @@ class Release:
     replies: dict[int, Any]
 
 
-@dataclass(slots=True)
+fast_frozen_init(Release)  # not a decorator: mypyc makes a decorated class a Python class
+
+
+@dataclass(slots=True, init=False)
 class _Entry:
     number: int
     outcome: Outcome
     done: bool  # its append completed (or it has none)
-    code: ErrorCode = ErrorCode.NONE
-    undo: bool = True  # run the outcome's undo if the append failed
+    code: ErrorCode
+    undo: bool  # run the outcome's undo if the append failed
+
+    # An explicit __init__ (init=False): mypyc compiles it, while the dataclass decorator's runs
+    # as interpreted Python in a compiled module, slower there than uncompiled.
+    def __init__(
+        self, number: int, outcome: Outcome, done: bool, code: ErrorCode = ErrorCode.NONE, undo: bool = True
+    ) -> None:
+        self.number = number
+        self.outcome = outcome
+        self.done = done
+        self.code = code
+        self.undo = undo
 
 
 class WriteOrder:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import sys
+from builtins import memoryview  # a module global for mypyc: see RequestContext
 from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any
@@ -23,6 +24,9 @@ from quorum.wire._reader import MalformedError, read_request_body
 __all__ = ["RequestContext", "decode_body", "encode_body", "kio_error", "make", "nested", "response_type"]
 
 
+# mypyc hands a native dataclass's field types to the dataclass decorator as objects, and
+# loads a builtin one that mypyc does not know by name from the module's globals (KeyError:
+# 'memoryview' at import without the import of it from builtins above).
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     header: RequestHeader

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from broker.group.records import coordinator_partition
@@ -115,7 +115,6 @@ _MARKER_RETRY: Final = frozenset({
 # partition is loaded again, as in Kafka.
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class TxnConfig:
     """The broker settings the coordinator applies (Kafka's names and defaults)."""
@@ -133,7 +132,9 @@ class TxnConfig:
     concurrent_transactions_hold_ms: int = 1_000
 
 
-@fast_frozen_init
+fast_frozen_init(TxnConfig)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class Write:
     """One record to append. The records of one `Outcome` go in its order; those of one
@@ -145,6 +146,9 @@ class Write:
     value: TransactionLogValue | None  # None: a tombstone
 
 
+fast_frozen_init(Write)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 def appends_of(writes: Iterable[Write]) -> list[list[Write]]:
     """`writes` (an `Outcome`'s) as the appends they need at least: the records of one
     transactional id together, in order (ids in the order of their first record)."""
@@ -154,11 +158,23 @@ def appends_of(writes: Iterable[Write]) -> list[list[Write]]:
     return list(by_id.values())
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Outcome:
-    writes: list[Write] = field(default_factory=list)
-    replies: dict[Token, Reply] = field(default_factory=dict)  # may be sent now
-    markers: list[MarkerRequest] = field(default_factory=list)  # to send now
+    writes: list[Write]
+    replies: dict[Token, Reply]  # may be sent now
+    markers: list[MarkerRequest]  # to send now
+
+    # An explicit __init__ (init=False): mypyc compiles it, while the dataclass decorator's runs
+    # as interpreted Python in a compiled module, slower there than uncompiled.
+    def __init__(
+        self,
+        writes: list[Write] | None = None,  # None: a new empty list (so for the others)
+        replies: dict[Token, Reply] | None = None,
+        markers: list[MarkerRequest] | None = None,
+    ) -> None:
+        self.writes = [] if writes is None else writes
+        self.replies = {} if replies is None else replies
+        self.markers = [] if markers is None else markers
 
     def extend(self, other: Outcome) -> None:
         self.writes += other.writes
@@ -180,14 +196,15 @@ class _Pending:
     then: _Chained | None = None
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class _Chained:
     held: _Held  # back to the held requests if the append fails
     target: Transit
 
 
-@fast_frozen_init
+fast_frozen_init(_Chained)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class _Held:
     """An AddPartitionsToTxn waiting for its id's previous transaction to complete."""
@@ -195,6 +212,9 @@ class _Held:
     request: AddPartitionsRequest
     token: Token
     deadline_ms: int  # answered at the latest then
+
+
+fast_frozen_init(_Held)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 @dataclass(slots=True)

@@ -38,7 +38,6 @@ class TxnResult(IntEnum):
     COMMIT = 1
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class InitProducerIdRequest:
     transactional_id: str
@@ -47,7 +46,9 @@ class InitProducerIdRequest:
     producer_epoch: int = NO_PRODUCER_EPOCH
 
 
-@fast_frozen_init
+fast_frozen_init(InitProducerIdRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class InitProducerIdResult:
     error: ErrorCode
@@ -55,7 +56,9 @@ class InitProducerIdResult:
     producer_epoch: int = NO_PRODUCER_EPOCH
 
 
-@fast_frozen_init
+fast_frozen_init(InitProducerIdResult)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class AddPartitionsRequest:
     """AddPartitionsToTxn for one transaction (v4+ batches several: one request each)."""
@@ -66,7 +69,9 @@ class AddPartitionsRequest:
     partitions: frozenset[TopicPartition]
 
 
-@fast_frozen_init
+fast_frozen_init(AddPartitionsRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class AddOffsetsRequest:
     transactional_id: str
@@ -75,7 +80,9 @@ class AddOffsetsRequest:
     group_id: str
 
 
-@fast_frozen_init
+fast_frozen_init(AddOffsetsRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class EndTxnRequest:
     transactional_id: str
@@ -84,7 +91,9 @@ class EndTxnRequest:
     result: TxnResult
 
 
-@fast_frozen_init
+fast_frozen_init(EndTxnRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class MarkerRequest:
     """The COMMIT/ABORT markers one transaction needs (WriteTxnMarkers' entry): the runtime
@@ -98,7 +107,9 @@ class MarkerRequest:
     partitions: frozenset[TopicPartition]
 
 
-@fast_frozen_init
+fast_frozen_init(MarkerRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class TransactionDescription:
     """DescribeTransactions' answer for one transactional id (KIP-664)."""
@@ -113,7 +124,9 @@ class TransactionDescription:
     topics: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (topic, partitions), sorted
 
 
-@fast_frozen_init
+fast_frozen_init(TransactionDescription)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class TransactionListing:
     """One entry of ListTransactions (KIP-664)."""
@@ -121,3 +134,6 @@ class TransactionListing:
     transactional_id: str
     producer_id: int
     state: str
+
+
+fast_frozen_init(TransactionListing)  # not a decorator: mypyc makes a decorated class a Python class

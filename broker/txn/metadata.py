@@ -51,7 +51,6 @@ COMPLETED: Final = frozenset({TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}
 EXPIRABLE: Final = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Transit:
     """The whole state a transition leads to (Kafka's TxnTransitMetadata)."""
@@ -65,6 +64,9 @@ class Transit:
     partitions: frozenset[TopicPartition]
     start_ms: int  # -1: no transaction started
     last_update_ms: int
+
+
+fast_frozen_init(Transit)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 @dataclass(slots=True)

@@ -73,13 +73,14 @@ class TransactionRecordError(RecordSchemaError):
     field's range, a non-default tagged field in version 0)."""
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class TransactionLogKey:
     transactional_id: str
 
 
-@fast_frozen_init
+fast_frozen_init(TransactionLogKey)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionsSchema:
     """The partitions of one topic in a transaction."""
@@ -88,7 +89,9 @@ class PartitionsSchema:
     partition_ids: tuple[int, ...]
 
 
-@fast_frozen_init
+fast_frozen_init(PartitionsSchema)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class TransactionLogValue:
     producer_id: int
@@ -101,6 +104,9 @@ class TransactionLogValue:
     previous_producer_id: int = -1  # tagged (v1+): the producer id of the last committed transaction
     next_producer_id: int = -1  # tagged (v1+): the latest producer id sent to the producer
     client_transaction_version: int = 0  # tagged (v1+): the client's transaction version
+
+
+fast_frozen_init(TransactionLogValue)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 # ---------------------------------------------------------------- encoding

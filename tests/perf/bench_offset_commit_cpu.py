@@ -9,7 +9,11 @@ round; `--profile` adds a cProfile of the last round.
     PYTHONPATH=. .venv/bin/python tests/perf/bench_offset_commit_cpu.py [--clients 64] [--requests 300]
         [--rounds 3] [--profile]
 
-Run it from two checkouts alternately to compare code (the machine is shared and noisy).
+Run it from two checkouts alternately to compare code (the machine is shared and noisy), or
+count instructions, which the machine's load does not move: `BENCH_CALLGRIND=1 valgrind
+--tool=callgrind --instr-atstart=no --callgrind-out-file=F python
+tests/perf/bench_offset_commit_cpu.py --requests 100 --rounds 1`, then `callgrind_annotate F |
+head` (the total over the measured rounds' commits).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from in_process_broker import callgrind  # noqa: E402
 from kio.index import load_request_schema  # noqa: E402
 from kio.serial import entity_writer  # noqa: E402
 
@@ -75,7 +80,9 @@ def commit_frame(client: int) -> bytes:
     return buf.getvalue()
 
 
-async def one_round(clients: int, requests: int, profile: cProfile.Profile | None) -> tuple[float, int]:
+async def one_round(
+    clients: int, requests: int, profile: cProfile.Profile | None, measured: bool = True
+) -> tuple[float, int]:
     host = Host()
     coordinator = GroupCoordinator(1, host, CoordinatorConfig())  # type: ignore[arg-type]
     coordinator.on_metadata()
@@ -90,6 +97,8 @@ async def one_round(clients: int, requests: int, profile: cProfile.Profile | Non
             answer = await handler(frame)
             assert answer is not None and bytes(answer)[-2:] == b"\0\0", "a commit was refused"
 
+    if measured:
+        callgrind("on")
     start = time.process_time()
     if profile:
         profile.enable()
@@ -97,6 +106,8 @@ async def one_round(clients: int, requests: int, profile: cProfile.Profile | Non
     if profile:
         profile.disable()
     cpu = time.process_time() - start
+    if measured:
+        callgrind("off")
     await coordinator.close()
     return 1e6 * cpu / (clients * requests), host.appends
 
@@ -108,7 +119,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
-    asyncio.run(one_round(args.clients, 20, None))  # warm-up: imports, caches
+    asyncio.run(one_round(args.clients, 20, None, measured=False))  # warm-up: imports, caches
     for r in range(args.rounds):
         profile = cProfile.Profile() if args.profile and r == args.rounds - 1 else None
         us, appends = asyncio.run(one_round(args.clients, args.requests, profile))
