@@ -73,6 +73,7 @@ _COMPILED = pytest.StashKey[bool]()
 _PURE_IDS = pytest.StashKey[list[str]]()
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected what they deselect
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.stash[_COMPILED]:
         pure = [item for item in items if item.get_closest_marker("pure_python")]

@@ -217,6 +217,7 @@ def test_there_are_enough_mutants() -> None:
     assert SLOW_ONLY <= {m.name for m in mutants.MUTANTS}
 
 
+@pytest.mark.pure_python  # plants mutants by editing the source (conftest.py)
 @pytest.mark.parametrize("mutant", CI_MUTANTS, ids=lambda m: m.name)
 def test_the_simulation_catches_a_broken_rule(mutant: Mutant) -> None:
     caught = first_violation(mutant, range(CI_MUTANT_BUDGET))
@@ -229,6 +230,7 @@ def test_the_unmutated_coordinator_passes_the_mutants_seeds() -> None:
         walk(seed)
 
 
+@pytest.mark.pure_python  # plants mutants by editing the source (conftest.py)
 @pytest.mark.slow
 @pytest.mark.timeout(0)
 @pytest.mark.parametrize("mutant", mutants.MUTANTS, ids=lambda m: m.name)

@@ -52,6 +52,7 @@ def first_violation(mutant: Mutant, seeds: range) -> tuple[int, str] | None:
     return first_caught(mutants.applied(mutant), txn_walk, seeds, Violation)
 
 
+@pytest.mark.pure_python  # plants mutants by editing the source (conftest.py)
 @pytest.mark.parametrize("mutant", CI_MUTANTS, ids=lambda m: m.name)
 def test_the_transactional_simulation_catches_a_broken_rule(mutant: Mutant) -> None:
     caught = first_violation(mutant, range(MUTANT_BUDGET))
@@ -71,6 +72,7 @@ def test_many_more_transactional_walks_hold_every_property() -> None:
         txn_walk(seed)
 
 
+@pytest.mark.pure_python  # plants mutants by editing the source (conftest.py)
 @pytest.mark.slow
 @pytest.mark.timeout(0)
 @pytest.mark.parametrize("mutant", mutants.TXN_MUTANTS, ids=lambda m: m.name)
@@ -80,6 +82,7 @@ def test_every_transactional_mutant_is_caught(mutant: Mutant) -> None:
     print(f"{mutant.name}: caught at seed {caught[0]}: {caught[1][:160]}")
 
 
+@pytest.mark.pure_python  # plants mutants by editing the source (conftest.py)
 def test_every_group_mutant_still_applies_to_the_source() -> None:
     """A mutant whose `old` text is gone from its method would only fail in the slow runs."""
     for mutant in mutants.MUTANTS + mutants.TXN_MUTANTS:

@@ -18,7 +18,7 @@ from broker.txn.metadata import TxnState
 from quorum.kafka_errors import ErrorCode
 from tests.unit.txn import test_txn_coordinator_model as model
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.pure_python]  # mutants replace functions (conftest.py)
 C = TxnCoordinator
 
 

@@ -9,6 +9,8 @@ partitions of the known ids were printed by Java (`String.hashCode()`, Kafka's `
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -161,7 +163,7 @@ PARTITIONS = st.lists(
 )
 def test_round_trip(value: TransactionLogValue, transactional_id: str) -> None:
     assert decode_value(encode_value(value, 1)) == value
-    plain = TransactionLogValue(*[getattr(value, f) for f in value.__slots__[:7]])
+    plain = TransactionLogValue(*[getattr(value, f.name) for f in dataclasses.fields(value)[:7]])
     assert decode_value(encode_value(plain, 0)) == plain
     assert decode_key(encode_key(TransactionLogKey(transactional_id))) == TransactionLogKey(transactional_id)
 
