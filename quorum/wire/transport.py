@@ -22,6 +22,8 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, Protocol, cast
 
+from mypy_extensions import mypyc_attr
+
 from quorum.wire.limits import DEFAULT_SOCKET_REQUEST_MAX_BYTES, ConnectionLimits, MemoryPool
 
 __all__ = [
@@ -93,6 +95,8 @@ async def _write_responses(writer: asyncio.StreamWriter, responses: list[bytes |
     await writer.drain()
 
 
+# mypyc cannot compile a subclass of ConnectionError as a native class: a Python class in both builds.
+@mypyc_attr(native_class=False)
 class PeerUnavailable(ConnectionError):
     """The peer could not be reached, closed the connection, or did not answer in time."""
 
