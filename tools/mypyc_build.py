@@ -3,7 +3,7 @@ mypyc-spike's report): each module gets a `<name>.cpython-311-x86_64-linux-gnu.s
 its `.py`, which Python imports in preference to the source; `clean` removes them again, and
 the same sources run as plain Python (the fallback is simply not building).
 
-    cd <checkout> && .venv/bin/python tools/mypyc_build.py [build|clean] [--set first|wide]
+    cd <checkout> && .venv/bin/python tools/mypyc_build.py [build|clean] [--set first|wide|quorum|all]
 
 Needs mypy (with mypyc) in the venv, a C compiler and the Python headers. The build writes
 the generated C and objects under build/ (kept for a quicker rebuild; `clean` removes it).
@@ -61,7 +61,42 @@ WIDE: tuple[str, ...] = FIRST + (
     "broker/replica/requests.py",
     "quorum/raft/control_records.py",
 )
-SETS = {"first": FIRST, "wide": WIDE}
+# The controller quorum's write path (pykraft issue 24): where a py-spy of bench_ctl_writes.py's
+# leader, a follower and the broker spent their Python time (the innermost project frame of
+# each busy sample; quorum/wire/primitives.py, quorum/storage/record_batch.py,
+# quorum/raft/control_records.py and broker/log/config.py are in WIDE already).
+QUORUM: tuple[str, ...] = (
+    "quorum/raft/core.py",
+    "quorum/raft/log.py",
+    "quorum/raft/voter_set.py",
+    "quorum/raft/types.py",
+    "quorum/raft/messages.py",
+    "quorum/raft/ready.py",
+    "quorum/node/raft_node.py",
+    "quorum/node/active_controller.py",
+    "quorum/node/controller_apis.py",
+    "quorum/node/controller.py",
+    "quorum/controller/topic_configs.py",
+    "quorum/controller/replication_control.py",
+    "quorum/metadata/delta.py",
+    "quorum/metadata/records.py",
+    "quorum/metadata/image.py",
+    "quorum/metadata/snapshot.py",
+    "quorum/metadata/_codec.py",
+    "quorum/metadata/gc_policy.py",
+    "quorum/wire/transport.py",
+    "quorum/wire/codec.py",
+    "quorum/wire/fetch_direct.py",
+    "quorum/wire/admin_direct.py",
+    "quorum/wire/admin_codec.py",
+    "quorum/wire/limits.py",
+    "quorum/wire/_reader.py",
+    "quorum/storage/file_log.py",
+    "quorum/storage/durable.py",
+    "broker/dataplane.py",
+    "broker/log/manager.py",
+)
+SETS = {"first": FIRST, "wide": WIDE, "quorum": QUORUM, "all": WIDE + QUORUM}
 
 
 def build(modules: tuple[str, ...]) -> None:
