@@ -735,7 +735,9 @@ def _set_buffer_sizes(server: asyncio.Server, limits: ConnectionLimits) -> None:
     """SO_RCVBUF / SO_SNDBUF on the listening sockets (Kafka's socket.receive.buffer.bytes
     and socket.send.buffer.bytes): Linux gives accepted connections the listener's sizes,
     and a size set before the handshake also bounds the receive window it advertises."""
-    for sock in server.sockets:
+    # Any: typeshed says a tuple, uvloop's Server gives a list (mypyc checks the declared type).
+    sockets: Any = cast(Any, server).sockets
+    for sock in sockets:
         for option, size in ((socket.SO_RCVBUF, limits.socket_receive_buffer_bytes),
                              (socket.SO_SNDBUF, limits.socket_send_buffer_bytes)):  # fmt: skip
             if size > 0:
