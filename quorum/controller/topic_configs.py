@@ -138,7 +138,6 @@ class Validator(Protocol):
     def describe(self) -> str: ...
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Range:
     """Kafka's ``Range.atLeast`` / ``Range.between`` (bounds inclusive)."""
@@ -163,7 +162,9 @@ class Range:
         return f"[{self.min},...,{self.max}]"
 
 
-@fast_frozen_init
+fast_frozen_init(Range)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ValidString:
     """One of a fixed set of strings (case-sensitive)."""
@@ -179,7 +180,9 @@ class ValidString:
         return "[" + ", ".join(self.values) + "]"
 
 
-@fast_frozen_init
+fast_frozen_init(ValidString)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ValidList:
     """Every list element is one of a fixed set of strings (an empty list is allowed)."""
@@ -195,7 +198,9 @@ class ValidList:
         return ValidString(self.values).describe()
 
 
-@fast_frozen_init
+fast_frozen_init(ValidList)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class LevelOrDefault:
     """A compression level in [min, max], or the library's "default level" sentinel (gzip's -1)."""
@@ -213,10 +218,12 @@ class LevelOrDefault:
         return f"[{self.min},...,{self.max}] or {self.default}"
 
 
+fast_frozen_init(LevelOrDefault)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 _THROTTLED_ITEM = re.compile(r"(?:[0-9]+:[0-9]+)?")
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ThrottledReplicas:
     """``*`` or a list of ``partitionId:brokerId`` pairs (Kafka's ``ThrottledReplicaListValidator``)."""
@@ -236,10 +243,12 @@ class ThrottledReplicas:
         return "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
 
 
+fast_frozen_init(ThrottledReplicas)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 # ----------------------------------------------------------------------------- definitions
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BrokerSynonym:
     """A broker config a topic config falls back to; ``multiplier`` converts its unit to the topic's."""
@@ -251,7 +260,9 @@ class BrokerSynonym:
     multiplier: int = 1
 
 
-@fast_frozen_init
+fast_frozen_init(BrokerSynonym)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class TopicConfigDef:
     name: str
@@ -269,6 +280,9 @@ class TopicConfigDef:
     @property
     def valid_values(self) -> str:
         return self.validator.describe() if self.validator is not None else ""
+
+
+fast_frozen_init(TopicConfigDef)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 _HOUR_MS = 60 * 60 * 1000

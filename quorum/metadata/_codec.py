@@ -519,7 +519,6 @@ def _base_namespace() -> dict[str, Any]:
         "_mkuuid": _new_uuid,
         "_A32": _A32,
         "_a32": _a32,
-        "_new": object.__new__,
     }
 
 
@@ -535,6 +534,9 @@ def compile_schema(schema: Schema, versions: range | None = None) -> CompiledSch
     for version in schema.versions if versions is None else versions:
         ns = _base_namespace()
         ns["_cls"] = schema.cls
+        # `cls.__new__`: `object.__new__` for a Python class; a class compiled by mypyc has its
+        # own (object.__new__ refuses it as "not safe").
+        ns["_new"] = schema.cls.__new__
         for f in schema.fields:
             if f.struct is not None:
                 sub = compile_schema(f.struct, range(version, version + 1))

@@ -33,6 +33,7 @@ from uuid import UUID
 
 from immutables import Map
 
+from quorum.frozen_init import slot_setter
 from quorum.metadata._codec import fast_constructor
 from quorum.metadata.records import (
     NO_LEADER,
@@ -195,17 +196,17 @@ class PartitionRegistration:
 
 
 _new_partition_record: Callable[..., PartitionRecord] = fast_constructor(PartitionRecord)
-_new = object.__new__
-_P = PartitionRegistration.__dict__
-_set_replicas = _P["replicas"].__set__
-_set_isr = _P["isr"].__set__
-_set_leader = _P["leader"].__set__
-_set_leader_epoch = _P["leader_epoch"].__set__
-_set_partition_epoch = _P["partition_epoch"].__set__
-_set_recovery = _P["leader_recovery_state"].__set__
-_set_removing = _P["removing_replicas"].__set__
-_set_adding = _P["adding_replicas"].__set__
-del _P
+# `PartitionRegistration.__new__` is `object.__new__` for a Python class; a class compiled by
+# mypyc has its own (object.__new__ refuses it), and its fields are getset descriptors, not slots.
+_new = PartitionRegistration.__new__
+_set_replicas = slot_setter(PartitionRegistration, "replicas")
+_set_isr = slot_setter(PartitionRegistration, "isr")
+_set_leader = slot_setter(PartitionRegistration, "leader")
+_set_leader_epoch = slot_setter(PartitionRegistration, "leader_epoch")
+_set_partition_epoch = slot_setter(PartitionRegistration, "partition_epoch")
+_set_recovery = slot_setter(PartitionRegistration, "leader_recovery_state")
+_set_removing = slot_setter(PartitionRegistration, "removing_replicas")
+_set_adding = slot_setter(PartitionRegistration, "adding_replicas")
 
 
 def _make_partition(

@@ -157,7 +157,6 @@ class SecurityProtocol(IntEnum):
 # --------------------------------------------------------------------------- record types
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
     """One listener of a broker (RegisterBrokerRecord.EndPoints)."""
@@ -168,7 +167,9 @@ class BrokerEndpoint:
     security_protocol: int = 0  # SecurityProtocol.PLAINTEXT
 
 
-@fast_frozen_init
+fast_frozen_init(BrokerEndpoint)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerFeature:
     """A feature range a broker supports (RegisterBrokerRecord.Features)."""
@@ -178,7 +179,9 @@ class BrokerFeature:
     max_supported_version: int
 
 
-@fast_frozen_init
+fast_frozen_init(BrokerFeature)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class RegisterBrokerRecord:
     """apiKey 0. A broker (re-)registered; `broker_epoch` is the offset of this record."""
@@ -196,7 +199,9 @@ class RegisterBrokerRecord:
     log_dirs: tuple[uuid.UUID, ...] = ()
 
 
-@fast_frozen_init
+fast_frozen_init(RegisterBrokerRecord)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class UnregisterBrokerRecord:
     """apiKey 1."""
@@ -206,7 +211,9 @@ class UnregisterBrokerRecord:
     broker_epoch: int
 
 
-@fast_frozen_init
+fast_frozen_init(UnregisterBrokerRecord)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class TopicRecord:
     """apiKey 2."""
@@ -216,7 +223,9 @@ class TopicRecord:
     topic_id: uuid.UUID
 
 
-@fast_frozen_init
+fast_frozen_init(TopicRecord)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionRecord:
     """apiKey 3. The full state of a new partition (also how snapshots hold partitions)."""
@@ -237,7 +246,9 @@ class PartitionRecord:
     last_known_elr: _ID | None = None
 
 
-@fast_frozen_init
+fast_frozen_init(PartitionRecord)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigRecord:
     """apiKey 4. Sets (or, with value None, deletes) one config key of a resource."""
@@ -249,7 +260,9 @@ class ConfigRecord:
     value: str | None
 
 
-@fast_frozen_init
+fast_frozen_init(ConfigRecord)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionChangeRecord:
     """apiKey 5. A change to a partition; None / NO_LEADER_CHANGE / -1 mean "unchanged"."""
@@ -268,7 +281,9 @@ class PartitionChangeRecord:
     last_known_elr: _ID | None = None
 
 
-@fast_frozen_init
+fast_frozen_init(PartitionChangeRecord)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class FenceBrokerRecord:
     """apiKey 7 (legacy; Kafka's `Id`/`Epoch` are `broker_id`/`broker_epoch` here)."""
@@ -278,7 +293,9 @@ class FenceBrokerRecord:
     broker_epoch: int
 
 
-@fast_frozen_init
+fast_frozen_init(FenceBrokerRecord)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class UnfenceBrokerRecord:
     """apiKey 8 (legacy; Kafka's `Id`/`Epoch` are `broker_id`/`broker_epoch` here)."""
@@ -288,7 +305,9 @@ class UnfenceBrokerRecord:
     broker_epoch: int
 
 
-@fast_frozen_init
+fast_frozen_init(UnfenceBrokerRecord)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class RemoveTopicRecord:
     """apiKey 9. Removes the topic, its partitions and its configs."""
@@ -297,7 +316,9 @@ class RemoveTopicRecord:
     topic_id: uuid.UUID
 
 
-@fast_frozen_init
+fast_frozen_init(RemoveTopicRecord)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class FeatureLevelRecord:
     """apiKey 12. Level 0 removes the feature."""
@@ -307,7 +328,9 @@ class FeatureLevelRecord:
     feature_level: int
 
 
-@fast_frozen_init
+fast_frozen_init(FeatureLevelRecord)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerIdsRecord:
     """apiKey 15. The next producer id block starts at `next_producer_id`."""
@@ -318,7 +341,9 @@ class ProducerIdsRecord:
     next_producer_id: int
 
 
-@fast_frozen_init
+fast_frozen_init(ProducerIdsRecord)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerRegistrationChangeRecord:
     """apiKey 17. `fenced`: FencingChange (-1 unfence, 0 none, 1 fence);
@@ -333,12 +358,17 @@ class BrokerRegistrationChangeRecord:
     log_dirs: tuple[uuid.UUID, ...] = ()
 
 
-@fast_frozen_init
+fast_frozen_init(BrokerRegistrationChangeRecord)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class NoOpRecord:
     """apiKey 20. Written by the active controller to advance the log (KIP-835)."""
 
     API_KEY: ClassVar[int] = 20
+
+
+fast_frozen_init(NoOpRecord)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 MetadataRecord = (

@@ -121,23 +121,24 @@ class _SyncThread:
     def __init__(self, name: str) -> None:
         self._name = name
         self._jobs: queue.SimpleQueue[_SyncJob | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        # not `_thread`: mypyc names the C field `__thread`, a C keyword (thread-local storage)
+        self._worker: threading.Thread | None = None
 
     def run(self, fn: Callable[[], None]) -> asyncio.Future[None]:
         """Run `fn` on the thread; the future resolves (or fails with its error) after it."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
-            self._thread.start()
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._serve, name=self._name, daemon=True)
+            self._worker.start()
         self._jobs.put((fn, done, loop))
         return done
 
     def close(self) -> None:
         """Let the thread end once the jobs given before are done."""
-        if self._thread is not None:
+        if self._worker is not None:
             self._jobs.put(None)
-            self._thread = None
+            self._worker = None
 
     def _serve(self) -> None:
         while (job := self._jobs.get()) is not None:

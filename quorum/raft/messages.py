@@ -18,7 +18,6 @@ from quorum.raft.types import Batch, Epoch, NodeId, Offset, OffsetAndEpoch
 from quorum.raft.voter_set import ZERO_UUID
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class VoteRequest:
     """Vote (api key 52). `pre_vote` (KIP-996): `candidate_epoch` is the sender's
@@ -34,7 +33,9 @@ class VoteRequest:
     voter_directory_id: uuid.UUID = ZERO_UUID
 
 
-@fast_frozen_init
+fast_frozen_init(VoteRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class VoteResponse:
     error: ErrorCode
@@ -44,7 +45,9 @@ class VoteResponse:
     pre_vote: bool = False
 
 
-@fast_frozen_init
+fast_frozen_init(VoteResponse)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class BeginQuorumEpochRequest:
     """BeginQuorumEpoch (53): a new leader announces itself to the voters."""
@@ -53,7 +56,9 @@ class BeginQuorumEpochRequest:
     leader_epoch: Epoch
 
 
-@fast_frozen_init
+fast_frozen_init(BeginQuorumEpochRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class BeginQuorumEpochResponse:
     error: ErrorCode
@@ -61,7 +66,9 @@ class BeginQuorumEpochResponse:
     leader_epoch: Epoch
 
 
-@fast_frozen_init
+fast_frozen_init(BeginQuorumEpochResponse)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class EndQuorumEpochRequest:
     """EndQuorumEpoch (54): a resigning leader; successors most caught-up first."""
@@ -71,7 +78,9 @@ class EndQuorumEpochRequest:
     preferred_successors: tuple[NodeId, ...]
 
 
-@fast_frozen_init
+fast_frozen_init(EndQuorumEpochRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class EndQuorumEpochResponse:
     error: ErrorCode
@@ -79,7 +88,9 @@ class EndQuorumEpochResponse:
     leader_epoch: Epoch
 
 
-@fast_frozen_init
+fast_frozen_init(EndQuorumEpochResponse)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class FetchRequest:
     """Fetch (1) of `__cluster_metadata-0`.
@@ -100,7 +111,9 @@ class FetchRequest:
     replica_directory_id: uuid.UUID = ZERO_UUID  # KIP-853 (zero: not sent)
 
 
-@fast_frozen_init
+fast_frozen_init(FetchRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class FetchResponse:
     error: ErrorCode
@@ -113,7 +126,9 @@ class FetchResponse:
     batches: tuple[Batch, ...] = ()
 
 
-@fast_frozen_init
+fast_frozen_init(FetchResponse)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class FetchSnapshotRequest:
     """FetchSnapshot (59): `position` is the number of snapshot bytes already held."""
@@ -125,7 +140,9 @@ class FetchSnapshotRequest:
     max_bytes: int = 1024 * 1024
 
 
-@fast_frozen_init
+fast_frozen_init(FetchSnapshotRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class FetchSnapshotResponse:
     error: ErrorCode
@@ -137,12 +154,14 @@ class FetchSnapshotResponse:
     data: bytes = b""
 
 
+fast_frozen_init(FetchSnapshotResponse)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 Request = VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest | FetchSnapshotRequest
 Response = VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse | FetchResponse | FetchSnapshotResponse
 Message = Request | Response
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """One message from `source` to `destination`.
@@ -162,3 +181,6 @@ class Envelope:
             self.message,
             VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest | FetchSnapshotRequest,
         )
+
+
+fast_frozen_init(Envelope)  # not a decorator: mypyc makes a decorated class a Python class

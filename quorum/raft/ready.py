@@ -41,7 +41,6 @@ from quorum.raft.types import Batch, ElectionState, Offset, OffsetAndEpoch
 from quorum.raft.voter_change import VoterChangeResult
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class SnapshotChunk:
     """Bytes of a snapshot being received from the leader, at byte `position`."""
@@ -52,7 +51,9 @@ class SnapshotChunk:
     size: int  # total size of the snapshot
 
 
-@fast_frozen_init
+fast_frozen_init(SnapshotChunk)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class Ready:
     election: ElectionState | None = None
@@ -93,3 +94,6 @@ class Ready:
             and self.delete_before is None
             and not self.voter_changes
         )
+
+
+fast_frozen_init(Ready)  # not a decorator: mypyc makes a decorated class a Python class

@@ -43,7 +43,6 @@ class ControlType(IntEnum):
     KRAFT_VOTERS = 6  # VotersRecord (KIP-853): the whole voter set from this offset on
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Batch:
     """One record batch of the replicated log: records base_offset .. base_offset+n-1.
@@ -76,7 +75,9 @@ class Batch:
         return self.control_type is not None
 
 
-@fast_frozen_init
+fast_frozen_init(Batch)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ElectionState:
     """The durable quorum state (Kafka's quorum-state file).
@@ -89,3 +90,6 @@ class ElectionState:
     epoch: Epoch
     voted_id: NodeId = NO_VOTE
     leader_id: NodeId = NO_LEADER
+
+
+fast_frozen_init(ElectionState)  # not a decorator: mypyc makes a decorated class a Python class

@@ -22,6 +22,8 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, Protocol, cast
 
+from mypy_extensions import mypyc_attr
+
 from quorum.wire.limits import DEFAULT_SOCKET_REQUEST_MAX_BYTES, ConnectionLimits, MemoryPool
 
 __all__ = [
@@ -98,6 +100,8 @@ async def _write_responses(writer: asyncio.StreamWriter, responses: list[bytes |
     await writer.drain()
 
 
+# mypyc cannot compile a subclass of ConnectionError as a native class: a Python class in both builds.
+@mypyc_attr(native_class=False)
 class PeerUnavailable(ConnectionError):
     """The peer could not be reached, closed the connection, or did not answer in time."""
 
@@ -736,7 +740,9 @@ def _set_buffer_sizes(server: asyncio.Server, limits: ConnectionLimits) -> None:
     """SO_RCVBUF / SO_SNDBUF on the listening sockets (Kafka's socket.receive.buffer.bytes
     and socket.send.buffer.bytes): Linux gives accepted connections the listener's sizes,
     and a size set before the handshake also bounds the receive window it advertises."""
-    for sock in server.sockets:
+    # Any: typeshed says a tuple, uvloop's Server gives a list (mypyc checks the declared type).
+    sockets: Any = cast(Any, server).sockets
+    for sock in sockets:
         for option, size in ((socket.SO_RCVBUF, limits.socket_receive_buffer_bytes),
                              (socket.SO_SNDBUF, limits.socket_send_buffer_bytes)):  # fmt: skip
             if size > 0:
