@@ -384,7 +384,7 @@ def _enc_create_topics_response(cls: type[Any], r: CreateTopicsResponse, version
     ccls = _nested(cls, "CreatableTopicConfigs") if has_configs else None
 
     def result(t: CreateTopicResult) -> Any:
-        configs = ()
+        configs: tuple[Any, ...] = ()
         if ccls is not None:
             configs = tuple(
                 ccls(
