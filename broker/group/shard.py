@@ -77,14 +77,16 @@ from broker.group.messages import (
     SyncResult,
     TxnCommitRequest,
 )
-from broker.group.records import GroupKey, GroupValue, MemberValue, OffsetKey, OffsetValue
+from broker.group.records import GroupKey, GroupValue, MemberValue, OffsetKey, OffsetValue, RecordKey, RecordValue
 from broker.group.timers import Deadlines
 from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 
 __all__ = ["CoordinatorConfig", "GroupShard", "Outcome", "Record"]
 
-Record = tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]
+Record = tuple[RecordKey, RecordValue | None]
+"""A record to append: the classic groups' and offsets' keys and values, and KIP-848's
+(broker/group/consumer_group.py writes those into the same Outcome)."""
 TopicPartition = tuple[str, int]
 
 # One write of an offset not yet known committed: (group, (topic, partition), its number).
