@@ -12,7 +12,8 @@ sources.
     .venv/bin/python tools/mypyc_build.py [build|clean|status] [--set first|wide|groups|quorum|all] [--jobs N]
 
 Needs mypy (with mypyc, pinned in requirements.lock), a C compiler and the Python headers.
-The generated C and the objects stay under build/ (an unchanged module is not recompiled).
+The generated C and the objects stay under build/ for inspection; each build compiles every
+module again (mypyc regenerates the whole group), which the stamp makes rare.
 """
 
 from __future__ import annotations
