@@ -13,8 +13,13 @@ per class and read from the closure): the same parameters, defaults and result, 
 instances stay frozen (assignment still raises `FrozenInstanceError`); construction takes
 less than half the time. Only plain classes qualify (every field in `__init__`, no
 `default_factory`, no `__post_init__`): anything else raises TypeError at import time.
-`fast_constructor` goes one step further for the hottest call sites: a function of every
-field, positionally, that skips `__init__` (and so defaults and `__post_init__`) altogether.
+A class compiled by mypyc is built faster still by an explicit `__init__` in its body
+(`@dataclass(frozen=True, slots=True, init=False)`, `object.__setattr__(self, name, value)` per
+field): mypyc compiles it into direct stores (about 0.1 µs for five fields against 1.2 for this
+module's `__init__`); `fast_frozen_init` leaves such a compiled `__init__` alone, and replaces it
+when the module runs uncompiled. `fast_constructor` goes one step further for the hottest
+call sites: a function of every field, positionally, that skips `__init__` (and so defaults
+and `__post_init__`) altogether.
 """
 
 from __future__ import annotations
@@ -85,6 +90,10 @@ def fast_frozen_init(cls: type[T]) -> type[T]:
         if not f.init or f.default_factory is not dataclasses.MISSING:
             raise TypeError(f"{cls.__qualname__}.{f.name}: fast_frozen_init needs plain init fields")
     generated: Any = cls.__init__
+    if not inspect.isfunction(generated):
+        # An explicit __init__ that mypyc compiled with the class (object.__setattr__ per
+        # field, which mypyc turns into direct stores): faster than any Python function.
+        return cls
     signature = inspect.signature(generated)
     names = [p.name for p in signature.parameters.values()][1:]  # after self
     if sorted(names) != sorted(f.name for f in fields):

@@ -105,21 +105,13 @@ GROUPS: tuple[str, ...] = (
 # The controller quorum's write path (pykraft issue 24): where a py-spy of bench_ctl_writes.py's
 # leader, a follower and the broker spent their Python time (the innermost project frame of
 # each busy sample; quorum/wire/primitives.py, quorum/storage/record_batch.py,
-# quorum/raft/control_records.py and broker/log/config.py are in WIDE already). Not
-# quorum/raft/voter_set.py (1-2 % of the leader's samples): mypyc 2.4.1 builds it, but its
-# generic slotted dataclass (OffsetHistory(Generic[T]), @dataclass(slots=True)) fails at
-# import ("attribute '__dict__' of 'type' objects is not writable"); nor
-# quorum/wire/fetch_direct.py (2-5 %): its dataclass FetchAnswer has a `memoryview` field,
-# which fails at import as broker/kafka/context.py's did (KeyError: 'memoryview'; mypyc looks
-# the unquoted builtin up in the module's globals; quoting it does not help); nor
-# quorum/metadata/records.py (a follower's largest module, 18 %): its record dataclasses
-# declare `API_KEY: ClassVar[int] = n` before their fields, and the dataclass decorator of a
-# compiled class takes it for a field with a default (TypeError at import: "non-default
-# argument 'broker_id' follows default argument").
-#
-# Not in the default build yet: compiled, the quorum's unit tests have not been triaged (at
-# least ten failed in the first run), and the transport and the Raft node are where a
-# run-time type check has the most to break. `--set all` builds it, to measure and to triage.
+# quorum/raft/control_records.py and broker/log/config.py are in WIDE already), and the
+# transport every node's requests go through. Three of them needed changes to build with
+# mypyc 2.4.1: quorum/raft/voter_set.py's generic slotted dataclass (OffsetHistory) failed at
+# import, and is a Python class in both builds; quorum/wire/fetch_direct.py's `memoryview`
+# field needs the builtin as a module global (as broker/kafka/context.py's); and
+# quorum/metadata/records.py's apiKeys are a table (API_KEYS), because mypyc took a ClassVar
+# of a compiled dataclass for a field with a default.
 QUORUM: tuple[str, ...] = (
     "quorum/raft/core.py",
     "quorum/raft/log.py",
@@ -147,6 +139,9 @@ QUORUM: tuple[str, ...] = (
     "quorum/storage/durable.py",
     "broker/dataplane.py",
     "broker/log/manager.py",
+    "quorum/raft/voter_set.py",
+    "quorum/wire/fetch_direct.py",
+    "quorum/metadata/records.py",
 )
 SETS: dict[str, tuple[str, ...]] = {
     "first": FIRST,
@@ -155,7 +150,7 @@ SETS: dict[str, tuple[str, ...]] = {
     "quorum": QUORUM,
     "all": WIDE + GROUPS + QUORUM,
 }
-DEFAULT_SET = "groups"
+DEFAULT_SET = "all"
 
 
 def digest(modules: tuple[str, ...]) -> str:

@@ -110,7 +110,7 @@ class LeaveResult:
 fast_frozen_init(LeaveResult)  # not a decorator: mypyc makes a decorated class a Python class
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class CommitPartition:
     topic: str
     partition: int
@@ -118,11 +118,27 @@ class CommitPartition:
     leader_epoch: int = -1
     metadata: str | None = ""
 
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        leader_epoch: int = -1,
+        metadata: str | None = "",
+    ) -> None:
+        object.__setattr__(self, "topic", topic)
+        object.__setattr__(self, "partition", partition)
+        object.__setattr__(self, "offset", offset)
+        object.__setattr__(self, "leader_epoch", leader_epoch)
+        object.__setattr__(self, "metadata", metadata)
+
 
 fast_frozen_init(CommitPartition)  # not a decorator: mypyc makes a decorated class a Python class
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class CommitRequest:
     group_id: str
     member_id: str
@@ -131,6 +147,26 @@ class CommitRequest:
     retention_ms: int  # -1: the broker's offsets.retention.minutes
     partitions: tuple[CommitPartition, ...]
     version: int  # the OffsetCommit version (v9+: GROUP_ID_NOT_FOUND for an unknown group)
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation: int,
+        retention_ms: int,
+        partitions: tuple[CommitPartition, ...],
+        version: int,
+    ) -> None:
+        object.__setattr__(self, "group_id", group_id)
+        object.__setattr__(self, "member_id", member_id)
+        object.__setattr__(self, "group_instance_id", group_instance_id)
+        object.__setattr__(self, "generation", generation)
+        object.__setattr__(self, "retention_ms", retention_ms)
+        object.__setattr__(self, "partitions", partitions)
+        object.__setattr__(self, "version", version)
 
 
 fast_frozen_init(CommitRequest)  # not a decorator: mypyc makes a decorated class a Python class

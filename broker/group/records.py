@@ -136,7 +136,7 @@ class RecordSchemaError(ValueError):
     of its field's range)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class OffsetKey:
     """OffsetCommitKey: the committed offset of one partition for one group."""
 
@@ -144,11 +144,18 @@ class OffsetKey:
     topic: str
     partition: int  # int32
 
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(self, group: str, topic: str, partition: int) -> None:
+        object.__setattr__(self, "group", group)
+        object.__setattr__(self, "topic", topic)
+        object.__setattr__(self, "partition", partition)
+
 
 fast_frozen_init(OffsetKey)  # not a decorator: mypyc makes a decorated class a Python class
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class OffsetValue:
     """OffsetCommitValue."""
 
@@ -162,6 +169,24 @@ class OffsetValue:
     # this leader), -1 = unknown. Kafka's OffsetAndMetadata.recordOffset: a transaction's
     # offset replaces the committed one only when its record is the later one.
     position: int = field(default=-1, compare=False, repr=False)
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        offset: int,
+        leader_epoch: int,
+        metadata: str,
+        commit_timestamp: int,
+        expire_timestamp: int = -1,
+        position: int = -1,
+    ) -> None:
+        object.__setattr__(self, "offset", offset)
+        object.__setattr__(self, "leader_epoch", leader_epoch)
+        object.__setattr__(self, "metadata", metadata)
+        object.__setattr__(self, "commit_timestamp", commit_timestamp)
+        object.__setattr__(self, "expire_timestamp", expire_timestamp)
+        object.__setattr__(self, "position", position)
 
 
 fast_frozen_init(OffsetValue)  # not a decorator: mypyc makes a decorated class a Python class

@@ -34,13 +34,20 @@ from quorum.kafka_errors import ErrorCode
 __all__ = ["Release", "WriteOrder", "error_reply"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Release:
     """The answers of one submitted outcome, ready to be sent."""
 
     entry: int  # `submit`'s number for the outcome
     code: ErrorCode  # its own append's result (NONE for an outcome without records)
     replies: dict[int, Any]
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(self, entry: int, code: ErrorCode, replies: dict[int, Any]) -> None:
+        object.__setattr__(self, "entry", entry)
+        object.__setattr__(self, "code", code)
+        object.__setattr__(self, "replies", replies)
 
 
 fast_frozen_init(Release)  # not a decorator: mypyc makes a decorated class a Python class

@@ -48,7 +48,7 @@ from quorum.wire.transport import REQUEST_BEHIND
 __all__ = ["FetchRequest", "decode_fetch", "encode_fetch_response", "handle_fetch"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class FetchRequest:
     replica_id: int
     max_wait_ms: int
@@ -60,6 +60,32 @@ class FetchRequest:
     partitions: tuple[FetchPartition, ...]  # request order
     forgotten: tuple[tuple[str, int], ...]
     rack_id: str
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        replica_id: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        isolation_level: int,
+        session_id: int,
+        session_epoch: int,
+        partitions: tuple[FetchPartition, ...],
+        forgotten: tuple[tuple[str, int], ...],
+        rack_id: str,
+    ) -> None:
+        object.__setattr__(self, "replica_id", replica_id)
+        object.__setattr__(self, "max_wait_ms", max_wait_ms)
+        object.__setattr__(self, "min_bytes", min_bytes)
+        object.__setattr__(self, "max_bytes", max_bytes)
+        object.__setattr__(self, "isolation_level", isolation_level)
+        object.__setattr__(self, "session_id", session_id)
+        object.__setattr__(self, "session_epoch", session_epoch)
+        object.__setattr__(self, "partitions", partitions)
+        object.__setattr__(self, "forgotten", forgotten)
+        object.__setattr__(self, "rack_id", rack_id)
 
 
 fast_frozen_init(FetchRequest)  # not a decorator: mypyc makes a decorated class a Python class

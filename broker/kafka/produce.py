@@ -54,12 +54,26 @@ _ACKS_TIMEOUT: Final = struct.Struct(">hi")
 _UNANSWERED: Final = ProducePartitionResult(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ProduceRequest:
     transactional_id: str | None
     acks: int
     timeout_ms: int
     topics: tuple[tuple[str, tuple[tuple[int, memoryview | None], ...]], ...]  # request order
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        transactional_id: str | None,
+        acks: int,
+        timeout_ms: int,
+        topics: tuple[tuple[str, tuple[tuple[int, memoryview | None], ...]], ...],
+    ) -> None:
+        object.__setattr__(self, "transactional_id", transactional_id)
+        object.__setattr__(self, "acks", acks)
+        object.__setattr__(self, "timeout_ms", timeout_ms)
+        object.__setattr__(self, "topics", topics)
 
 
 fast_frozen_init(ProduceRequest)  # not a decorator: mypyc makes a decorated class a Python class

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from broker.group.runtime import GroupCoordinator
 from broker.kafka.admin import handle_forwarded
@@ -173,10 +173,10 @@ class KafkaRequestHandler:
 
     @property
     def serve_frame(self) -> Handler:
-        """`__call__` typed as the transport's Handler: a bytearray response is written
-        as it is (the stream writer takes any bytes-like object), saving a copy; a
-        SplicedResponse sends itself (its records from the segment files)."""
-        return cast(Handler, self.__call__)
+        """`__call__` as the transport's Handler: a bytearray response is written as it is
+        (the stream writer takes any bytes-like object), saving a copy; a SplicedResponse
+        sends itself (its records from the segment files)."""
+        return self.__call__
 
     async def close(self) -> None:
         await self.creator.close()

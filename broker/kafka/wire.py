@@ -72,13 +72,29 @@ class Writer(_Writer):
         return spliced
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class RequestHeader:
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
     body_offset: int  # where the request body starts in the frame
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+        client_id: str | None,
+        body_offset: int,
+    ) -> None:
+        object.__setattr__(self, "api_key", api_key)
+        object.__setattr__(self, "api_version", api_version)
+        object.__setattr__(self, "correlation_id", correlation_id)
+        object.__setattr__(self, "client_id", client_id)
+        object.__setattr__(self, "body_offset", body_offset)
 
 
 fast_frozen_init(RequestHeader)  # not a decorator: mypyc makes a decorated class a Python class

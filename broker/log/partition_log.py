@@ -107,7 +107,7 @@ _RECENT_LOOKUP = 16
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class AppendInfo:
     first_offset: int
     last_offset: int
@@ -117,6 +117,28 @@ class AppendInfo:
     log_start_offset: int
     record_count: int
     size_bytes: int
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        first_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        offset_of_max_timestamp: int,
+        log_append_time_ms: int,
+        log_start_offset: int,
+        record_count: int,
+        size_bytes: int,
+    ) -> None:
+        object.__setattr__(self, "first_offset", first_offset)
+        object.__setattr__(self, "last_offset", last_offset)
+        object.__setattr__(self, "max_timestamp", max_timestamp)
+        object.__setattr__(self, "offset_of_max_timestamp", offset_of_max_timestamp)
+        object.__setattr__(self, "log_append_time_ms", log_append_time_ms)
+        object.__setattr__(self, "log_start_offset", log_start_offset)
+        object.__setattr__(self, "record_count", record_count)
+        object.__setattr__(self, "size_bytes", size_bytes)
 
 
 fast_frozen_init(AppendInfo)  # not a decorator: mypyc makes a decorated class a Python class

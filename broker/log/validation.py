@@ -53,7 +53,7 @@ _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Assigned:
     data: bytearray | memoryview  # the request's own bytes when they were writable
     frames: list[BatchFrame]
@@ -63,6 +63,28 @@ class Assigned:
     offset_of_max_timestamp: int
     record_count: int
     log_append_time_ms: int
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        data: bytearray | memoryview,
+        frames: list[BatchFrame],
+        first_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        offset_of_max_timestamp: int,
+        record_count: int,
+        log_append_time_ms: int,
+    ) -> None:
+        object.__setattr__(self, "data", data)
+        object.__setattr__(self, "frames", frames)
+        object.__setattr__(self, "first_offset", first_offset)
+        object.__setattr__(self, "last_offset", last_offset)
+        object.__setattr__(self, "max_timestamp", max_timestamp)
+        object.__setattr__(self, "offset_of_max_timestamp", offset_of_max_timestamp)
+        object.__setattr__(self, "record_count", record_count)
+        object.__setattr__(self, "log_append_time_ms", log_append_time_ms)
 
 
 fast_frozen_init(Assigned)  # not a decorator: mypyc makes a decorated class a Python class

@@ -51,7 +51,7 @@ def _next_epoch(epoch: int) -> int:
     return 1 if epoch >= _MAX_EPOCH else epoch + 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class SessionRequest:
     """What one Fetch carries for its session, and what the leader will read for it."""
 
@@ -63,6 +63,22 @@ class SessionRequest:
     session: Mapping[Key, FetchPartitionRequest]
     """Every partition the leader reads for this request, as last sent (a read-only view of
     the handler's session: valid until its next `build`)."""
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        session_id: int,
+        session_epoch: int,
+        to_send: tuple[FetchPartitionRequest, ...],
+        forgotten: tuple[Key, ...],
+        session: Mapping[Key, FetchPartitionRequest],
+    ) -> None:
+        object.__setattr__(self, "session_id", session_id)
+        object.__setattr__(self, "session_epoch", session_epoch)
+        object.__setattr__(self, "to_send", to_send)
+        object.__setattr__(self, "forgotten", forgotten)
+        object.__setattr__(self, "session", session)
 
     @property
     def full(self) -> bool:

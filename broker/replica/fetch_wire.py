@@ -46,7 +46,7 @@ class FetchWireError(ValueError):
     """The leader's response could not be decoded."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class FetchPartitionRequest:
     topic: str
     partition: int
@@ -56,11 +56,31 @@ class FetchPartitionRequest:
     log_start_offset: int
     partition_max_bytes: int
 
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        current_leader_epoch: int,
+        fetch_offset: int,
+        last_fetched_epoch: int,
+        log_start_offset: int,
+        partition_max_bytes: int,
+    ) -> None:
+        object.__setattr__(self, "topic", topic)
+        object.__setattr__(self, "partition", partition)
+        object.__setattr__(self, "current_leader_epoch", current_leader_epoch)
+        object.__setattr__(self, "fetch_offset", fetch_offset)
+        object.__setattr__(self, "last_fetched_epoch", last_fetched_epoch)
+        object.__setattr__(self, "log_start_offset", log_start_offset)
+        object.__setattr__(self, "partition_max_bytes", partition_max_bytes)
+
 
 fast_frozen_init(FetchPartitionRequest)  # not a decorator: mypyc makes a decorated class a Python class
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class FetchPartitionResponse:
     topic: str
     partition: int
@@ -71,6 +91,30 @@ class FetchPartitionResponse:
     leader_id: int
     leader_epoch: int
     records: bytes | memoryview  # a slice of the response frame: appended from there, not copied
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        error: ErrorCode,
+        high_watermark: int,
+        log_start_offset: int,
+        diverging_epoch: tuple[int, int] | None,
+        leader_id: int,
+        leader_epoch: int,
+        records: bytes | memoryview,
+    ) -> None:
+        object.__setattr__(self, "topic", topic)
+        object.__setattr__(self, "partition", partition)
+        object.__setattr__(self, "error", error)
+        object.__setattr__(self, "high_watermark", high_watermark)
+        object.__setattr__(self, "log_start_offset", log_start_offset)
+        object.__setattr__(self, "diverging_epoch", diverging_epoch)
+        object.__setattr__(self, "leader_id", leader_id)
+        object.__setattr__(self, "leader_epoch", leader_epoch)
+        object.__setattr__(self, "records", records)
 
 
 fast_frozen_init(FetchPartitionResponse)  # not a decorator: mypyc makes a decorated class a Python class
@@ -169,11 +213,18 @@ def _decode(schema: Any, frame: bytes | bytearray, what: str) -> Any:
     return body
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class FetchAnswer:
     error: ErrorCode  # top level: the session's errors (KIP-227)
     session_id: int
     partitions: list[FetchPartitionResponse]
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(self, error: ErrorCode, session_id: int, partitions: list[FetchPartitionResponse]) -> None:
+        object.__setattr__(self, "error", error)
+        object.__setattr__(self, "session_id", session_id)
+        object.__setattr__(self, "partitions", partitions)
 
 
 fast_frozen_init(FetchAnswer)  # not a decorator: mypyc makes a decorated class a Python class

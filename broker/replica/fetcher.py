@@ -52,7 +52,7 @@ from broker.replica.state import FollowerPlan, FollowerStep, LeaderAnswer
 from quorum.kafka_errors import ErrorCode
 from quorum.node.config import NodeConfig
 from quorum.storage.record_batch import peek_batch_header
-from quorum.wire.transport import PeerClient, PeerUnavailable
+from quorum.wire.transport import PeerClient, PeerUnavailable, RequestPeer
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class ReplicaFetcher:
                 self._wanted_hosted[tp] = hosted
         return dirty
 
-    async def _fetch_round(self, peer: PeerClient) -> None:
+    async def _fetch_round(self, peer: RequestPeer) -> None:
         """One Fetch for the partitions wanted now, if any (`_run`'s round, for tests)."""
         changed = self._refresh(time.monotonic())
         if self._wanted:
@@ -229,7 +229,7 @@ class ReplicaFetcher:
                 log.exception("broker %d: fetcher for broker %d failed", self.config.node_id, self.leader_id)
                 await asyncio.sleep(backoff_s)
 
-    async def _fetch_once(self, peer: PeerClient, changed: set[TopicPartition]) -> None:
+    async def _fetch_once(self, peer: RequestPeer, changed: set[TopicPartition]) -> None:
         """One Fetch of `_wanted`, naming (in a session) only what `changed` holds that moved."""
         request = self.session.build_changes(self._wanted, changed)
         hosted_by_key = self._wanted_hosted
@@ -326,7 +326,7 @@ class ReplicaFetcher:
                 self.config.node_id, hosted.topic, hosted.partition, plan.offset, why,
             )  # fmt: skip
 
-    async def _handle_out_of_range(self, peer: PeerClient, parts: list[tuple[HostedPartition, int]]) -> None:
+    async def _handle_out_of_range(self, peer: RequestPeer, parts: list[tuple[HostedPartition, int]]) -> None:
         """OFFSET_OUT_OF_RANGE: ask the leader's log start and log end (ListOffsets as a replica,
         as Kafka's fetcher does) and truncate or restart (`out_of_range_plan`)."""
         asked = [(h.topic, h.partition, epoch) for h, epoch in parts]

@@ -82,7 +82,7 @@ class RecordError:
     message: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ProducePartitionResult:
     error: ErrorCode
     base_offset: int = -1  # first offset assigned to the appended records
@@ -92,6 +92,26 @@ class ProducePartitionResult:
     record_errors: tuple[RecordError, ...] = ()
     current_leader: LeaderHint | None = None  # on NOT_LEADER_OR_FOLLOWER (KIP-951)
 
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        error: ErrorCode,
+        base_offset: int = -1,
+        log_append_time_ms: int = -1,
+        log_start_offset: int = -1,
+        error_message: str | None = None,
+        record_errors: tuple[RecordError, ...] = (),
+        current_leader: LeaderHint | None = None,
+    ) -> None:
+        object.__setattr__(self, "error", error)
+        object.__setattr__(self, "base_offset", base_offset)
+        object.__setattr__(self, "log_append_time_ms", log_append_time_ms)
+        object.__setattr__(self, "log_start_offset", log_start_offset)
+        object.__setattr__(self, "error_message", error_message)
+        object.__setattr__(self, "record_errors", record_errors)
+        object.__setattr__(self, "current_leader", current_leader)
+
 
 fast_frozen_init(ProducePartitionResult)  # not a decorator: mypyc makes a decorated class a Python class
 
@@ -99,7 +119,7 @@ fast_frozen_init(ProducePartitionResult)  # not a decorator: mypyc makes a decor
 # --------------------------------------------------------------------------- Fetch
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class FetchPartition:
     topic: str
     partition: int
@@ -108,6 +128,26 @@ class FetchPartition:
     current_leader_epoch: int = -1  # -1: not checked
     last_fetched_epoch: int = -1  # followers (v12+): for the diverging-epoch check; -1 unknown
     log_start_offset: int = -1  # followers: their log start offset; -1 for consumers
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        fetch_offset: int,
+        partition_max_bytes: int,
+        current_leader_epoch: int = -1,
+        last_fetched_epoch: int = -1,
+        log_start_offset: int = -1,
+    ) -> None:
+        object.__setattr__(self, "topic", topic)
+        object.__setattr__(self, "partition", partition)
+        object.__setattr__(self, "fetch_offset", fetch_offset)
+        object.__setattr__(self, "partition_max_bytes", partition_max_bytes)
+        object.__setattr__(self, "current_leader_epoch", current_leader_epoch)
+        object.__setattr__(self, "last_fetched_epoch", last_fetched_epoch)
+        object.__setattr__(self, "log_start_offset", log_start_offset)
 
 
 fast_frozen_init(FetchPartition)  # not a decorator: mypyc makes a decorated class a Python class
@@ -167,7 +207,7 @@ class AbortedTransaction:
     first_offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class FetchPartitionResult:
     error: ErrorCode
     high_watermark: int = -1
@@ -181,6 +221,30 @@ class FetchPartitionResult:
     preferred_read_replica: int = -1  # set by the listener (KIP-392), not the implementation
     # READ_COMMITTED consumers: the aborted transactions overlapping `records`.
     aborted_transactions: tuple[AbortedTransaction, ...] = ()
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        error: ErrorCode,
+        high_watermark: int = -1,
+        last_stable_offset: int = -1,
+        log_start_offset: int = -1,
+        records: bytes | memoryview | FileRange = b"",
+        diverging_epoch: tuple[int, int] | None = None,
+        current_leader: LeaderHint | None = None,
+        preferred_read_replica: int = -1,
+        aborted_transactions: tuple[AbortedTransaction, ...] = (),
+    ) -> None:
+        object.__setattr__(self, "error", error)
+        object.__setattr__(self, "high_watermark", high_watermark)
+        object.__setattr__(self, "last_stable_offset", last_stable_offset)
+        object.__setattr__(self, "log_start_offset", log_start_offset)
+        object.__setattr__(self, "records", records)
+        object.__setattr__(self, "diverging_epoch", diverging_epoch)
+        object.__setattr__(self, "current_leader", current_leader)
+        object.__setattr__(self, "preferred_read_replica", preferred_read_replica)
+        object.__setattr__(self, "aborted_transactions", aborted_transactions)
 
 
 fast_frozen_init(FetchPartitionResult)  # not a decorator: mypyc makes a decorated class a Python class

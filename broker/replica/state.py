@@ -115,7 +115,7 @@ class FollowerView:
     broker_epoch: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class FollowerFetchResult:
     """The leader's verdict on one partition of a follower's Fetch."""
 
@@ -125,6 +125,20 @@ class FollowerFetchResult:
     high_watermark_changed: bool = False
     isr_expand_wanted: bool = False
     """This follower may join the ISR now: ask `proposed_isr` and send AlterPartition."""
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        error: ErrorCode,
+        diverging_epoch: tuple[int, int] | None = None,
+        high_watermark_changed: bool = False,
+        isr_expand_wanted: bool = False,
+    ) -> None:
+        object.__setattr__(self, "error", error)
+        object.__setattr__(self, "diverging_epoch", diverging_epoch)
+        object.__setattr__(self, "high_watermark_changed", high_watermark_changed)
+        object.__setattr__(self, "isr_expand_wanted", isr_expand_wanted)
 
 
 fast_frozen_init(FollowerFetchResult)  # not a decorator: mypyc makes a decorated class a Python class
@@ -143,7 +157,7 @@ class Truncation:
     log it as data loss)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class LeaderAnswer:
     """One partition of a leader's Fetch answer, as a follower's rules read it."""
 
@@ -154,6 +168,22 @@ class LeaderAnswer:
     """(epoch, end_offset) of a DivergingEpoch answer (error NONE)."""
     first_batch: tuple[int, int] | None = None
     """(base offset, last offset) of the first batch of the records; None when there are none."""
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        error: ErrorCode,
+        high_watermark: int = -1,
+        log_start_offset: int = -1,
+        diverging_epoch: tuple[int, int] | None = None,
+        first_batch: tuple[int, int] | None = None,
+    ) -> None:
+        object.__setattr__(self, "error", error)
+        object.__setattr__(self, "high_watermark", high_watermark)
+        object.__setattr__(self, "log_start_offset", log_start_offset)
+        object.__setattr__(self, "diverging_epoch", diverging_epoch)
+        object.__setattr__(self, "first_batch", first_batch)
 
 
 fast_frozen_init(LeaderAnswer)  # not a decorator: mypyc makes a decorated class a Python class
@@ -176,7 +206,7 @@ class FollowerStep(Enum):
     """Wait ``replica.fetch.backoff.ms``, then fetch again from the log end."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class FollowerPlan:
     """What a follower does with one partition of a fetch answer (see `FollowerStep`)."""
 
@@ -187,6 +217,20 @@ class FollowerPlan:
     log it as data loss)."""
     completed: bool = True
     """TRUNCATE: False when another round of divergence is expected."""
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        step: FollowerStep,
+        offset: int = -1,
+        below_high_watermark: int = 0,
+        completed: bool = True,
+    ) -> None:
+        object.__setattr__(self, "step", step)
+        object.__setattr__(self, "offset", offset)
+        object.__setattr__(self, "below_high_watermark", below_high_watermark)
+        object.__setattr__(self, "completed", completed)
 
 
 fast_frozen_init(FollowerPlan)  # not a decorator: mypyc makes a decorated class a Python class

@@ -58,7 +58,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, ClassVar
+from typing import Any, Final
 
 from quorum.frozen_init import fast_frozen_init
 from quorum.metadata._codec import (
@@ -74,6 +74,7 @@ from quorum.metadata._codec import (
 from quorum.metadata.errors import RecordDecodeError
 
 __all__ = [
+    "API_KEYS",
     "FRAME_VERSION",
     "NO_LEADER",
     "NO_LEADER_CHANGE",
@@ -98,6 +99,7 @@ __all__ = [
     "TopicRecord",
     "UnfenceBrokerRecord",
     "UnregisterBrokerRecord",
+    "api_key",
     "decode_record",
     "decode_record_with_version",
     "encode_record",
@@ -186,7 +188,6 @@ fast_frozen_init(BrokerFeature)  # not a decorator: mypyc makes a decorated clas
 class RegisterBrokerRecord:
     """apiKey 0. A broker (re-)registered; `broker_epoch` is the offset of this record."""
 
-    API_KEY: ClassVar[int] = 0
     broker_id: int
     incarnation_id: uuid.UUID
     broker_epoch: int
@@ -206,7 +207,6 @@ fast_frozen_init(RegisterBrokerRecord)  # not a decorator: mypyc makes a decorat
 class UnregisterBrokerRecord:
     """apiKey 1."""
 
-    API_KEY: ClassVar[int] = 1
     broker_id: int
     broker_epoch: int
 
@@ -218,7 +218,6 @@ fast_frozen_init(UnregisterBrokerRecord)  # not a decorator: mypyc makes a decor
 class TopicRecord:
     """apiKey 2."""
 
-    API_KEY: ClassVar[int] = 2
     name: str
     topic_id: uuid.UUID
 
@@ -230,7 +229,6 @@ fast_frozen_init(TopicRecord)  # not a decorator: mypyc makes a decorated class 
 class PartitionRecord:
     """apiKey 3. The full state of a new partition (also how snapshots hold partitions)."""
 
-    API_KEY: ClassVar[int] = 3
     partition_id: int
     topic_id: uuid.UUID
     replicas: _ID
@@ -253,7 +251,6 @@ fast_frozen_init(PartitionRecord)  # not a decorator: mypyc makes a decorated cl
 class ConfigRecord:
     """apiKey 4. Sets (or, with value None, deletes) one config key of a resource."""
 
-    API_KEY: ClassVar[int] = 4
     resource_type: int
     resource_name: str
     name: str
@@ -267,7 +264,6 @@ fast_frozen_init(ConfigRecord)  # not a decorator: mypyc makes a decorated class
 class PartitionChangeRecord:
     """apiKey 5. A change to a partition; None / NO_LEADER_CHANGE / -1 mean "unchanged"."""
 
-    API_KEY: ClassVar[int] = 5
     partition_id: int
     topic_id: uuid.UUID
     isr: _ID | None = None
@@ -288,7 +284,6 @@ fast_frozen_init(PartitionChangeRecord)  # not a decorator: mypyc makes a decora
 class FenceBrokerRecord:
     """apiKey 7 (legacy; Kafka's `Id`/`Epoch` are `broker_id`/`broker_epoch` here)."""
 
-    API_KEY: ClassVar[int] = 7
     broker_id: int
     broker_epoch: int
 
@@ -300,7 +295,6 @@ fast_frozen_init(FenceBrokerRecord)  # not a decorator: mypyc makes a decorated 
 class UnfenceBrokerRecord:
     """apiKey 8 (legacy; Kafka's `Id`/`Epoch` are `broker_id`/`broker_epoch` here)."""
 
-    API_KEY: ClassVar[int] = 8
     broker_id: int
     broker_epoch: int
 
@@ -312,7 +306,6 @@ fast_frozen_init(UnfenceBrokerRecord)  # not a decorator: mypyc makes a decorate
 class RemoveTopicRecord:
     """apiKey 9. Removes the topic, its partitions and its configs."""
 
-    API_KEY: ClassVar[int] = 9
     topic_id: uuid.UUID
 
 
@@ -323,7 +316,6 @@ fast_frozen_init(RemoveTopicRecord)  # not a decorator: mypyc makes a decorated 
 class FeatureLevelRecord:
     """apiKey 12. Level 0 removes the feature."""
 
-    API_KEY: ClassVar[int] = 12
     name: str
     feature_level: int
 
@@ -335,7 +327,6 @@ fast_frozen_init(FeatureLevelRecord)  # not a decorator: mypyc makes a decorated
 class ProducerIdsRecord:
     """apiKey 15. The next producer id block starts at `next_producer_id`."""
 
-    API_KEY: ClassVar[int] = 15
     broker_id: int
     broker_epoch: int
     next_producer_id: int
@@ -350,7 +341,6 @@ class BrokerRegistrationChangeRecord:
     `in_controlled_shutdown`: 0 no change, 1 now in controlled shutdown;
     `log_dirs`: empty means unchanged."""
 
-    API_KEY: ClassVar[int] = 17
     broker_id: int
     broker_epoch: int
     fenced: int = 0  # FencingChange.NONE
@@ -365,10 +355,32 @@ fast_frozen_init(BrokerRegistrationChangeRecord)  # not a decorator: mypyc makes
 class NoOpRecord:
     """apiKey 20. Written by the active controller to advance the log (KIP-835)."""
 
-    API_KEY: ClassVar[int] = 20
-
 
 fast_frozen_init(NoOpRecord)  # not a decorator: mypyc makes a decorated class a Python class
+
+
+# Each record type's apiKey (a table, not a ClassVar: mypyc 2.4.1 takes a ClassVar of a compiled
+# dataclass for a field).
+API_KEYS: Final[dict[type, int]] = {
+    RegisterBrokerRecord: 0,
+    UnregisterBrokerRecord: 1,
+    TopicRecord: 2,
+    PartitionRecord: 3,
+    ConfigRecord: 4,
+    PartitionChangeRecord: 5,
+    FenceBrokerRecord: 7,
+    UnfenceBrokerRecord: 8,
+    RemoveTopicRecord: 9,
+    FeatureLevelRecord: 12,
+    ProducerIdsRecord: 15,
+    BrokerRegistrationChangeRecord: 17,
+    NoOpRecord: 20,
+}
+
+
+def api_key(cls: type) -> int:
+    """The apiKey of metadata record class `cls` (KeyError for any other class)."""
+    return API_KEYS[cls]
 
 
 MetadataRecord = (
@@ -629,7 +641,7 @@ _BY_KEY: dict[int, _RecordType] = {}
 _DECODERS: dict[int, DecodeFn] = {}
 
 for _schema, _type_name in _SCHEMAS:
-    _api_key: int = _schema.cls.API_KEY  # type: ignore[attr-defined]
+    _api_key = API_KEYS[_schema.cls]
     _compiled = compile_schema(_schema)
     _headers = {v: uvarint_bytes(FRAME_VERSION) + uvarint_bytes(_api_key) + uvarint_bytes(v) for v in _schema.versions}
     _rt = _RecordType(_api_key, _type_name, _compiled, _WRITE_VERSION.get(_schema.cls, _fixed(0)), _headers)

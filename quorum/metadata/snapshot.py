@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import overload
 
 from quorum.metadata.delta import MetadataDelta
 from quorum.metadata.errors import MetadataReplayError, RecordDecodeError
@@ -230,7 +231,14 @@ class _LazyRecords(Sequence[bytes]):
     def __len__(self) -> int:
         return len(self._all())
 
-    def __getitem__(self, index: int) -> bytes:  # type: ignore[override]
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[bytes]: ...
+
+    # Both forms: the snapshot writer slices the records (compiled, an `int` parameter refused it).
+    def __getitem__(self, index: int | slice) -> bytes | list[bytes]:
         return self._all()[index]
 
     def __iter__(self) -> Iterator[bytes]:

@@ -1380,7 +1380,7 @@ class RaftCore:
             progress = ls.voters.pop(v)
             if v != self.node_id:
                 ls.observers[v] = progress
-        for v in sorted(ids - ls.voters.keys()):
+        for v in sorted(v for v in ids if v not in ls.voters):  # (frozenset - keys() is a set, not a frozenset)
             ls.voters[v] = ls.observers.pop(v) if v in ls.observers else ReplicaProgress()
         self._maybe_advance_hw(ls)
 

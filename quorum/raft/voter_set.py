@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from quorum.raft.types import NodeId, Offset
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -127,6 +129,9 @@ class VoterSet:
 T = TypeVar("T")
 
 
+# A Python class when compiled: mypyc 2.4.1 builds a generic slotted dataclass that fails at
+# import ("attribute '__dict__' of 'type' objects is not writable").
+@mypyc_attr(native_class=False)
 @dataclass(slots=True)
 class OffsetHistory(Generic[T]):
     """Values that take effect at log offsets (Kafka's LogHistory): the value in force at

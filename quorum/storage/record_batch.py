@@ -387,7 +387,7 @@ def _frame_end(data: bytes | bytearray | memoryview, pos: int, size: int, verify
     return end, None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class BatchFrame:
     """One batch's header fields, without its records (the partition log's view)."""
 
@@ -402,6 +402,32 @@ class BatchFrame:
     producer_id: int
     record_count: int
 
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        position: int,
+        size: int,
+        base_offset: int,
+        leader_epoch: int,
+        attributes: int,
+        last_offset_delta: int,
+        base_timestamp: int,
+        max_timestamp: int,
+        producer_id: int,
+        record_count: int,
+    ) -> None:
+        object.__setattr__(self, "position", position)
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "base_offset", base_offset)
+        object.__setattr__(self, "leader_epoch", leader_epoch)
+        object.__setattr__(self, "attributes", attributes)
+        object.__setattr__(self, "last_offset_delta", last_offset_delta)
+        object.__setattr__(self, "base_timestamp", base_timestamp)
+        object.__setattr__(self, "max_timestamp", max_timestamp)
+        object.__setattr__(self, "producer_id", producer_id)
+        object.__setattr__(self, "record_count", record_count)
+
     @property
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta
@@ -414,7 +440,7 @@ class BatchFrame:
 fast_frozen_init(BatchFrame)  # not a decorator: mypyc makes a decorated class a Python class
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class FrameScan:
     """`frames` of complete valid batches from the start of a buffer; `consumed` bytes in
     them. With `error` the batch at `consumed` is corrupt; else bytes past `consumed`
@@ -423,6 +449,13 @@ class FrameScan:
     frames: list[BatchFrame]
     consumed: int
     error: CorruptRecordError | None
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(self, frames: list[BatchFrame], consumed: int, error: CorruptRecordError | None) -> None:
+        object.__setattr__(self, "frames", frames)
+        object.__setattr__(self, "consumed", consumed)
+        object.__setattr__(self, "error", error)
 
 
 fast_frozen_init(FrameScan)  # not a decorator: mypyc makes a decorated class a Python class

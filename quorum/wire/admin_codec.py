@@ -246,7 +246,7 @@ AdminReply: TypeAlias = (
 
 
 @fast_frozen_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DecodedAdmin:
     api_key: int
     api_version: int
@@ -254,6 +254,24 @@ class DecodedAdmin:
     client_id: str | None
     header: RequestHeaderInfo
     request: AdminCall
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+        client_id: str | None,
+        header: RequestHeaderInfo,
+        request: AdminCall,
+    ) -> None:
+        object.__setattr__(self, "api_key", api_key)
+        object.__setattr__(self, "api_version", api_version)
+        object.__setattr__(self, "correlation_id", correlation_id)
+        object.__setattr__(self, "client_id", client_id)
+        object.__setattr__(self, "header", header)
+        object.__setattr__(self, "request", request)
 
 
 class AdminRequestError(WireError):
@@ -384,7 +402,7 @@ def _enc_create_topics_response(cls: type[Any], r: CreateTopicsResponse, version
     ccls = _nested(cls, "CreatableTopicConfigs") if has_configs else None
 
     def result(t: CreateTopicResult) -> Any:
-        configs = ()
+        configs: tuple[Any, ...] = ()
         if ccls is not None:
             configs = tuple(
                 ccls(

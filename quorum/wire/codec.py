@@ -180,12 +180,20 @@ class WireError(Exception):
 
 
 @fast_frozen_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class RequestHeaderInfo:
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(self, api_key: int, api_version: int, correlation_id: int, client_id: str | None) -> None:
+        object.__setattr__(self, "api_key", api_key)
+        object.__setattr__(self, "api_version", api_version)
+        object.__setattr__(self, "correlation_id", correlation_id)
+        object.__setattr__(self, "client_id", client_id)
 
 
 @fast_frozen_init

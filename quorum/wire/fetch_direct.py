@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from builtins import memoryview  # a module global for mypyc (FetchAnswer's field: see broker/kafka/context.py)
 from dataclasses import dataclass
 from typing import Final
 

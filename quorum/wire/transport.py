@@ -28,6 +28,7 @@ from quorum.wire.limits import DEFAULT_SOCKET_REQUEST_MAX_BYTES, ConnectionLimit
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
+    "Answer",
     "CloseConnection",
     "ConnectionLimits",
     "Frame",
@@ -35,6 +36,7 @@ __all__ = [
     "MemoryPool",
     "PeerClient",
     "PeerUnavailable",
+    "RequestPeer",
     "StreamedResponse",
     "close_server",
     "request",
@@ -58,15 +60,27 @@ Frame = bytes | bytearray
 """A received frame's body: `bytes`, or for a frame larger than one read chunk the `bytearray`
 it was read into (no copy). mypy's --strict-bytes keeps the two apart, as compiled code does."""
 
-Handler = Callable[[Frame], Awaitable[bytes | StreamedResponse | None]]
-_Answer = asyncio.Future[bytes | StreamedResponse | None]  # a handler's task
-_Handling = Coroutine[Any, Any, bytes | StreamedResponse | None]  # a handler's call
+
+class RequestPeer(Protocol):
+    """What a caller of `PeerClient.send` needs of it: the type its users take, so that an
+    in-process stand-in (tests/perf's benches drive a listener without sockets) passes a
+    compiled build's run-time type checks, which a `PeerClient` parameter would not."""
+
+    async def send(self, frame: bytes, correlation_id: int, api_key: int, api_version: int) -> Frame: ...
+
+
+Answer = bytes | bytearray | StreamedResponse | None
+"""A handler's answer to one request: the response frame as bytes or the bytearray it was built
+in (written as it is), a StreamedResponse, or None (no answer, as for acks=0)."""
+Handler = Callable[[Frame], Awaitable[Answer]]
+_Answer = asyncio.Future[Answer]  # a handler's task
+_Handling = Coroutine[Any, Any, Answer]  # a handler's call
 
 
 _COALESCE_MAX_BYTES: Final = 64 << 10  # answers up to this size are joined into one write
 
 
-def _write_joined(writer: asyncio.StreamWriter, responses: list[bytes | StreamedResponse | None]) -> None:
+def _write_joined(writer: asyncio.StreamWriter, responses: list[Answer]) -> None:
     """Write byte answers (None: no answer, as for acks=0) in order, those up to
     `_COALESCE_MAX_BYTES` joined into one write."""
     joined: list[bytes | bytearray | memoryview] = []
@@ -85,10 +99,10 @@ def _write_joined(writer: asyncio.StreamWriter, responses: list[bytes | Streamed
         writer.write(b"".join(joined) if len(joined) > 1 else joined[0])
 
 
-async def _write_responses(writer: asyncio.StreamWriter, responses: list[bytes | StreamedResponse | None]) -> None:
+async def _write_responses(writer: asyncio.StreamWriter, responses: list[Answer]) -> None:
     """Write `responses` (None: no answer, as for acks=0) in order: runs of small byte
     answers joined into one write, the others written as they are; one drain at the end."""
-    run: list[bytes | StreamedResponse | None] = []
+    run: list[Answer] = []
     for response in responses:
         if response is None or isinstance(response, (bytes, bytearray, memoryview)):
             run.append(response)
@@ -602,10 +616,10 @@ class _Connected(_WriteFlow, asyncio.BufferedProtocol):
 
     # ------------------------------------------------------------------ answering
 
-    def _taken(self) -> list[bytes | StreamedResponse | None] | None:
+    def _taken(self) -> list[Answer] | None:
         """The answers at the head of the order that are ready (None: the connection closes)."""
         order = self.order
-        responses: list[bytes | StreamedResponse | None] = []
+        responses: list[Answer] = []
         while order:
             task = order[0]
             if not task.done():
@@ -658,7 +672,7 @@ class _Connected(_WriteFlow, asyncio.BufferedProtocol):
         if self.paused:
             self._resume()
 
-    async def _write_async(self, responses: list[bytes | StreamedResponse | None], written: int) -> None:
+    async def _write_async(self, responses: list[Answer], written: int) -> None:
         try:
             await _write_responses(self.writer, responses)
             self.conn.touch()
@@ -669,7 +683,7 @@ class _Connected(_WriteFlow, asyncio.BufferedProtocol):
         self._written(len(responses) + written)
         self._flush()
 
-    def _write_in_task(self, responses: list[bytes | StreamedResponse | None], written: int) -> None:
+    def _write_in_task(self, responses: list[Answer], written: int) -> None:
         self.writing = self.loop.create_task(self._write_async(responses, written))
         self.writing.add_done_callback(self._writer_done)
 

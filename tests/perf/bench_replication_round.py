@@ -55,7 +55,7 @@ from broker.kafka.spliced import SplicedResponse  # noqa: E402
 from broker.replica.fetcher import ReplicaFetcher  # noqa: E402
 from broker.replica.requests import TxnMarker  # noqa: E402
 from quorum.metadata.image import MetadataImage  # noqa: E402
-from quorum.wire.transport import PeerClient  # noqa: E402
+from quorum.wire.transport import RequestPeer  # noqa: E402
 
 TOPIC_ID = uuid.UUID(int=7)
 PRODUCE = 0  # api key
@@ -126,7 +126,7 @@ async def scenario(args: argparse.Namespace, root: Path) -> list[float]:
     handler = KafkaRequestHandler(
         cast(BrokerServices, LeaderServices(leader)), ListenerConfig(listener_name="PLAINTEXT", num_partitions=1)
     )
-    wire = cast(PeerClient, Wire(handler))
+    wire = cast(RequestPeer, Wire(handler))
     fetchers = []
     for f in followers:
         fetcher = ReplicaFetcher(f.manager, f.config, 1, lambda broker: None)

@@ -350,6 +350,7 @@ def caught_by(mutant: Mutant, seeds: range = range(40)) -> str | None:
     return None
 
 
+@pytest.mark.pure_python  # plants mutants in the Raft core (conftest.py)
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant", VOTER_MUTANTS, ids=lambda m: m.name)
 def test_voter_change_mutants_are_caught(mutant: Mutant) -> None:

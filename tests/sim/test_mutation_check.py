@@ -11,6 +11,7 @@ from tests.sim import mutation_check
 from tests.sim.raft_mutant_subset import SUBSET
 
 
+@pytest.mark.pure_python  # plants mutants in the Raft core (conftest.py)
 @pytest.mark.slow
 @pytest.mark.timeout(0)
 def test_simulation_catches_every_core_mutant() -> None:
@@ -21,6 +22,7 @@ def test_simulation_catches_every_core_mutant() -> None:
     assert not missed, f"the simulation missed {missed}\n{report}"
 
 
+@pytest.mark.pure_python  # plants mutants in the Raft core (conftest.py)
 def test_every_mutant_still_applies() -> None:
     """Each mutant's edit still matches the core's source (a refactor would silently
     turn it into a no-op otherwise)."""
@@ -30,6 +32,7 @@ def test_every_mutant_still_applies() -> None:
         assert callable(mutant.build())
 
 
+@pytest.mark.pure_python  # plants mutants in the Raft core (conftest.py)
 @pytest.mark.parametrize("name", sorted(SUBSET))
 def test_fast_subset_of_core_mutants_is_caught(name: str) -> None:
     """The default suite's share of the mutation check: each mutant of the subset fails its

@@ -629,6 +629,7 @@ def hw_off_by_one(self: RaftCore, ls: LeaderState) -> None:
         self._complete_parked(ls, only_with_data=False)
 
 
+@pytest.mark.pure_python  # plants mutants in the Raft core (conftest.py)
 @pytest.mark.parametrize("mutant", [hw_counting_observers, hw_off_by_one], ids=lambda f: f.__name__)
 def test_invariant_checker_catches_a_broken_high_watermark(
     mutant: Callable[[RaftCore, LeaderState], None], monkeypatch: pytest.MonkeyPatch
@@ -649,6 +650,7 @@ def test_invariant_checker_catches_a_broken_high_watermark(
         scenario()
 
 
+@pytest.mark.pure_python  # plants mutants in the Raft core (conftest.py)
 def test_stateful_machine_catches_a_mutant(monkeypatch: pytest.MonkeyPatch) -> None:
     """The stateful test itself (not only a hand-made scenario) finds the off-by-one."""
     monkeypatch.setattr(RaftCore, "_maybe_advance_hw", hw_off_by_one)

@@ -56,6 +56,7 @@ def test_the_roll_pass_rolls_only_the_logs_past_segment_ms_and_checks_no_other(
     logs.close()
 
 
+@pytest.mark.pure_python  # spies on PartitionLog.time_roll_due, which compiled LogManager calls directly (conftest.py)
 def test_the_roll_pass_visits_only_the_logs_that_are_due(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Idle logs cost nothing per pass: deadlines are kept, not re-checked every second. A
     config change and a truncation move a deadline; the pass follows."""

@@ -17,7 +17,7 @@ from broker.kafka.services import BrokerServices, FetchParams, FetchPartitionRes
 from broker.replica.fetch_wire import FETCH_API_KEY, FETCH_VERSION
 from broker.replica.fetcher import ReplicaFetcher
 from quorum.kafka_errors import ErrorCode
-from quorum.wire.transport import PeerClient
+from quorum.wire.transport import RequestPeer
 
 N = 40
 
@@ -76,7 +76,7 @@ def test_a_replica_fetcher_round_trips_only_what_changed(tmp_path: Path, run: Ru
         async def round_trip() -> tuple[int, int]:
             """(partitions the request named, partitions the leader read)."""
             sent = fetcher.partitions_sent
-            await fetcher._fetch_round(cast(PeerClient, wire))
+            await fetcher._fetch_round(cast(RequestPeer, wire))
             return fetcher.partitions_sent - sent, len(leader.read[-1].partitions)
 
         assert await round_trip() == (N, N)  # full: opens the session
@@ -105,6 +105,6 @@ def test_a_replica_fetcher_round_trips_only_what_changed(tmp_path: Path, run: Ru
 
 async def check_refused(fetcher: ReplicaFetcher, wire: Wire, leader: ToyLeader) -> None:
     reads = len(leader.read)
-    await fetcher._fetch_round(cast(PeerClient, wire))
+    await fetcher._fetch_round(cast(RequestPeer, wire))
     assert len(leader.read) == reads  # FETCH_SESSION_ID_NOT_FOUND: nothing read
     assert (fetcher.session.session_id, fetcher.session.epoch) == (0, 0)

@@ -260,7 +260,7 @@ def test_an_idle_replica_fetcher_round_rebuilds_no_request(
     from broker.kafka.server import KafkaRequestHandler
     from broker.kafka.services import BrokerServices, ListenerConfig
     from broker.replica.fetcher import ReplicaFetcher
-    from quorum.wire.transport import PeerClient
+    from quorum.wire.transport import RequestPeer
 
     positions = {"n": 0}
     real = PartitionState.fetch_position
@@ -275,7 +275,7 @@ def test_an_idle_replica_fetcher_round_rebuilds_no_request(
         w = World(tmp_path, leader=2, partitions=N)
         toy = ToyLeader()
         handler = KafkaRequestHandler(cast(BrokerServices, toy), ListenerConfig(listener_name="PLAINTEXT"))
-        wire = cast(PeerClient, Wire(handler))
+        wire = cast(RequestPeer, Wire(handler))
         fetcher = ReplicaFetcher(w.manager, w.config, 2, lambda broker: None)
         for h in w.manager.partitions.values():
             fetcher.add(h)

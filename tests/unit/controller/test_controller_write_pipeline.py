@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from quorum.controller.replication_control import ReplicationSettings
 from quorum.controller.requests import BrokerEndpoint, BrokerRegistrationRequest, BrokerRegistrationResponse
 from quorum.metadata.snapshot import MetadataStateMachine
@@ -138,6 +140,7 @@ async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.005)
 
 
+@pytest.mark.pure_python  # wraps a compiled FileLog's flush (conftest.py)
 def test_a_write_is_appended_while_an_earlier_batch_waits_for_its_follower(tmp_path: Path) -> None:
     """While batch A is on the leader's disk and waits for the follower's (slow) fsync, a
     write B is appended to the log at once, as its own batch: it does not wait for A's
@@ -169,6 +172,7 @@ def test_a_write_is_appended_while_an_earlier_batch_waits_for_its_follower(tmp_p
     asyncio.run(scenario())
 
 
+@pytest.mark.pure_python  # wraps a compiled FileLog's flush (conftest.py)
 def test_an_ack_that_arrives_during_an_fsync_commits_before_the_next_fsync(tmp_path: Path) -> None:
     """Writes keep coming while the leader's fsyncs are slow. The follower acks batch A
     while the leader fsyncs B; A is answered as soon as that fsync ends, not after one
@@ -198,6 +202,7 @@ def test_an_ack_that_arrives_during_an_fsync_commits_before_the_next_fsync(tmp_p
     asyncio.run(scenario())
 
 
+@pytest.mark.pure_python  # wraps a compiled FileLog's flush (conftest.py)
 def test_a_write_while_the_leader_hands_over_is_answered_not_controller(tmp_path: Path) -> None:
     """After `resign` the leader waits for a voter to catch up (here: the follower's slow
     fsync) and takes no writes meanwhile. A write that arrives then is refused

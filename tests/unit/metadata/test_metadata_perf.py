@@ -21,6 +21,7 @@ from quorum.metadata.records import (
     PartitionRecord,
     RegisterBrokerRecord,
     TopicRecord,
+    api_key,
     decode_record,
     encode_record,
 )
@@ -83,7 +84,7 @@ def test_image_memory_per_partition() -> None:
 def test_one_million_partitions() -> None:
     n = 1_000_000
     records = cluster_records(n)
-    partition_records = [r for r in records if r[1] == PartitionRecord.API_KEY]
+    partition_records = [r for r in records if r[1] == api_key(PartitionRecord)]
     assert len(partition_records) == n
 
     gc.collect()

@@ -156,14 +156,14 @@ def at_version(record, version: int):
 def test_every_record_type_is_covered() -> None:
     assert set(RECORDS) == set(R._BY_CLASS) == set(API_KEYS)
     for cls, key in API_KEYS.items():
-        assert cls.API_KEY == key
+        assert R.api_key(cls) == key
 
 
 @given(any_record)
 def test_round_trip(record) -> None:
     data = encode_record(record)
     assert data[0] == 1  # frame version
-    assert data[1] == record.API_KEY
+    assert data[1] == R.api_key(type(record))
     assert data[2] == write_version(record)
     decoded, version = decode_record_with_version(data)
     assert decoded == record
@@ -212,21 +212,24 @@ def test_encode_rejects_values_a_version_cannot_hold() -> None:
         encode_record(TopicRecord("t", U), 1)
 
 
+# Built in the test (lambdas): a compiled build's constructors check their arguments' types,
+# so the three records that lie about a field's type exist only in the pure pass.
 @pytest.mark.parametrize(
-    "record",
+    "make_record",
     [
-        PartitionRecord(2**31, U, (1,), (1,)),
-        PartitionRecord(0, U, (1, 2**31), (1,)),
-        FeatureLevelRecord("x", 2**15),
-        ConfigRecord(128, "t", "k", "v"),
-        RegisterBrokerRecord(1, U, 2, (BrokerEndpoint("P", "h", 70000),)),
-        TopicRecord("x" * 40000, U),
-        TopicRecord(None, U),  # type: ignore[arg-type]
-        PartitionRecord(0, "not a uuid", (1,), (1,)),  # type: ignore[arg-type]
-        PartitionRecord(0, U, None, (1,)),  # type: ignore[arg-type]
+        lambda: PartitionRecord(2**31, U, (1,), (1,)),
+        lambda: PartitionRecord(0, U, (1, 2**31), (1,)),
+        lambda: FeatureLevelRecord("x", 2**15),
+        lambda: ConfigRecord(128, "t", "k", "v"),
+        lambda: RegisterBrokerRecord(1, U, 2, (BrokerEndpoint("P", "h", 70000),)),
+        lambda: TopicRecord("x" * 40000, U),
+        pytest.param(lambda: TopicRecord(None, U), marks=pytest.mark.pure_python),  # type: ignore[arg-type]
+        pytest.param(lambda: PartitionRecord(0, "not a uuid", (1,), (1,)), marks=pytest.mark.pure_python),  # type: ignore[arg-type]
+        pytest.param(lambda: PartitionRecord(0, U, None, (1,)), marks=pytest.mark.pure_python),  # type: ignore[arg-type]
     ],
 )
-def test_encode_rejects_bad_values_with_value_error(record) -> None:
+def test_encode_rejects_bad_values_with_value_error(make_record) -> None:
+    record = make_record()
     with pytest.raises(ValueError):
         encode_record(record)
 

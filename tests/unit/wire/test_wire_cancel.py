@@ -18,6 +18,7 @@ import pytest
 from quorum.wire.transport import PeerClient
 
 
+@pytest.mark.pure_python  # replaces a method of a compiled class (conftest.py)
 def test_a_send_cancelled_as_its_connection_opens_is_cancelled(
     run: Callable[[Coroutine[Any, Any, str]], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
