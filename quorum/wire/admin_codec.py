@@ -148,7 +148,6 @@ class DescribeConfigsResource:
             object.__setattr__(self, "config_names", None)
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DescribeConfigsRequest:
     resources: tuple[DescribeConfigsResource, ...]
@@ -156,7 +155,9 @@ class DescribeConfigsRequest:
     include_documentation: bool = False  # v3+
 
 
-@fast_frozen_init
+fast_frozen_init(DescribeConfigsRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class DescribeConfigsResult:
     resource_type: int
@@ -166,26 +167,34 @@ class DescribeConfigsResult:
     entries: tuple[ConfigEntry, ...] = ()
 
 
-@fast_frozen_init
+fast_frozen_init(DescribeConfigsResult)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class DescribeConfigsResponse:
     results: tuple[DescribeConfigsResult, ...]
 
 
-@fast_frozen_init
+fast_frozen_init(DescribeConfigsResponse)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class UnregisterBrokerRequest:
     broker_id: int
 
 
-@fast_frozen_init
+fast_frozen_init(UnregisterBrokerRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class UnregisterBrokerResponse:
     error_code: int
     message: str | None = None
 
 
-@fast_frozen_init
+fast_frozen_init(UnregisterBrokerResponse)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class DescribeClusterRequest:
     include_cluster_authorized_operations: bool = False
@@ -193,7 +202,9 @@ class DescribeClusterRequest:
     include_fenced_brokers: bool = False  # v2+
 
 
-@fast_frozen_init
+fast_frozen_init(DescribeClusterRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class DescribeClusterBroker:
     broker_id: int
@@ -203,7 +214,9 @@ class DescribeClusterBroker:
     is_fenced: bool = False  # v2+
 
 
-@fast_frozen_init
+fast_frozen_init(DescribeClusterBroker)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class DescribeClusterResponse:
     cluster_id: str
@@ -213,6 +226,9 @@ class DescribeClusterResponse:
     message: str | None = None
     endpoint_type: int = 1  # v1+
     cluster_authorized_operations: int = _AUTHORIZED_OPERATIONS_OMITTED
+
+
+fast_frozen_init(DescribeClusterResponse)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 AdminCall: TypeAlias = (
@@ -245,7 +261,6 @@ AdminReply: TypeAlias = (
 )
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True, init=False)
 class DecodedAdmin:
     api_key: int
@@ -272,6 +287,9 @@ class DecodedAdmin:
         object.__setattr__(self, "client_id", client_id)
         object.__setattr__(self, "header", header)
         object.__setattr__(self, "request", request)
+
+
+fast_frozen_init(DecodedAdmin)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 class AdminRequestError(WireError):
@@ -1108,7 +1126,6 @@ def _err_allocate_producer_ids(r: Any, code: int, message: str | None) -> Alloca
 # --------------------------------------------------------------------------- the table
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class _Api:
     key: int
@@ -1119,6 +1136,9 @@ class _Api:
     enc_response: Callable[[type[Any], Any, int], Any]
     dec_response: Callable[[Any, int], Any]
     error_response: Callable[[Any, int, str | None], Any]  # (typed request or None, code, message)
+
+
+fast_frozen_init(_Api)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 _APIS: Final[dict[int, _Api]] = {

@@ -179,7 +179,6 @@ class WireError(Exception):
         return f"WireError({self.code.name}, {self.message!r})"
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True, init=False)
 class RequestHeaderInfo:
     api_key: int
@@ -196,7 +195,9 @@ class RequestHeaderInfo:
         object.__setattr__(self, "client_id", client_id)
 
 
-@fast_frozen_init
+fast_frozen_init(RequestHeaderInfo)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ApiVersionsCall:
     """An ApiVersions request (v3+ names the client software)."""
@@ -205,10 +206,15 @@ class ApiVersionsCall:
     client_software_version: str = ""
 
 
-@fast_frozen_init
+fast_frozen_init(ApiVersionsCall)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class DescribeQuorumCall:
     """A DescribeQuorum request for `__cluster_metadata-0`."""
+
+
+fast_frozen_init(DescribeQuorumCall)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +229,6 @@ class ApiVersionsResult:
     finalized_epoch: int = -1
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ErrorResult:
     """A failed DescribeQuorum (or any failure without a typed response), with the
@@ -235,10 +240,12 @@ class ErrorResult:
     leader_epoch: int = -1
 
 
+fast_frozen_init(ErrorResult)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 Call: TypeAlias = Request | ApiVersionsCall | DescribeQuorumCall
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class DecodedRequest:
     api_key: int
@@ -253,6 +260,9 @@ class DecodedRequest:
     @property
     def header(self) -> RequestHeaderInfo:
         return RequestHeaderInfo(self.api_key, self.api_version, self.correlation_id, self.client_id)
+
+
+fast_frozen_init(DecodedRequest)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 DecodedResponse: TypeAlias = Response | QuorumDescription | ApiVersionsResult | ErrorResult
@@ -326,12 +336,14 @@ _ZERO_MS: Final = timedelta(0)
 # --------------------------------------------------------------------------- requests: encode
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class _Ctx:
     cluster_id: str | None
     destination_id: int
     leader_endpoint: tuple[str, int] | None
+
+
+fast_frozen_init(_Ctx)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 def _topic(cls: type[Any], partition: Any, name_field: str = "topic_name") -> Any:
