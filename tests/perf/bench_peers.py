@@ -874,11 +874,20 @@ async def run_clients(system: System, leader: int, clients: int, seconds: float,
                 latencies.append((t1 - t0) * 1000)
 
     cpu0 = time.process_time()
+    servers0 = {m: proc_cpu_s(p.pid) for m, p in system.procs.items()}
+    t_start = time.perf_counter()
     try:
         await asyncio.gather(*(one(c, i) for i, c in enumerate(conns)))
     finally:
+        servers1 = {m: proc_cpu_s(p.pid) for m, p in system.procs.items()}
+        wall = time.perf_counter() - t_start
         for c in conns:
             await c.close()
+    # Each server process's CPU over the whole window (warm-up included), in cores; with the
+    # writes/s, the CPU a write costs each member (the leader, the followers, pykraft's broker).
+    server_cores = {
+        str(m): round((servers1[m] - servers0[m]) / wall, 2) for m in servers0 if m in servers1 and servers0[m] >= 0
+    }
     return {
         "clients": clients,
         "seconds": seconds,
@@ -888,7 +897,19 @@ async def run_clients(system: System, leader: int, clients: int, seconds: float,
         "p99_ms": round(pct(latencies, 0.99), 2) if latencies else None,
         "errors": errors,
         "client_cpu_s": round(time.process_time() - cpu0, 2),
+        "leader": leader,
+        "server_cores": server_cores,
     }
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (all its threads); -1 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return -1.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def first_write_through(system: System, survivors: list[int], t0: float, limit_s: float) -> tuple[float, int]:
