@@ -142,6 +142,7 @@ QUORUM: tuple[str, ...] = (
     "quorum/raft/voter_set.py",
     "quorum/wire/fetch_direct.py",
     "quorum/metadata/records.py",
+    "quorum/controller/requests.py",
 )
 SETS: dict[str, tuple[str, ...]] = {
     "first": FIRST,

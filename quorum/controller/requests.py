@@ -51,12 +51,14 @@ class CreatableTopic:
     configs: Mapping[str, str] = field(default_factory=dict)
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class CreateTopicsRequest:
     topics: tuple[CreatableTopic, ...]
     validate_only: bool = False
     timeout_ms: int = 30_000
+
+
+fast_frozen_init(CreateTopicsRequest)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +72,14 @@ class CreateTopicResult:
     configs: Mapping[str, str] = field(default_factory=dict)  # explicit topic configs
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class CreateTopicsResponse:
     topics: tuple[CreateTopicResult, ...]
 
 
-@fast_frozen_init
+fast_frozen_init(CreateTopicsResponse)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class DeleteTopicsRequest:
     names: tuple[str, ...] = ()
@@ -84,7 +87,9 @@ class DeleteTopicsRequest:
     timeout_ms: int = 30_000
 
 
-@fast_frozen_init
+fast_frozen_init(DeleteTopicsRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class DeleteTopicResult:
     name: str | None
@@ -93,13 +98,17 @@ class DeleteTopicResult:
     message: str | None = None
 
 
-@fast_frozen_init
+fast_frozen_init(DeleteTopicResult)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class DeleteTopicsResponse:
     topics: tuple[DeleteTopicResult, ...]
 
 
-@fast_frozen_init
+fast_frozen_init(DeleteTopicsResponse)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionsIncrease:
     name: str
@@ -107,7 +116,9 @@ class PartitionsIncrease:
     assignments: tuple[tuple[int, ...], ...] | None = None  # replicas of each new partition
 
 
-@fast_frozen_init
+fast_frozen_init(PartitionsIncrease)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class CreatePartitionsRequest:
     topics: tuple[PartitionsIncrease, ...]
@@ -115,7 +126,9 @@ class CreatePartitionsRequest:
     timeout_ms: int = 30_000
 
 
-@fast_frozen_init
+fast_frozen_init(CreatePartitionsRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class CreatePartitionsResult:
     name: str
@@ -123,57 +136,110 @@ class CreatePartitionsResult:
     message: str | None = None
 
 
-@fast_frozen_init
+fast_frozen_init(CreatePartitionsResult)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class CreatePartitionsResponse:
     topics: tuple[CreatePartitionsResult, ...]
 
 
+fast_frozen_init(CreatePartitionsResponse)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 # ---------------------------------------------------------------- configs
 
 
-@fast_frozen_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class AlterConfigOp:
     name: str
     op: AlterConfigOpType
     value: str | None = None
 
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(self, name: str, op: AlterConfigOpType, value: str | None = None) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "value", value)
 
-@fast_frozen_init
-@dataclass(frozen=True, slots=True)
+
+fast_frozen_init(AlterConfigOp)  # not a decorator: mypyc makes a decorated class a Python class
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class AlterConfigsResource:
     resource_type: ConfigResourceType
     resource_name: str
     ops: tuple[AlterConfigOp, ...]
 
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(self, resource_type: ConfigResourceType, resource_name: str, ops: tuple[AlterConfigOp, ...]) -> None:
+        object.__setattr__(self, "resource_type", resource_type)
+        object.__setattr__(self, "resource_name", resource_name)
+        object.__setattr__(self, "ops", ops)
 
-@fast_frozen_init
-@dataclass(frozen=True, slots=True)
+
+fast_frozen_init(AlterConfigsResource)  # not a decorator: mypyc makes a decorated class a Python class
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class IncrementalAlterConfigsRequest:
     resources: tuple[AlterConfigsResource, ...]
     validate_only: bool = False
 
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(self, resources: tuple[AlterConfigsResource, ...], validate_only: bool = False) -> None:
+        object.__setattr__(self, "resources", resources)
+        object.__setattr__(self, "validate_only", validate_only)
 
-@fast_frozen_init
-@dataclass(frozen=True, slots=True)
+
+fast_frozen_init(IncrementalAlterConfigsRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class AlterConfigsResult:
     resource_type: ConfigResourceType
     resource_name: str
     error_code: int = 0
     message: str | None = None
 
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        resource_type: ConfigResourceType,
+        resource_name: str,
+        error_code: int = 0,
+        message: str | None = None,
+    ) -> None:
+        object.__setattr__(self, "resource_type", resource_type)
+        object.__setattr__(self, "resource_name", resource_name)
+        object.__setattr__(self, "error_code", error_code)
+        object.__setattr__(self, "message", message)
 
-@fast_frozen_init
-@dataclass(frozen=True, slots=True)
+
+fast_frozen_init(AlterConfigsResult)  # not a decorator: mypyc makes a decorated class a Python class
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class IncrementalAlterConfigsResponse:
     resources: tuple[AlterConfigsResult, ...]
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(self, resources: tuple[AlterConfigsResult, ...]) -> None:
+        object.__setattr__(self, "resources", resources)
+
+
+fast_frozen_init(IncrementalAlterConfigsResponse)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 # ---------------------------------------------------------------- leaders
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ElectLeadersRequest:
     election_type: ElectionType
@@ -182,7 +248,9 @@ class ElectLeadersRequest:
     timeout_ms: int = 30_000
 
 
-@fast_frozen_init
+fast_frozen_init(ElectLeadersRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ElectLeaderResult:
     topic: str
@@ -191,23 +259,30 @@ class ElectLeaderResult:
     message: str | None = None
 
 
-@fast_frozen_init
+fast_frozen_init(ElectLeaderResult)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class ElectLeadersResponse:
     error_code: int
     results: tuple[ElectLeaderResult, ...]
 
 
+fast_frozen_init(ElectLeadersResponse)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 # ---------------------------------------------------------------- brokers
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
     name: str
     host: str
     port: int
     security_protocol: int = 0  # PLAINTEXT
+
+
+fast_frozen_init(BrokerEndpoint)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +296,6 @@ class BrokerRegistrationRequest:
     previous_broker_epoch: int = -1
 
 
-@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class BrokerRegistrationResponse:
     error_code: int
@@ -229,8 +303,10 @@ class BrokerRegistrationResponse:
     message: str | None = None
 
 
-@fast_frozen_init
-@dataclass(frozen=True, slots=True)
+fast_frozen_init(BrokerRegistrationResponse)  # not a decorator: mypyc makes a decorated class a Python class
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class BrokerHeartbeatRequest:
     broker_id: int
     broker_epoch: int
@@ -238,17 +314,51 @@ class BrokerHeartbeatRequest:
     want_fence: bool
     want_shut_down: bool
 
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        current_metadata_offset: int,
+        want_fence: bool,
+        want_shut_down: bool,
+    ) -> None:
+        object.__setattr__(self, "broker_id", broker_id)
+        object.__setattr__(self, "broker_epoch", broker_epoch)
+        object.__setattr__(self, "current_metadata_offset", current_metadata_offset)
+        object.__setattr__(self, "want_fence", want_fence)
+        object.__setattr__(self, "want_shut_down", want_shut_down)
 
-@fast_frozen_init
-@dataclass(frozen=True, slots=True)
+
+fast_frozen_init(BrokerHeartbeatRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class BrokerHeartbeatResponse:
     error_code: int
     is_caught_up: bool = False
     is_fenced: bool = True
     should_shut_down: bool = False
 
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        error_code: int,
+        is_caught_up: bool = False,
+        is_fenced: bool = True,
+        should_shut_down: bool = False,
+    ) -> None:
+        object.__setattr__(self, "error_code", error_code)
+        object.__setattr__(self, "is_caught_up", is_caught_up)
+        object.__setattr__(self, "is_fenced", is_fenced)
+        object.__setattr__(self, "should_shut_down", should_shut_down)
 
-@fast_frozen_init
+
+fast_frozen_init(BrokerHeartbeatResponse)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class IsrMember:
     """An entry of AlterPartition's NewIsrWithEpochs; broker epoch -1 skips the epoch check."""
@@ -257,7 +367,9 @@ class IsrMember:
     broker_epoch: int = -1
 
 
-@fast_frozen_init
+fast_frozen_init(IsrMember)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class AlterPartitionItem:
     topic_id: UUID
@@ -268,7 +380,9 @@ class AlterPartitionItem:
     partition_epoch: int
 
 
-@fast_frozen_init
+fast_frozen_init(AlterPartitionItem)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class AlterPartitionRequest:
     broker_id: int
@@ -276,7 +390,9 @@ class AlterPartitionRequest:
     partitions: tuple[AlterPartitionItem, ...]
 
 
-@fast_frozen_init
+fast_frozen_init(AlterPartitionRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class AlterPartitionResult:
     topic_id: UUID
@@ -289,14 +405,18 @@ class AlterPartitionResult:
     partition_epoch: int = -1
 
 
-@fast_frozen_init
+fast_frozen_init(AlterPartitionResult)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class AlterPartitionResponse:
     error_code: int
     partitions: tuple[AlterPartitionResult, ...]
 
 
-@fast_frozen_init
+fast_frozen_init(AlterPartitionResponse)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class AllocateProducerIdsRequest:
     """KIP-730 (api 67): a broker asks for a block of producer ids."""
@@ -305,12 +425,17 @@ class AllocateProducerIdsRequest:
     broker_epoch: int
 
 
-@fast_frozen_init
+fast_frozen_init(AllocateProducerIdsRequest)  # not a decorator: mypyc makes a decorated class a Python class
+
+
 @dataclass(frozen=True, slots=True)
 class AllocateProducerIdsResponse:
     error_code: int
     producer_id_start: int = -1  # the block's first id
     producer_id_len: int = 0  # ids in the block: [start, start + len)
+
+
+fast_frozen_init(AllocateProducerIdsResponse)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 AdminRequest = (
