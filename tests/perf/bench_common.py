@@ -1,5 +1,5 @@
-"""What several benchmarks share: stopping the processes they started, and describing the
-machine a run was made on. Not collected by pytest (tests/perf/conftest.py)."""
+"""What several benchmarks share: stopping the processes they started, reading a process's
+CPU, and describing the machine a run was made on. Not collected by pytest (tests/perf/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,15 @@ import signal
 import subprocess
 from pathlib import Path
 from typing import Any
+
+
+def proc_cpu_s(pid: int) -> float | None:
+    """utime + stime of a live process (all its threads), seconds; None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def stop_proc(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:

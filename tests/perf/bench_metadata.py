@@ -79,7 +79,7 @@ if str(REPO) not in sys.path:
 
 import httpx  # noqa: E402
 import uvloop  # noqa: E402
-from bench_common import machine_info  # noqa: E402
+from bench_common import machine_info, proc_cpu_s  # noqa: E402
 
 from quorum.controller import replication_control as rc  # noqa: E402
 from quorum.controller.requests import (  # noqa: E402
@@ -258,15 +258,6 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
         return None
     i = min(len(sorted_values) - 1, max(0, int(round(q * (len(sorted_values) - 1)))))
     return sorted_values[i]
-
-
-def proc_cpu_s(pid: int) -> float | None:
-    """utime + stime of a live process, seconds."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def sched_wait_s(pid: int | str = "self") -> float | None:

@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench_common import stop_proc  # noqa: E402
+from bench_common import proc_cpu_s, stop_proc  # noqa: E402
 
 from quorum.controller.requests import (  # noqa: E402
     AlterConfigOp,
@@ -886,7 +886,9 @@ async def run_clients(system: System, leader: int, clients: int, seconds: float,
     # Each server process's CPU over the whole window (warm-up included), in cores; with the
     # writes/s, the CPU a write costs each member (the leader, the followers, pykraft's broker).
     server_cores = {
-        str(m): round((servers1[m] - servers0[m]) / wall, 2) for m in servers0 if m in servers1 and servers0[m] >= 0
+        str(m): round((after - before) / wall, 2)
+        for m, before in servers0.items()
+        if before is not None and (after := servers1.get(m)) is not None
     }
     return {
         "clients": clients,
@@ -900,16 +902,6 @@ async def run_clients(system: System, leader: int, clients: int, seconds: float,
         "leader": leader,
         "server_cores": server_cores,
     }
-
-
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid` (all its threads); -1 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return -1.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def first_write_through(system: System, survivors: list[int], t0: float, limit_s: float) -> tuple[float, int]:
