@@ -259,7 +259,10 @@ def produce_run(
     profile: tuple[int, Path, str] | None = None,
 ) -> Run:
     """Produce 1 KiB messages round-robin over the topic's partitions for `seconds`, as fast as
-    possible or at `rate_msgs_s`, then flush; fill the produce figures of `run`."""
+    possible or at `rate_msgs_s`, then flush; fill the produce figures of `run`. With
+    `--producer c` (FAST_PRODUCER set) tests/perf/fast_producer.c does it."""
+    if FAST_PRODUCER is not None:
+        return fast_produce_run(run, FAST_PRODUCER, bootstrap, topic, seconds, groups, rate_msgs_s, profile)
     latencies: list[float] = []
     errors: Counter[str] = Counter()
 
@@ -332,6 +335,70 @@ def produce_run(
     mb = run.msgs * MSG_BYTES / MB
     run.client_cores = cpu.cores("client")
     run.others_share = cpu.others_share
+    if "brokers" in groups:
+        run.broker_cpu_s = cpu.seconds["brokers"]
+        run.broker_cpu_ms_per_mb = run.broker_cpu_s * 1000 / mb if mb else float("nan")
+        run.broker_cores = cpu.cores("brokers")
+        run.controller_cores = cpu.cores("controllers")
+        run.per_broker_cpu_s = {pid: round(cpu.per_pid[pid], 2) for pid in groups["brokers"]}
+    return run
+
+
+# --producer c: tests/perf/fast_producer.c, built in main().
+FAST_PRODUCER: Path | None = None
+
+
+def fast_produce_run(
+    run: Run,
+    exe: Path,
+    bootstrap: str,
+    topic: str,
+    seconds: float,
+    groups: dict[str, list[int]],
+    rate_msgs_s: float | None,
+    profile: tuple[int, Path, str] | None,
+) -> Run:
+    """`produce_run` by fast_producer (librdkafka's producer in C, the same settings, the
+    same warm-up, round-robin and 1 ms rate credits, no Python per message). Its CPU over
+    the measured window is the client's, with this process's (where the mock runs)."""
+    conf = {"acks": run.acks, **PRODUCER_CONF}
+    settings = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in conf.items()]
+    cmd = [str(exe), bootstrap, topic, str(run.partitions), str(seconds), str(rate_msgs_s or 0),
+           str(WARMUP_MESSAGES), str(MSG_BYTES), *settings]  # fmt: skip
+    child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # noqa: S603
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        ready = child.stdout.readline().strip()
+        if ready != "ready":
+            raise RuntimeError(f"fast_producer did not warm up (exit {child.wait()})")
+        spy = PySpy(*profile) if profile else None
+        if spy:
+            spy.start()
+        run.load1 = os.getloadavg()[0]
+        with CpuWindow(groups) as cpu:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            line = child.stdout.readline()
+        if spy:
+            spy.stop()
+        if child.wait(timeout=60) != 0 or not line:
+            raise RuntimeError(f"fast_producer failed ({child.returncode})")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    out = json.loads(line)
+    run.seconds = float(out["seconds"])
+    run.msgs = int(out["acked"])
+    remaining = int(out["not_delivered"])
+    run.errors = int(out["errors"]) + remaining
+    run.error_names = dict(out["error_names"]) | ({"NOT_DELIVERED_IN_120S": remaining} if remaining else {})
+    run.mb_s = run.msgs * MSG_BYTES / MB / run.seconds
+    run.p50_ms, run.p99_ms, run.max_ms = (float(out[k]) if out[k] >= 0 else float("nan")
+                                          for k in ("p50_ms", "p99_ms", "max_ms"))  # fmt: skip
+    mb = run.msgs * MSG_BYTES / MB
+    run.client_cores = (cpu.seconds["client"] + float(out["cpu_s"])) / max(1e-9, cpu.elapsed)
+    run.others_share = max(0.0, cpu.others_share - float(out["cpu_s"]) / max(1e-9, cpu.elapsed * CPUS))
     if "brokers" in groups:
         run.broker_cpu_s = cpu.seconds["brokers"]
         run.broker_cpu_ms_per_mb = run.broker_cpu_s * 1000 / mb if mb else float("nan")
@@ -585,25 +652,43 @@ def kcat_consume_run(
 
 
 FAST_CONSUMER_C = Path(__file__).resolve().parent / "fast_consumer.c"
+FAST_PRODUCER_C = Path(__file__).resolve().parent / "fast_producer.c"
 
 
-def fast_consumer_exe(work: Path) -> Path | None:
-    """tests/perf/fast_consumer.c built into `work` (gcc and librdkafka's headers, Debian's
-    librdkafka-dev); None, with the reason printed, when it cannot be built."""
-    exe = work / "fast_consumer"
+def librdkafka_link_args() -> list[str]:
+    """Link against the librdkafka that confluent-kafka's wheel carries (the Python client's
+    own version), else the system's (Debian's librdkafka-dev, an older version)."""
+    import confluent_kafka
+
+    libs = Path(confluent_kafka.__file__).resolve().parent.parent / "confluent_kafka.libs"
+    bundled = sorted(libs.glob("librdkafka*.so*")) if libs.is_dir() else []
+    if bundled:
+        return [f"-L{libs}", f"-l:{bundled[0].name}", f"-Wl,-rpath,{libs}"]
+    return ["-lrdkafka"]
+
+
+def c_client_exe(work: Path, source: Path) -> Path | None:
+    """A C client of tests/perf (fast_consumer.c, fast_producer.c) built into `work` with gcc
+    and librdkafka's headers (Debian's librdkafka-dev); None, with the reason printed, when it
+    cannot be built."""
+    exe = work / source.stem
     if exe.exists():
         return exe
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
-        print("fast consumer: no C compiler; its rows are skipped", flush=True)
+        print(f"{source.stem}: no C compiler; its rows are skipped", flush=True)
         return None
-    cmd = [gcc, "-O2", "-o", str(exe), str(FAST_CONSUMER_C), "-lrdkafka"]
+    cmd = [gcc, "-O2", "-o", str(exe), str(source), *librdkafka_link_args()]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
     if done.returncode != 0:
-        print(f"fast consumer: build failed (apt-get install librdkafka-dev?): {done.stderr.strip()[-300:]}",
+        print(f"{source.stem}: build failed (apt-get install librdkafka-dev?): {done.stderr.strip()[-300:]}",
               flush=True)  # fmt: skip
         return None
     return exe
+
+
+def fast_consumer_exe(work: Path) -> Path | None:
+    return c_client_exe(work, FAST_CONSUMER_C)
 
 
 def fast_consume_run(
@@ -1434,6 +1519,10 @@ def main() -> int:
     ap.add_argument("--no-rf1", dest="rf1", action="store_false",
                     help="skip the RF 1 acks=1 run on multi-broker clusters (scaling without replication)")  # fmt: skip
     ap.add_argument("--no-mock", dest="mock", action="store_false", help="skip the librdkafka mock cluster")
+    ap.add_argument("--producer", choices=["c", "python"], default="c",
+                    help="the produce runs' client: tests/perf/fast_producer.c (librdkafka in C, default; "
+                         "python when it cannot be built) or confluent-kafka's Python loop (~5 µs of Python "
+                         "per message)")  # fmt: skip
     ap.add_argument("--profile", type=Path, default=None, help="py-spy the busiest broker during acks=all into DIR")
     ap.add_argument("--profile-format", choices=["speedscope", "flamegraph", "raw"], default="speedscope")
     ap.add_argument("--dir", type=Path, default=None, help="parent of the temp dir (default: $TMPDIR)")
@@ -1467,12 +1556,17 @@ def main() -> int:
 
     import confluent_kafka
 
+    global FAST_PRODUCER
+    if args.producer == "c" and not args.small_batches:
+        FAST_PRODUCER = c_client_exe(work, FAST_PRODUCER_C)
     print(f"pykraft data-plane benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"machine: {CPUS} CPUs, load average at start {loadavg()} (1/5/15 min; 2 cores shared with others)")
     print(f"code: {code_version()}; client: confluent-kafka {confluent_kafka.version()[0]}, "
           f"librdkafka {confluent_kafka.libversion()[0]}; work dir {work}")  # fmt: skip
-    print(f"producer: 1 KiB values, round-robin partitions, {PRODUCER_CONF}; {args.seconds:g} s per run after "
-          f"{WARMUP_MESSAGES} warm-up messages; disk budget per topic {args.disk_budget_gb:g} GB "
+    client = ("tests/perf/fast_producer.c (librdkafka in C)" if FAST_PRODUCER is not None
+              else "confluent-kafka's Python produce loop")  # fmt: skip
+    print(f"producer: {client}; 1 KiB values, round-robin partitions, {PRODUCER_CONF}; {args.seconds:g} s "
+          f"per run after {WARMUP_MESSAGES} warm-up messages; disk budget per topic {args.disk_budget_gb:g} GB "
           "(retention.bytes, segment.bytes)")  # fmt: skip
     print("columns: MB/s = acknowledged bytes / (first produce .. last delivery report); p50/p99/max = delivery "
           "latency; cons = consumer MB/s reading it back; CPU ms/MB = broker CPU (summed) per MB acknowledged; "
