@@ -48,6 +48,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -57,9 +58,11 @@ from typing import Any
 
 import confluent_kafka
 from bench_dataplane import (
+    FAST_PRODUCER_C,
     MB,
     MSG_BYTES,
     PRODUCER_CONF,
+    c_client_exe,
     mock_cluster,
     percentile,
     rd_logger,
@@ -138,6 +141,16 @@ class StatsTotals:
         return Sample(mb_s, batch / 1024, rtt_s * 1000, in_flight)
 
 
+def mode_settings(mode: str, n: int) -> tuple[dict[str, Any], int | None]:
+    """librdkafka settings of a mode (beyond PRODUCER_CONF and acks=all) and its transaction
+    size (None: no transactions)."""
+    if mode == "plain":
+        return {}, None
+    if mode == "idempotent":
+        return {"enable.idempotence": True}, None
+    return {"enable.idempotence": True, "transactional.id": f"bench-{mode}-{n}"}, int(mode.split("-")[1])
+
+
 def producer_for(
     mode: str, bootstrap: str, work: Path, n: int, stats: StatsTotals | None = None
 ) -> tuple[Any, int | None]:
@@ -146,18 +159,48 @@ def producer_for(
     conf = {**PRODUCER_CONF, "bootstrap.servers": bootstrap, "acks": "all", "logger": rd_logger(work)}
     if stats is not None:
         conf |= {"statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": stats}
-    if mode == "plain":
-        return Producer(conf), None
-    if mode == "idempotent":
-        return Producer({**conf, "enable.idempotence": True}), None
-    size = int(mode.split("-")[1])
-    p = Producer({**conf, "enable.idempotence": True, "transactional.id": f"bench-{mode}-{n}"})
-    p.init_transactions(60)
+    settings, size = mode_settings(mode, n)
+    p = Producer({**conf, **settings})
+    if size is not None:
+        p.init_transactions(60)
     return p, size
+
+
+# --producer c: tests/perf/fast_producer.c, built in main().
+FAST_PRODUCER: Path | None = None
+
+
+def fast_throughput(exe: Path, mode: str, bootstrap: str, topic: str, seconds: float, work: Path, n: int) -> Sample:
+    """`throughput` by fast_producer (librdkafka's producer in C: the same settings, the same
+    transactions, no Python per message). `rdk µs` is its whole CPU per message acknowledged."""
+    settings, size = mode_settings(mode, n)
+    stats_path = work / f"stats-{mode}-{n}-{time.monotonic_ns()}.jsonl"
+    conf: dict[str, Any] = {**PRODUCER_CONF, "acks": "all", **settings,
+                            "statistics.interval.ms": STATS_INTERVAL_MS, "stats.file": stats_path}  # fmt: skip
+    if size is not None:
+        conf["txn.messages"] = size
+    args = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in conf.items()]
+    cmd = [str(exe), bootstrap, topic, str(PARTITIONS), str(seconds), "0", "0", str(MSG_BYTES), *args]
+    done = subprocess.run(cmd, input="go\n", capture_output=True, text=True, timeout=seconds + 300, check=False)  # noqa: S603
+    lines = done.stdout.splitlines()
+    if done.returncode != 0 or len(lines) < 2 or lines[0] != "ready":
+        raise RuntimeError(f"fast_producer {mode} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    out = json.loads(lines[1])
+    if out["errors"] or out["not_delivered"]:
+        raise RuntimeError(f"fast_producer {mode}: {out}")
+    stats = StatsTotals(topic)
+    for raw in stats_path.read_text().splitlines():
+        stats(raw)
+    stats_path.unlink()
+    acked, elapsed = int(out["acked"]), float(out["seconds"])
+    sample = stats.sample(acked * MSG_BYTES / MB / elapsed, elapsed + 1.2, PARTITIONS)
+    return replace(sample, rdk_us=float(out["cpu_s"]) / max(acked, 1) * 1e6)
 
 
 def throughput(mode: str, bootstrap: str, topic: str, seconds: float, work: Path, n: int) -> Sample:
     """MB/s of values acknowledged (and, with transactions, committed) in `seconds`."""
+    if FAST_PRODUCER is not None:
+        return fast_throughput(FAST_PRODUCER, mode, bootstrap, topic, seconds, work, n)
     stats = StatsTotals(topic)
     producer, txn_size = producer_for(mode, bootstrap, work, n, stats)
     payload = os.urandom(MSG_BYTES)
@@ -310,7 +353,7 @@ def print_table(system: str, modes: tuple[str, ...], figures: dict[str, list[Sam
 
 
 def main() -> int:
-    global PARTITIONS
+    global PARTITIONS, FAST_PRODUCER
     from metadata_cluster import start_cluster
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -324,11 +367,18 @@ def main() -> int:
     ap.add_argument("--no-mock", action="store_true", help="skip librdkafka's mock cluster")
     ap.add_argument("--mock-rtt", type=int, default=0, help="test.mock.broker.rtt (ms) for the mock's brokers")
     ap.add_argument("--no-e2e", action="store_true", help="skip the end-to-end latency")
+    ap.add_argument("--producer", choices=["c", "python"], default="c",
+                    help="the throughput client: tests/perf/fast_producer.c (librdkafka in C, default; python "
+                         "when it cannot be built) or confluent-kafka's Python loop (~5 µs of Python per "
+                         "message)")  # fmt: skip
     args = ap.parse_args()
     PARTITIONS = args.partitions
     modes = tuple(m for m in MODES if m == "plain" or m in args.modes)
     work = Path(tempfile.mkdtemp(prefix="bench-producers-"))
-    print(f"load average at start: {os.getloadavg()}", flush=True)
+    if args.producer == "c":
+        FAST_PRODUCER = c_client_exe(work, FAST_PRODUCER_C)
+    client = "tests/perf/fast_producer.c" if FAST_PRODUCER else "confluent-kafka's Python loop"
+    print(f"load average at start: {os.getloadavg()}; throughput client: {client}", flush=True)
     cluster = start_cluster(work / "cluster", brokers=3, properties={
         "min.insync.replicas": "2", "auto.create.topics.enable": "false", "log.retention.check.interval.ms": "1000",
         "transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3"})  # fmt: skip

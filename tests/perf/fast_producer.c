@@ -11,7 +11,11 @@
  *   gcc -O2 -o fast_producer fast_producer.c -lrdkafka   (headers: Debian's librdkafka-dev)
  *   fast_producer BOOTSTRAP TOPIC PARTITIONS SECONDS RATE WARMUP MSG_BYTES [key=value ...]
  *
- * The key=value pairs are librdkafka settings (acks, linger.ms, ...). It produces WARMUP
+ * The key=value pairs are librdkafka settings (acks, linger.ms, ...), but for two of this
+ * program's own: `txn.messages=N` produces in transactions of N messages (transactional.id
+ * must be set too; RATE must be 0): begin, N messages, commit, until SECONDS have passed, as
+ * bench_producers.py's Python loop does; `stats.file=PATH` appends each of librdkafka's
+ * statistics (statistics.interval.ms) to PATH, a JSON document per line. It produces WARMUP
  * messages and flushes them (not measured), prints "ready" and waits for a line on stdin,
  * then produces for SECONDS, flushes (at most 120 s) and prints one JSON line:
  *
@@ -99,6 +103,26 @@ static double percentile_ms(double q) {
     return (double)latencies[i] / 1000.0;
 }
 
+static FILE *stats_file = NULL;
+
+static int on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque) {
+    (void)rk;
+    (void)opaque;
+    if (stats_file != NULL) {
+        fwrite(json, 1, json_len, stats_file);
+        fputc('\n', stats_file);
+        fflush(stats_file);
+    }
+    return 0; /* librdkafka frees json */
+}
+
+static void fail_on(rd_kafka_error_t *error, const char *what) {
+    if (error != NULL) {
+        fprintf(stderr, "fast_producer: %s: %s\n", what, rd_kafka_error_string(error));
+        exit(1);
+    }
+}
+
 static int set(rd_kafka_conf_t *conf, const char *name, const char *value) {
     char err[512];
     if (rd_kafka_conf_set(conf, name, value, err, sizeof err) != RD_KAFKA_CONF_OK) {
@@ -137,6 +161,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     char err[512];
+    long txn_messages = 0;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     if (set(conf, "bootstrap.servers", argv[1]))
         return 2;
@@ -147,8 +172,22 @@ int main(int argc, char **argv) {
             return 2;
         }
         *eq = '\0';
-        if (set(conf, argv[i], eq + 1))
+        if (strcmp(argv[i], "txn.messages") == 0) {
+            txn_messages = atol(eq + 1);
+        } else if (strcmp(argv[i], "stats.file") == 0) {
+            stats_file = fopen(eq + 1, "a");
+            if (stats_file == NULL) {
+                perror(eq + 1);
+                return 2;
+            }
+            rd_kafka_conf_set_stats_cb(conf, on_stats);
+        } else if (set(conf, argv[i], eq + 1)) {
             return 2;
+        }
+    }
+    if (txn_messages < 0 || (txn_messages > 0 && rate != 0)) {
+        fprintf(stderr, "fast_producer: txn.messages needs RATE 0\n");
+        return 2;
     }
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
@@ -156,6 +195,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fast_producer: %s\n", err);
         return 1;
     }
+    if (txn_messages > 0)
+        fail_on(rd_kafka_init_transactions(rk, 60000), "init_transactions");
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
     char *payload = malloc(msg_bytes);
     FILE *urandom = fopen("/dev/urandom", "rb");
@@ -166,12 +207,16 @@ int main(int argc, char **argv) {
     fclose(urandom);
 
     /* Warm-up: connections, metadata, the first batches; not measured. */
+    if (warmup > 0 && txn_messages > 0)
+        fail_on(rd_kafka_begin_transaction(rk), "begin_transaction");
     for (long i = 0; i < warmup;) {
         if (send_one(rkt, i, partitions, payload, msg_bytes))
             i++;
         else
             rd_kafka_poll(rk, 1);
     }
+    if (warmup > 0 && txn_messages > 0)
+        fail_on(rd_kafka_commit_transaction(rk, 120000), "commit_transaction");
     rd_kafka_flush(rk, 60000);
     printf("ready\n");
     fflush(stdout);
@@ -183,7 +228,20 @@ int main(int argc, char **argv) {
     double cpu0 = cpu_s();
     double t0 = now_s(), end = t0 + seconds;
     long sent = 0;
-    if (rate == 0) {
+    if (txn_messages > 0) {
+        while (now_s() < end) {
+            fail_on(rd_kafka_begin_transaction(rk), "begin_transaction");
+            for (long k = 0; k < txn_messages;) {
+                if (send_one(rkt, sent, partitions, payload, msg_bytes)) {
+                    sent++;
+                    k++;
+                } else {
+                    rd_kafka_poll(rk, 1);
+                }
+            }
+            fail_on(rd_kafka_commit_transaction(rk, 120000), "commit_transaction");
+        }
+    } else if (rate == 0) {
         for (;;) {
             if (send_one(rkt, sent, partitions, payload, msg_bytes)) {
                 sent++;
@@ -222,6 +280,8 @@ int main(int argc, char **argv) {
         printf("%s\"%s\": %ld", i ? ", " : "", rd_kafka_err2name(error_codes[i]), error_counts[i]);
     printf("}}\n");
     fflush(stdout);
+    if (stats_file != NULL)
+        rd_kafka_poll(rk, 1200); /* the statistics window that holds the end of the run */
     if (not_delivered)
         rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_topic_destroy(rkt);
