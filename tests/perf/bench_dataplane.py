@@ -133,6 +133,22 @@ def proc_ticks(pid: int | str) -> int:
     return int(fields[11]) + int(fields[12])  # fields 14 and 15 of stat (1-based)
 
 
+def proc_runq_s(pid: int) -> float:
+    """Seconds the threads of a process have spent runnable but waiting for a CPU (the second
+    field of /proc/PID/task/TID/schedstat, ns); threads that ended are not counted."""
+    total = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e9
+
+
 def machine_ticks() -> tuple[int, int]:
     """(all, busy) jiffies summed over the CPUs, from /proc/stat (busy = all - idle - iowait)."""
     fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -153,12 +169,14 @@ class CpuWindow:
     start: dict[str, int] = field(default_factory=dict)
     machine0: tuple[int, int] = (0, 0)
     per_pid0: dict[int, int] = field(default_factory=dict)
+    runq0: dict[int, float] = field(default_factory=dict)
     active: float = 0.0  # seconds of the window spent moving data (set by the consume passes)
 
     def __enter__(self) -> CpuWindow:
         self.t0 = time.monotonic()
         self.machine0 = machine_ticks()
         self.per_pid0 = {pid: proc_ticks(pid) for pids in self.groups.values() for pid in pids}
+        self.runq0 = {pid: proc_runq_s(pid) for pid in self.groups.get("brokers", [])}
         self.start = {"self": proc_ticks("self")}
         return self
 
@@ -166,6 +184,8 @@ class CpuWindow:
         self.elapsed = time.monotonic() - self.t0
         machine1 = machine_ticks()
         self.per_pid = {pid: (proc_ticks(pid) - t0) / TICKS for pid, t0 in self.per_pid0.items()}
+        # The brokers' threads waiting for a CPU, in cores (seconds of waiting per second).
+        self.broker_runq = sum(proc_runq_s(pid) - w0 for pid, w0 in self.runq0.items()) / max(1e-9, self.elapsed)
         self.seconds = {name: sum(self.per_pid[p] for p in pids) for name, pids in self.groups.items()}
         self.seconds["client"] = (proc_ticks("self") - self.start["self"]) / TICKS
         busy = (machine1[1] - self.machine0[1]) / TICKS
@@ -238,6 +258,7 @@ class Run:
     rdk_client_cores: float = float("nan")
     load1: float = 0.0
     idle_broker_cores: float = float("nan")  # with the topic created, before any message
+    broker_runq: float = float("nan")  # the brokers' threads runnable and waiting for a CPU, in cores
     note: str = ""
 
     @property
@@ -339,6 +360,7 @@ def produce_run(
         run.broker_cpu_s = cpu.seconds["brokers"]
         run.broker_cpu_ms_per_mb = run.broker_cpu_s * 1000 / mb if mb else float("nan")
         run.broker_cores = cpu.cores("brokers")
+        run.broker_runq = cpu.broker_runq
         run.controller_cores = cpu.cores("controllers")
         run.per_broker_cpu_s = {pid: round(cpu.per_pid[pid], 2) for pid in groups["brokers"]}
     return run
@@ -403,6 +425,7 @@ def fast_produce_run(
         run.broker_cpu_s = cpu.seconds["brokers"]
         run.broker_cpu_ms_per_mb = run.broker_cpu_s * 1000 / mb if mb else float("nan")
         run.broker_cores = cpu.cores("brokers")
+        run.broker_runq = cpu.broker_runq
         run.controller_cores = cpu.cores("controllers")
         run.per_broker_cpu_s = {pid: round(cpu.per_pid[pid], 2) for pid in groups["brokers"]}
     return run
@@ -1009,7 +1032,7 @@ def run_pykraft(args: argparse.Namespace, work: Path, nb: int) -> list[Run]:
 COLUMNS = [
     ("run", 40), ("acks", 4), ("offered", 9), ("MB/s", 7), ("p50 ms", 8), ("p99 ms", 8), ("max ms", 8),
     ("cons MB/s", 9), ("CPU ms/MB", 9), ("broker cores", 12), ("ctrl cores", 10), ("client cores", 12),
-    ("others", 6), ("idle cores", 10), ("errors", 6),
+    ("others", 6), ("idle cores", 10), ("runq", 5), ("errors", 6),
 ]  # fmt: skip
 
 
@@ -1027,7 +1050,7 @@ def row_cells(r: Run) -> list[str]:
     return [
         r.label, r.acks, offered, _f(r.mb_s), _f(r.p50_ms), _f(r.p99_ms), _f(r.max_ms), cons,
         _f(r.broker_cpu_ms_per_mb, 2), _f(r.broker_cores, 2), _f(r.controller_cores, 2), _f(r.client_cores, 2),
-        f"{r.others_share:.0%}", _f(r.idle_broker_cores, 2), str(r.errors),
+        f"{r.others_share:.0%}", _f(r.idle_broker_cores, 2), _f(r.broker_runq, 2), str(r.errors),
     ]  # fmt: skip
 
 
@@ -1571,7 +1594,8 @@ def main() -> int:
     print("columns: MB/s = acknowledged bytes / (first produce .. last delivery report); p50/p99/max = delivery "
           "latency; cons = consumer MB/s reading it back; CPU ms/MB = broker CPU (summed) per MB acknowledged; "
           "cores = CPU seconds per second of the run; others = share of all CPUs used by other processes; "
-          "idle cores = the brokers' CPU with the topic created, before any traffic")  # fmt: skip
+          "idle cores = the brokers' CPU with the topic created, before any traffic; runq = the brokers' threads "
+          "runnable and waiting for a CPU (schedstat), in cores")  # fmt: skip
     print()
     if args.small_batches:
         print(
