@@ -588,6 +588,12 @@ def _encode_consumer_group_value(w: Writer, v: ConsumerGroupValue) -> None:
     w.no_tags()
 
 
+# Tuples, not `A | B`: in an expression a union is a new object per evaluation (~13k
+# instructions measured in the compiled OffsetCommit path).
+_CLASSIC_VALUES: Final = (OffsetValue, GroupValue)
+_CLASSIC_KEYS: Final = (OffsetKey, GroupKey)
+
+
 def _check_value_version(version: int, classic: bool, record: str) -> None:
     """`version` must be one the value schema has: 0..4 for offsets and classic groups
     (`classic`), 0 for the consumer-group records."""
@@ -625,7 +631,7 @@ def encode_value(value: RecordValue, version: int | None = None) -> bytes:
     `written_value_version`). Fields the version lacks are dropped."""
     if version is None:
         version = written_value_version(value)
-    _check_value_version(version, isinstance(value, OffsetValue | GroupValue), type(value).__name__)
+    _check_value_version(version, isinstance(value, _CLASSIC_VALUES), type(value).__name__)
     if isinstance(value, OffsetValue) and version < FLEXIBLE_FROM:  # the hot one: every OffsetCommit
         return _encode_offset_value_fixed(value, version)
     w = Writer(reserve_length=False)
@@ -874,7 +880,7 @@ def decode_value(key: RecordKey, data: bytes | memoryview | None) -> RecordValue
         return None
     r = Reader(memoryview(data))
     version = _version(r, "value")
-    _check_value_version(version, isinstance(key, OffsetKey | GroupKey), type(key).__name__)
+    _check_value_version(version, isinstance(key, _CLASSIC_KEYS), type(key).__name__)
     try:
         if isinstance(key, OffsetKey):
             return _decode_offset_value(r, version)

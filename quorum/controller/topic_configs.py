@@ -146,7 +146,7 @@ class Range:
     max: int | None = None
 
     def ensure_valid(self, name: str, value: ConfigValue) -> None:
-        assert isinstance(value, int | float) and not isinstance(value, bool)
+        assert isinstance(value, (int, float)) and not isinstance(value, bool)
         if self.min is not None and float(value) < float(self.min):
             raise _invalid(name, _display(value), f"Value must be at least {self.min}")
         if self.max is not None and float(value) > float(self.max):

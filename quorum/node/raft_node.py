@@ -39,9 +39,8 @@ from quorum.raft.describe import QuorumDescription, ReplicaDescription
 from quorum.raft.errors import ErrorCode, NotLeaderError
 from quorum.raft.log import RaftLog
 from quorum.raft.messages import (
-    BeginQuorumEpochRequest,
+    REQUEST_TYPES,
     BeginQuorumEpochResponse,
-    EndQuorumEpochRequest,
     EndQuorumEpochResponse,
     Envelope,
     FetchRequest,
@@ -49,7 +48,6 @@ from quorum.raft.messages import (
     FetchSnapshotRequest,
     FetchSnapshotResponse,
     Response,
-    VoteRequest,
     VoteResponse,
 )
 from quorum.raft.ready import Ready
@@ -67,7 +65,9 @@ from quorum.wire.transport import request as one_shot_request
 log = logging.getLogger(__name__)
 
 ResponseTypes = (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse, FetchResponse, FetchSnapshotResponse)
-RequestTypes = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest, FetchSnapshotRequest)
+# The requests that go on a peer's fetch channel (a tuple: `A | B` in an expression is a new
+# union object per evaluation).
+_FETCHES = (FetchRequest, FetchSnapshotRequest)
 
 METADATA_PARTITION_DIR = "__cluster_metadata-0"
 RELAY_CLIENT_ID = "pykraft-describe-relay"
@@ -770,9 +770,9 @@ class RaftNode:
         # Fetches long-poll; they get their own connection so that votes and
         # epoch changes never wait behind a parked fetch.
         message = env.message
-        if not isinstance(message, RequestTypes):
+        if not isinstance(message, REQUEST_TYPES):
             return
-        channel = "fetch" if isinstance(message, FetchRequest | FetchSnapshotRequest) else "control"
+        channel = "fetch" if isinstance(message, _FETCHES) else "control"
         peer = self._peer(env.destination, channel)
         if peer is None:
             return

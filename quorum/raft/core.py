@@ -92,6 +92,13 @@ from quorum.raft.voter_set import (
 # Base of the binary exponential election backoff, ms (Kafka's RETRY_BACKOFF_BASE_MS).
 _BACKOFF_BASE_MS = 100
 
+# State kinds as tuples for isinstance (in an expression `A | B` builds a new union object
+# at every evaluation, thousands of instructions in the compiled build).
+_FOLLOWING_OR_LEADING = (FollowerState, LeaderState, ResignedState)
+_ELECTING = (ProspectiveState, CandidateState)
+_UNATTACHED_OR_PROSPECTIVE = (UnattachedState, ProspectiveState)
+_LEADING = (LeaderState, ResignedState)
+
 
 class RaftCore:
     """One replica of the metadata log. Not thread-safe; one driver calls it."""
@@ -658,7 +665,7 @@ class RaftCore:
             and leader_id != NO_LEADER
             and leader_id != self.node_id
             and self._election.leader_id == NO_LEADER  # first news of this epoch's leader
-            and not isinstance(self.state, FollowerState | LeaderState | ResignedState)
+            and not isinstance(self.state, _FOLLOWING_OR_LEADING)
         ):
             self._become_follower(epoch, leader_id)
             return True
@@ -826,7 +833,7 @@ class RaftCore:
             if voter == self.node_id or voter in skip:
                 continue
             request_id = self._send(voter, replace(req, voter_directory_id=node.key.directory_id))
-            if isinstance(s, ProspectiveState | CandidateState):
+            if isinstance(s, _ELECTING):
                 s.vote_requests.add(request_id)
 
     def _outranked_by(self, req: VoteRequest) -> bool:
@@ -883,7 +890,7 @@ class RaftCore:
             return
         granted = False
         s = self.state
-        if isinstance(s, UnattachedState | ProspectiveState) and self.leader_id == NO_LEADER:
+        if isinstance(s, _UNATTACHED_OR_PROSPECTIVE) and self.leader_id == NO_LEADER:
             if self.voted_id == req.candidate_id:
                 granted = True
             elif self.voted_id == NO_VOTE and up_to_date:
@@ -965,7 +972,7 @@ class RaftCore:
         if req.leader_epoch < self.epoch:
             self._reply(env, BeginQuorumEpochResponse(ErrorCode.FENCED_LEADER_EPOCH, self.leader_id, self.epoch))
             return
-        if req.leader_epoch == self.epoch and isinstance(self.state, LeaderState | ResignedState):
+        if req.leader_epoch == self.epoch and isinstance(self.state, _LEADING):
             # Two leaders in one epoch cannot happen; refuse rather than follow.
             self._reply(env, BeginQuorumEpochResponse(ErrorCode.INVALID_REQUEST, self.leader_id, self.epoch))
             return
