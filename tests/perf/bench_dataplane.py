@@ -356,6 +356,12 @@ def produce_run(
     mb = run.msgs * MSG_BYTES / MB
     run.client_cores = cpu.cores("client")
     run.others_share = cpu.others_share
+    _fill_broker_cpu(run, cpu, groups, mb)
+    return run
+
+
+def _fill_broker_cpu(run: Run, cpu: CpuWindow, groups: dict[str, list[int]], mb: float) -> None:
+    """The brokers' and controllers' share of a produce run's CPU window (`mb` acknowledged)."""
     if "brokers" in groups:
         run.broker_cpu_s = cpu.seconds["brokers"]
         run.broker_cpu_ms_per_mb = run.broker_cpu_s * 1000 / mb if mb else float("nan")
@@ -363,7 +369,6 @@ def produce_run(
         run.broker_runq = cpu.broker_runq
         run.controller_cores = cpu.cores("controllers")
         run.per_broker_cpu_s = {pid: round(cpu.per_pid[pid], 2) for pid in groups["brokers"]}
-    return run
 
 
 # --producer c: tests/perf/fast_producer.c, built in main().
@@ -421,13 +426,7 @@ def fast_produce_run(
     mb = run.msgs * MSG_BYTES / MB
     run.client_cores = (cpu.seconds["client"] + float(out["cpu_s"])) / max(1e-9, cpu.elapsed)
     run.others_share = max(0.0, cpu.others_share - float(out["cpu_s"]) / max(1e-9, cpu.elapsed * CPUS))
-    if "brokers" in groups:
-        run.broker_cpu_s = cpu.seconds["brokers"]
-        run.broker_cpu_ms_per_mb = run.broker_cpu_s * 1000 / mb if mb else float("nan")
-        run.broker_cores = cpu.cores("brokers")
-        run.broker_runq = cpu.broker_runq
-        run.controller_cores = cpu.cores("controllers")
-        run.per_broker_cpu_s = {pid: round(cpu.per_pid[pid], 2) for pid in groups["brokers"]}
+    _fill_broker_cpu(run, cpu, groups, mb)
     return run
 
 
