@@ -588,8 +588,8 @@ def _encode_consumer_group_value(w: Writer, v: ConsumerGroupValue) -> None:
     w.no_tags()
 
 
-# Tuples, not `A | B`: in an expression a union is a new object per evaluation (~13k
-# instructions measured in the compiled OffsetCommit path).
+# Tuples, not `A | B`: in an expression a union is a new object per evaluation (about
+# 150 ns, a few hundred instructions, per call).
 _CLASSIC_VALUES: Final = (OffsetValue, GroupValue)
 _CLASSIC_KEYS: Final = (OffsetKey, GroupKey)
 

@@ -162,7 +162,7 @@ Request = VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchR
 Response = VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse | FetchResponse | FetchSnapshotResponse
 Message = Request | Response
 # The request classes as a tuple for isinstance: a union written in an expression would be
-# built anew at every evaluation (thousands of instructions per envelope, compiled).
+# built anew at every evaluation (about 150 ns per envelope).
 REQUEST_TYPES: Final = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest, FetchSnapshotRequest)
 
 
