@@ -1,6 +1,9 @@
-"""Data-plane benchmark: confluent-kafka (librdkafka) against a real pykraft cluster and, in
-the same run, against librdkafka's built-in mock cluster (`test.mock.num.brokers=3`: in
-memory, no replication, no disk), which is the ceiling the client itself sets on this machine.
+"""Data-plane benchmark: librdkafka's clients against a real pykraft cluster and, in the same
+run, against librdkafka's built-in mock cluster (`test.mock.num.brokers=3`: in memory, no
+replication, no disk), which is the ceiling the client itself sets on this machine. The
+produce runs use tests/perf/fast_producer.c (librdkafka's producer in C, built here with gcc)
+unless `--producer python` asks for confluent-kafka's Python loop, whose ~5 µs of Python per
+message took about half of the two cores the brokers also need.
 
     PYTHONPATH=. .venv/bin/python tests/perf/bench_dataplane.py                  # the full matrix (~10 min)
     PYTHONPATH=. .venv/bin/python tests/perf/bench_dataplane.py --quick          # smoke run, < 60 s
