@@ -391,8 +391,7 @@ def fast_produce_run(
     """`produce_run` by fast_producer (librdkafka's producer in C, the same settings, the
     same warm-up, round-robin and 1 ms rate credits, no Python per message). Its CPU over
     the measured window is the client's, with this process's (where the mock runs)."""
-    conf = {"acks": run.acks, **PRODUCER_CONF}
-    settings = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in conf.items()]
+    settings = rdkafka_args({"acks": run.acks, **PRODUCER_CONF})
     cmd = [str(exe), bootstrap, topic, str(run.partitions), str(seconds), str(rate_msgs_s or 0),
            str(WARMUP_MESSAGES), str(MSG_BYTES), *settings]  # fmt: skip
     child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # noqa: S603
@@ -680,16 +679,24 @@ FAST_CONSUMER_C = Path(__file__).resolve().parent / "fast_consumer.c"
 FAST_PRODUCER_C = Path(__file__).resolve().parent / "fast_producer.c"
 
 
-def librdkafka_link_args() -> list[str]:
-    """Link against the librdkafka that confluent-kafka's wheel carries (the Python client's
-    own version), else the system's (Debian's librdkafka-dev, an older version)."""
+def bundled_librdkafka() -> Path | None:
+    """The librdkafka that confluent-kafka's wheel carries (the Python client's own), if any."""
     import confluent_kafka
 
     libs = Path(confluent_kafka.__file__).resolve().parent.parent / "confluent_kafka.libs"
-    bundled = sorted(libs.glob("librdkafka*.so*")) if libs.is_dir() else []
-    if bundled:
-        return [f"-L{libs}", f"-l:{bundled[0].name}", f"-Wl,-rpath,{libs}"]
-    return ["-lrdkafka"]
+    found = sorted(libs.glob("librdkafka*.so*")) if libs.is_dir() else []
+    return found[0] if found else None
+
+
+def librdkafka_link_args() -> list[str]:
+    """Link against `bundled_librdkafka`, else the system's (Debian's librdkafka-dev, older)."""
+    lib = bundled_librdkafka()
+    return [f"-L{lib.parent}", f"-l:{lib.name}", f"-Wl,-rpath,{lib.parent}"] if lib else ["-lrdkafka"]
+
+
+def rdkafka_args(conf: dict[str, Any]) -> list[str]:
+    """librdkafka settings as the C clients' `key=value` arguments (booleans lower-case)."""
+    return [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in conf.items()]
 
 
 def c_client_exe(work: Path, source: Path) -> Path | None:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import glob
 import json
 import os
 import shutil
@@ -56,16 +55,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import confluent_kafka
 from bench_dataplane import (
     FAST_PRODUCER_C,
     MB,
     MSG_BYTES,
     PRODUCER_CONF,
+    bundled_librdkafka,
     c_client_exe,
     mock_cluster,
     percentile,
     rd_logger,
+    rdkafka_args,
     rest_create_topic,
     wait_for_leaders,
 )
@@ -179,7 +179,7 @@ def fast_throughput(exe: Path, mode: str, bootstrap: str, topic: str, seconds: f
                             "statistics.interval.ms": STATS_INTERVAL_MS, "stats.file": stats_path}  # fmt: skip
     if size is not None:
         conf["txn.messages"] = size
-    args = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in conf.items()]
+    args = rdkafka_args(conf)
     cmd = [str(exe), bootstrap, topic, str(PARTITIONS), str(seconds), "0", "0", str(MSG_BYTES), *args]
     done = subprocess.run(cmd, input="go\n", capture_output=True, text=True, timeout=seconds + 300, check=False)  # noqa: S603
     lines = done.stdout.splitlines()
@@ -257,11 +257,10 @@ def mock_with_topic(work: Path, topic: str, partitions: int, rtt_ms: int) -> tup
         host, bootstrap = mock_cluster(work)
     finally:
         bench_dataplane.Producer = plain  # type: ignore[misc]
-    libs = os.path.join(os.path.dirname(confluent_kafka.__file__), os.pardir, "confluent_kafka.libs")
-    found = glob.glob(os.path.join(libs, "librdkafka*"))
-    if not found:
-        raise RuntimeError(f"librdkafka not found in {libs}")
-    lib = ctypes.CDLL(found[0])
+    bundled = bundled_librdkafka()
+    if bundled is None:
+        raise RuntimeError("confluent-kafka carries no librdkafka")
+    lib = ctypes.CDLL(str(bundled))
     lib.rd_kafka_name.restype = ctypes.c_char_p
     lib.rd_kafka_name.argtypes = [ctypes.c_void_p]
     lib.rd_kafka_handle_mock_cluster.restype = ctypes.c_void_p
