@@ -44,6 +44,7 @@ from quorum.node.config import ConfigError, load_config
 from quorum.node.controller import build_controller, setup_logging
 from quorum.node.controller_client import ControllerClient
 from quorum.node.events import EventLog
+from quorum.node.heap_policy import tune_allocator
 from quorum.node.meta_properties import StorageError, check_storage, directory_uuid
 from quorum.node.node_context import LocalNodeContext
 from quorum.node.raft_node import RaftNode
@@ -201,6 +202,7 @@ def run_broker(config_path: str, *, events_file: str | None = None) -> int:
         return 1
     setup_logging(node_id)
     tune_collector()
+    tune_allocator()
     import uvloop
 
     try:

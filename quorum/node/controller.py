@@ -23,6 +23,7 @@ from quorum.node.config import ConfigError, NodeConfig, load_config
 from quorum.node.controller_apis import ControllerApis
 from quorum.node.controller_client import ControllerClient
 from quorum.node.events import EventLog
+from quorum.node.heap_policy import tune_allocator
 from quorum.node.meta_properties import StorageError, check_storage, directory_uuid
 from quorum.node.node_context import LocalNodeContext, broker_defaults_of
 from quorum.node.raft_node import RaftNode
@@ -180,6 +181,7 @@ def run_controller(
         return 1
     setup_logging(node_id)
     tune_collector()
+    tune_allocator()
     import uvloop
 
     try:
