@@ -7,7 +7,7 @@ mmap (until the first free raises the dynamic threshold) or carved from the top 
 which `free` then gives back to the kernel once more than twice that threshold is free
 there. Either way the next frame lands on pages the kernel must fault in and zero before the
 socket's bytes are copied onto them: 3 % of a broker's CPU at 210 MB/s of acks=all (perf,
-2026-11-28), and the copy itself runs on cold cache lines. Fixed thresholds keep the freed
+2026-11-28). Fixed thresholds keep the freed
 memory in the heap for the next frame: allocations under MMAP_THRESHOLD_BYTES come from the
 heap, and the heap keeps up to TRIM_THRESHOLD_BYTES free at its top (the price: that much
 resident memory a process may keep after a burst).

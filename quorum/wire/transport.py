@@ -245,8 +245,9 @@ class _Frames:
     """Length-prefixed frames cut from a byte stream that the event loop reads into this
     object's buffers (a BufferedProtocol's `get_buffer` / `buffer_updated`): a frame up to
     `_READ_CHUNK` from the receive buffer, copied out as `bytes`; a larger one read straight
-    into a bytearray of its own size, handed over as it is (no copy). The receive buffer is
-    `_SCRATCH_BYTES`, doubled for a frame that does not fit and shrunk back once empty."""
+    into an unzeroed bytearray of its own size, handed over as it is (no copy). The receive
+    buffer is `_SCRATCH_BYTES`; it doubles only when it is full of bytes not yet cut (reading
+    paused with a prefix untaken) and shrinks back once empty."""
 
     __slots__ = ("big", "big_got", "buf", "end", "start")
 
@@ -266,7 +267,7 @@ class _Frames:
             kept = self.end - self.start
             if self.start:
                 buf[:kept] = buf[self.start : self.end]  # same length: no resize of an exported buffer
-            else:  # a frame (up to _READ_CHUNK) larger than the buffer: a buffer twice the size
+            else:  # full of bytes not yet cut (reading paused before a prefix): twice the size
                 self.buf = buf = buf + bytes(len(buf))
             self.start, self.end = 0, kept
         return memoryview(buf)[self.end :]

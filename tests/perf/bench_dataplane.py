@@ -954,13 +954,19 @@ def check_disk(path: Path, need_bytes: float) -> None:
         )
 
 
-def run_pykraft(args: argparse.Namespace, work: Path, nb: int) -> list[Run]:
-    rf, min_isr = min(3, nb), min(2, nb)
-    properties = {
-        "min.insync.replicas": str(min_isr),
+def cluster_properties(brokers: int) -> dict[str, str]:
+    """The brokers' settings of the produce runs: min.insync.replicas 2 (1 with one broker),
+    topics created only by the benchmark, retention checked every second."""
+    return {
+        "min.insync.replicas": str(min(2, brokers)),
         "auto.create.topics.enable": "false",
         "log.retention.check.interval.ms": "1000",
     }
+
+
+def run_pykraft(args: argparse.Namespace, work: Path, nb: int) -> list[Run]:
+    rf = min(3, nb)
+    properties = cluster_properties(nb)
     runs: list[Run] = []
     with pykraft_cluster(work / f"cluster-{nb}b", nb, properties, keep=args.keep) as cluster:
         bootstrap = bootstrap_of(cluster)

@@ -75,11 +75,9 @@ def main() -> int:
     out = args.out or work / "perf"
     out.mkdir(parents=True, exist_ok=True)
     bd.FAST_PRODUCER = bd.c_client_exe(work, bd.FAST_PRODUCER_C)
-    properties = {"min.insync.replicas": "2", "auto.create.topics.enable": "false",
-                  "log.retention.check.interval.ms": "1000"}  # fmt: skip
     rates = [None] + ([args.rate_mb] if args.rate_mb > 0 else [])
     try:
-        with bd.pykraft_cluster(work / "cluster", 3, properties, keep=False) as cluster:
+        with bd.pykraft_cluster(work / "cluster", 3, bd.cluster_properties(3), keep=False) as cluster:
             bootstrap = bd.bootstrap_of(cluster)
             groups = bd.broker_groups(cluster)
             pids = ",".join(str(p) for p in groups["brokers"])
