@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Protocol
+from typing import Final, Protocol
 
 from quorum.controller.config_entry import ConfigEntry, ConfigSource, ConfigSynonym, ConfigType
 from quorum.controller.errors import InvalidConfigError
@@ -92,23 +92,25 @@ def _display(value: ConfigValue) -> str:
 
 def parse_typed(name: str, raw: str, type_: ConfigType) -> ConfigValue:
     """Parse a config string as Kafka's ``ConfigDef.parseType`` does (no validator)."""
+    if type_ is _LONG or type_ is _INT:
+        if raw.isdigit() and raw.isascii():  # the common shape: [0-9]+, nothing to trim
+            number = int(raw)
+        else:
+            trimmed = _java_trim(raw)
+            number = int(trimmed) if _INT_RE.fullmatch(trimmed) else LONG_MAX + 1
+        if (INT_MIN <= number <= INT_MAX) if type_ is _INT else (LONG_MIN <= number <= LONG_MAX):
+            return number
+        raise _invalid(name, raw, f"Not a number of type {type_.name}")
     trimmed = _java_trim(raw)
-    if type_ is ConfigType.BOOLEAN:
+    if type_ is _BOOLEAN:
         if trimmed.lower() == "true":
             return True
         if trimmed.lower() == "false":
             return False
         raise _invalid(name, raw, "Expected value to be either true or false")
-    if type_ is ConfigType.STRING:
+    if type_ is _STRING:
         return trimmed
-    if type_ in (ConfigType.INT, ConfigType.LONG):
-        low, high = (INT_MIN, INT_MAX) if type_ is ConfigType.INT else (LONG_MIN, LONG_MAX)
-        if _INT_RE.fullmatch(trimmed):
-            number = int(trimmed)
-            if low <= number <= high:
-                return number
-        raise _invalid(name, raw, f"Not a number of type {type_.name}")
-    if type_ is ConfigType.DOUBLE:
+    if type_ is _DOUBLE:
         if _DEC_FLOAT_RE.fullmatch(trimmed):
             body = trimmed[:-1] if trimmed[-1] in "fFdD" else trimmed
             return float(body.replace("Infinity", "inf").replace("NaN", "nan"))
@@ -120,6 +122,15 @@ def parse_typed(name: str, raw: str, type_: ConfigType) -> ConfigValue:
     if trimmed == "":
         return ()
     return tuple(_LIST_SPLIT_RE.split(trimmed))
+
+
+# The types as module constants: a compiled module reads these without an attribute lookup
+# on the enum class per comparison (parse_typed runs for every config value of every write).
+_BOOLEAN: Final = ConfigType.BOOLEAN
+_STRING: Final = ConfigType.STRING
+_INT: Final = ConfigType.INT
+_LONG: Final = ConfigType.LONG
+_DOUBLE: Final = ConfigType.DOUBLE
 
 
 def format_value(value: ConfigValue) -> str:
