@@ -2,12 +2,12 @@
 
 `KafkaRequestHandler` over a real `GroupCoordinator` whose partition host appends at the next
 event-loop turn (so commits coalesce as they do behind a real acks=all append); N clients
-each send one-partition OffsetCommit v7 requests in a loop. Prints the process's CPU time
-(`time.process_time`, so a busy machine inflates it less than wall time) per request, per
-round; `--profile` adds a cProfile of the last round.
+each send OffsetCommit v7 requests of `--partitions` offsets (default 1) in a loop. Prints
+the process's CPU time (`time.process_time`, so a busy machine inflates it less than wall
+time) per request, per round; `--profile` adds a cProfile of the last round.
 
     PYTHONPATH=. .venv/bin/python tests/perf/bench_offset_commit_cpu.py [--clients 64] [--requests 300]
-        [--rounds 3] [--profile]
+        [--rounds 3] [--partitions 1] [--profile]
 
 Run it from two checkouts alternately to compare code (the machine is shared and noisy), or
 count instructions, which the machine's load does not move: `BENCH_CALLGRIND=1 valgrind
@@ -66,13 +66,16 @@ class Host:
         return ErrorCode.NONE
 
 
-def commit_frame(client: int) -> bytes:
+def commit_frame(client: int, partitions: int = 1) -> bytes:
     cls = load_request_schema(8, 7)
     tcls, pcls = nested(cls, "OffsetCommitRequestTopic"), nested(cls, "OffsetCommitRequestPartition")
+    parts = tuple(
+        make(pcls, partition_index=(client * partitions + j) % 64, committed_offset=client, committed_leader_epoch=-1,
+             committed_metadata=None)
+        for j in range(partitions)
+    )  # fmt: skip
     body = make(cls, group_id="bench-commits", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
-                topics=(make(tcls, name="events", partitions=(
-                    make(pcls, partition_index=client % 64, committed_offset=client, committed_leader_epoch=-1,
-                         committed_metadata=None),)),))  # fmt: skip
+                topics=(make(tcls, name="events", partitions=parts),))  # fmt: skip
     header = cls.__header_schema__(request_api_key=8, request_api_version=7, correlation_id=1, client_id="bench")
     buf = io.BytesIO()
     entity_writer(cls.__header_schema__)(buf, header)
@@ -81,7 +84,7 @@ def commit_frame(client: int) -> bytes:
 
 
 async def one_round(
-    clients: int, requests: int, profile: cProfile.Profile | None, measured: bool = True
+    clients: int, requests: int, profile: cProfile.Profile | None, measured: bool = True, partitions: int = 1
 ) -> tuple[float, int]:
     host = Host()
     coordinator = GroupCoordinator(1, host, CoordinatorConfig())  # type: ignore[arg-type]
@@ -90,7 +93,7 @@ async def one_round(
         await asyncio.sleep(0)
     handler = KafkaRequestHandler(FakeServices(make_image(BROKERS, TOPICS), node_id=1),
                                   ListenerConfig(listener_name="PLAINTEXT"), groups=coordinator)  # fmt: skip
-    frames = [commit_frame(i) for i in range(clients)]
+    frames = [commit_frame(i, partitions) for i in range(clients)]
 
     async def client(frame: bytes) -> None:
         for _ in range(requests):
@@ -117,12 +120,13 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--partitions", type=int, default=1, help="offsets per OffsetCommit request")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     asyncio.run(one_round(args.clients, 20, None, measured=False))  # warm-up: imports, caches
     for r in range(args.rounds):
         profile = cProfile.Profile() if args.profile and r == args.rounds - 1 else None
-        us, appends = asyncio.run(one_round(args.clients, args.requests, profile))
+        us, appends = asyncio.run(one_round(args.clients, args.requests, profile, partitions=args.partitions))
         print(f"round {r + 1}: {us:.1f} us of CPU per OffsetCommit ({args.clients * args.requests} commits, "
               f"{appends} appends){' (profiled)' if profile else ''}", flush=True)  # fmt: skip
         if profile:

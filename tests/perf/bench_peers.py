@@ -1085,7 +1085,10 @@ def render(result: dict[str, Any]) -> str:
     out = [f"bench_peers {result['started']} ({result['machine']}), load before {result['load_before']}"]
     for name, why in result["skipped"].items():
         out.append(f"  {name}: SKIPPED: {why}")
-    header = f"{'system':<10} {'seq w/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'16 cl w/s':>10} {'64 cl w/s':>10} {'64 + observer':>13}"
+    header = (
+        f"{'system':<10} {'seq w/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'16 cl w/s':>10} {'64 cl w/s':>10} "
+        f"{'64 + observer':>13}"
+    )
     out += ["", header, "-" * len(header)]
     for name, by_timing in result["systems"].items():
         d = by_timing.get("defaults", {})
