@@ -3,6 +3,7 @@
 controller) with each process's CPU per write: for comparing code versions on a busy machine.
 
     python tests/perf/bench_ctl_writes.py [--repo DIR] [--client FILE] [--clients 64] [--seconds 4] [--rounds 2]
+                                          [--no-broker]
 
 Starts `bench_peers.py`'s pykraft quorum (3 controllers + 1 broker, defaults) from the code
 in --repo (default: this checkout), runs `bench_peers.run_clients` --rounds times, and prints
@@ -58,6 +59,8 @@ async def run(bp: Any, args: argparse.Namespace) -> None:
         system.start()
         await system.wait_ready()
         await system.prepare(args.clients)
+        if args.no_broker:  # the quorum alone, as bench_peers.py's headline figure
+            await system.set_observers(False)
         for _ in range(args.rounds):
             leader = await system.wait_ready()
             pids = {m: p.pid for m, p in system.procs.items()}
@@ -93,6 +96,7 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--no-broker", action="store_true", help="stop the broker once the topics exist")
     args = ap.parse_args()
     repo = Path(args.repo).resolve()
     client = Path(args.client).resolve() if args.client else repo / "tests/perf/bench_peers.py"
