@@ -318,17 +318,35 @@ def wait_for_leader(addresses: list[tuple[str, int]], cluster_id: str, timeout_s
     raise ClusterError(f"no leader elected within {timeout_s:.0f} s")
 
 
-def wait_for_unfenced(brokers: list[NodePlan], timeout_s: float) -> None:
-    """Wait until every broker's event log says the controller unfenced it."""
+def events_ends(plans: list[NodePlan]) -> dict[int, int]:
+    """Each node's event log size (bytes) now: where the events of a node started next begin
+    (the log is appended to across starts)."""
+    return {p.node_id: p.events_file.stat().st_size if p.events_file.exists() else 0 for p in plans}
+
+
+def wait_for_unfenced(brokers: list[NodePlan], timeout_s: float, since: Mapping[int, int] | None = None) -> None:
+    """Wait until every broker's event log says the controller unfenced it, in the events
+    written after byte `since[node_id]` (`events_ends` taken before the start): an
+    "unfenced" of an earlier start of the same directory does not count."""
     deadline = time.monotonic() + timeout_s
     pending = {p.node_id: p for p in brokers}
     while pending and time.monotonic() < deadline:
         for node_id, plan in list(pending.items()):
-            if plan.events_file.exists() and '"state": "unfenced"' in plan.events_file.read_text():
+            if _unfenced_since(plan.events_file, (since or {}).get(node_id, 0)):
                 del pending[node_id]
         time.sleep(0.1)
     if pending:
         raise ClusterError(f"brokers {sorted(pending)} were not unfenced within {timeout_s:.0f} s")
+
+
+def _unfenced_since(events_file: Path, start: int) -> bool:
+    if not events_file.exists():
+        return False
+    with events_file.open("rb") as f:
+        if f.seek(0, 2) < start:
+            start = 0  # the log was replaced: read all of it
+        f.seek(start)
+        return b'"state": "unfenced"' in f.read()
 
 
 def cluster_up(args: argparse.Namespace) -> int:
@@ -366,6 +384,7 @@ def cluster_up(args: argparse.Namespace) -> int:
     directory_ids = None if static else _voter_directory_ids(plans)
     plans = plans if directory_ids is None else plan(directory_ids)
     nodes = []
+    events_before = events_ends(plans)
     for p in plans:
         proc = start_node(p, cluster_id)
         node = {
@@ -388,7 +407,7 @@ def cluster_up(args: argparse.Namespace) -> int:
     addresses = [("127.0.0.1", base_port + p.node_id) for p in plans if "controller" in p.properties["process.roles"]]
     try:
         leader, epoch = wait_for_leader(addresses, cluster_id, timeout_s=30)
-        wait_for_unfenced([p for p in plans if p.role == "broker"], timeout_s=60)
+        wait_for_unfenced([p for p in plans if p.role == "broker"], timeout_s=60, since=events_before)
     except ClusterError:
         for n in nodes:
             print(f"  node {n['id']}: see {n['log_file']}", file=sys.stderr)
