@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Final
 
 from crc32c import crc32c
 
@@ -90,8 +91,14 @@ class Assigned:
 fast_frozen_init(Assigned)  # not a decorator: mypyc makes a decorated class a Python class
 
 
+_KEYLESS: Final = "Compacted topic cannot accept message without key."
+
+
 def _check_keys(view: memoryview, f: BatchFrame) -> None:
-    """Compacted topics: every record of the batch must have a key."""
+    """Compacted topics: every record of the batch must have a key. Refused, the batch names
+    each keyless record by its index in the batch (KIP-467's record errors, as Kafka's
+    LogValidator lists them), so that a client fails those records with INVALID_RECORD and the
+    rest of the batch with an error of its own (librdkafka: _INVALID_DIFFERENT_RECORD)."""
     try:
         if f.compression:
             body: bytes | memoryview = decompress(
@@ -100,11 +107,22 @@ def _check_keys(view: memoryview, f: BatchFrame) -> None:
             start, end = 0, len(body)
         else:
             body, start, end = view, f.position + BATCH_HEADER_SIZE, f.position + f.size
-        for record in iter_records(body, f.record_count, start=start, end=end, payloads=False):
-            if record.key is None:
-                raise LogError(ErrorCode.INVALID_RECORD, "Compacted topic cannot accept message without key.")
+        keyless = [
+            index
+            for index, record in enumerate(iter_records(body, f.record_count, start=start, end=end, payloads=False))
+            if record.key is None
+        ]
     except (RecordsError, DecompressionError) as exc:
         raise LogError(ErrorCode.CORRUPT_MESSAGE, f"a record of the batch is malformed: {exc}") from None
+    if keyless:
+        errors = tuple((index, _KEYLESS) for index in keyless)
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+        raise LogError(
+            ErrorCode.INVALID_RECORD,
+            f"One or more records have been rejected due to {len(errors)} record errors in total, and only "
+            f"showing the first three errors at most: [{shown}]",
+            errors,
+        )
 
 
 def validate(

@@ -66,6 +66,7 @@ from broker.replica.requests import (
     ProducePartition,
     ProducePartitionResult,
     ProducerDescription,
+    RecordError,
     ReplicaView,
     TxnMarker,
     TxnMarkerResult,
@@ -446,7 +447,8 @@ class ReplicaManager:
         try:
             info = write(hosted)
         except LogError as exc:
-            return ProducePartitionResult(error=exc.code, error_message=str(exc)), None
+            record_errors = tuple(RecordError(index, why) for index, why in exc.record_errors)
+            return ProducePartitionResult(error=exc.code, error_message=str(exc), record_errors=record_errors), None
         except OSError as exc:
             log.error("append to %s-%d failed: %s", topic, partition, exc)
             return ProducePartitionResult(error=ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(exc)), None

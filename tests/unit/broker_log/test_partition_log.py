@@ -88,7 +88,28 @@ def test_compacted_topic_refuses_keyless_records(tmp_path: Path) -> None:
         with pytest.raises(LogError) as err:
             plog.append_as_leader(data, 1, NOW)
         assert err.value.code == ErrorCode.INVALID_RECORD
+        assert err.value.record_errors == ((1, "Compacted topic cannot accept message without key."),)
     assert plog.log_end_offset == 5
+
+
+def test_a_refused_batch_names_each_keyless_record(tmp_path: Path) -> None:
+    """KIP-467, as Kafka's LogValidator answers: the index in the batch of every keyless record
+    (librdkafka fails those with INVALID_RECORD and the others with _INVALID_DIFFERENT_RECORD),
+    and a message that counts them and shows the first three."""
+    plog = PartitionLog.open(tmp_path / "c-0", LogConfig(cleanup_policy=("compact",)), topic_id=uuid.uuid4())
+    b = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, batch_size=1 << 22)
+    for i in range(20):
+        b.append(i, timestamp=NOW, key=None if i % 5 == 0 else b"k%d" % i, value=b"v", headers=[])
+    with pytest.raises(LogError) as err:
+        plog.append_as_leader(bytes(b.build()), 1, NOW)
+    why = "Compacted topic cannot accept message without key."
+    assert err.value.record_errors == ((0, why), (5, why), (10, why), (15, why))
+    assert err.value.message == (
+        "One or more records have been rejected due to 4 record errors in total, and only showing the first "
+        f"three errors at most: [RecordError(batchIndex=0, message='{why}'), "
+        f"RecordError(batchIndex=5, message='{why}'), RecordError(batchIndex=10, message='{why}')]"
+    )
+    assert plog.log_end_offset == 0
 
 
 @pytest.mark.parametrize("damage", ["torn", "flipped"])
