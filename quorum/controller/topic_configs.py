@@ -94,10 +94,19 @@ def parse_typed(name: str, raw: str, type_: ConfigType) -> ConfigValue:
     """Parse a config string as Kafka's ``ConfigDef.parseType`` does (no validator)."""
     if type_ is _LONG or type_ is _INT:
         if raw.isdigit() and raw.isascii():  # the common shape: [0-9]+, nothing to trim
-            number = int(raw)
+            text = raw
         else:
-            trimmed = _java_trim(raw)
-            number = int(trimmed) if _INT_RE.fullmatch(trimmed) else LONG_MAX + 1
+            text = _java_trim(raw)
+            if not _INT_RE.fullmatch(text):
+                text = ""
+        # More than 19 digits past the leading zeros is out of any range here; int() sees the
+        # digits alone (it refuses strings of over 4,300 with a ValueError of its own).
+        negative = text[:1] == "-"
+        digits = text.lstrip("+-").lstrip("0")
+        if not text or len(digits) > 19:
+            number = LONG_MAX + 1
+        else:
+            number = -int(digits or "0") if negative else int(digits or "0")
         if (INT_MIN <= number <= INT_MAX) if type_ is _INT else (LONG_MIN <= number <= LONG_MAX):
             return number
         raise _invalid(name, raw, f"Not a number of type {type_.name}")

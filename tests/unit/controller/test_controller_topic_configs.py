@@ -286,6 +286,20 @@ def test_good_values_parse_as_kafka_does(name, value, parsed):
     validate_configs({name: value})
 
 
+def test_numbers_of_any_length_get_kafkas_answer():
+    """Out of range however long (Python's int() refuses strings of over 4,300 digits with a
+    ValueError of its own: that must not reach the caller); leading zeros count for nothing,
+    as in Java's Long.parseLong."""
+    for huge in ("9" * 5000, "-" + "9" * 5000, "1" * 20):
+        with pytest.raises(InvalidConfigError, match="Not a number of type LONG"):
+            parse_value("retention.ms", huge)
+        with pytest.raises(InvalidConfigError, match="Not a number of type INT"):
+            parse_value("segment.bytes", huge)
+    assert parse_value("retention.ms", "0" * 5000 + "42") == 42
+    assert parse_value("retention.ms", " +" + "0" * 30 + "9223372036854775807\t") == 9223372036854775807
+    assert parse_value("segment.bytes", "0" * 30 + "2147483647") == 2147483647
+
+
 def test_python_only_number_syntax_is_rejected():
     for bad in ("1_000", "١٢", "0x10", "1e3"):
         with pytest.raises(InvalidConfigError, match="Not a number of type LONG"):
