@@ -1019,7 +1019,8 @@ async def bench_system(
         await system.prepare(clients)
         # The members alone take the writes, as etcd's and ZooKeeper's do; then, where the
         # system has observers (pykraft's broker), 64 clients once more with them following.
-        observed = await system.set_observers(False)
+        # A failover-only run keeps them up throughout.
+        observed = throughput and await system.set_observers(False)
         leader = await system.wait_ready()
         if throughput:
             out["sequential"] = await run_clients(system, leader, 1, seconds, 1.0)
@@ -1030,11 +1031,10 @@ async def bench_system(
                 print(f"    {n} clients: {out[f'clients_{n}']}", flush=True)
         if observed:
             await system.set_observers(True)
-            if throughput:
-                n = max(CONCURRENCY)
-                leader = await system.wait_ready()
-                out[f"clients_{n}_observed"] = await run_clients(system, leader, n, seconds, 1.0)
-                print(f"    {n} clients, the broker following the log: {out[f'clients_{n}_observed']}", flush=True)
+            n = max(CONCURRENCY)
+            leader = await system.wait_ready()
+            out[f"clients_{n}_observed"] = await run_clients(system, leader, n, seconds, 1.0)
+            print(f"    {n} clients, the broker following the log: {out[f'clients_{n}_observed']}", flush=True)
         out["kill9"] = await run_failovers(system, kills)
         out["load_after"] = load_average()
     finally:
