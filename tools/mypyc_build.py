@@ -230,6 +230,9 @@ def build(set_name: str, jobs: int) -> None:
     for path in built_modules():  # a module dropped from the set must not stay compiled
         path.unlink()
     STAMP.unlink(missing_ok=True)
+    # The digest of the sources as they are when compilation starts: a source edited during
+    # the build then leaves the build stale, as it is (mypyc read the earlier text).
+    compiled_digest = digest(modules)
     _parallel_compile(jobs)
     # opt_level 3 is mypyc's default; multi_file: one C file per module, compiled in parallel
     # (one shared library still, so cross-module calls stay direct). The shared library is
@@ -245,7 +248,7 @@ def build(set_name: str, jobs: int) -> None:
         py_modules=[],
     )
     STAMP.parent.mkdir(exist_ok=True)
-    STAMP.write_text(json.dumps({"set": set_name, "modules": list(modules), "digest": digest(modules)}))
+    STAMP.write_text(json.dumps({"set": set_name, "modules": list(modules), "digest": compiled_digest}))
     print(f"built {len(modules)} modules ({set_name}) in {time.monotonic() - start:.0f} s", file=sys.stderr)
 
 

@@ -13,6 +13,7 @@ import random
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from quorum.controller import partition_change as pc
 from quorum.controller.errors import (
@@ -338,7 +339,9 @@ def incremental_alter_configs(
             results.append(AlterConfigsResult(res.resource_type, name, code, f"Topic {name} does not exist."))
             continue
         before = configs.get(ConfigResource.topic(name), _NO_CONFIGS)
-        after = dict(before)
+        # A copy to change: the image's maps are MappingProxyType (whose copy() is the dict's
+        # own, in C; dict() of a proxy goes key by key).
+        after = before.copy() if isinstance(before, MappingProxyType) else dict(before)
         ops = res.ops
         # The ops change only the keys they name: those are the keys to compare, in order.
         keys = sorted({op.name for op in ops}) if len(ops) != 1 else [ops[0].name]

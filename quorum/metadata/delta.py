@@ -56,6 +56,7 @@ from quorum.metadata.image import (
     _copy_map,
     _hamt,
     collision_key,
+    config_resource,
 )
 from quorum.metadata.records import (
     NO_LEADER_CHANGE,
@@ -393,16 +394,16 @@ class MetadataDelta:
             base = self._image.topics.by_id[r.topic_id]
             self._deleted[r.topic_id] = base
         self._names[name] = None
-        change = self._configs.get(ConfigResource(_TOPIC, name))
+        change = self._configs.get(config_resource(_TOPIC, name))
         if change is None:
-            change = self._configs[ConfigResource(_TOPIC, name)] = _ConfigChange()
+            change = self._configs[config_resource(_TOPIC, name)] = _ConfigChange()
         change.cleared = True
         change.keys.clear()
 
     # configs
 
     def _replay_config(self, r: ConfigRecord, offset: int | None) -> None:
-        resource = ConfigResource(r.resource_type, r.resource_name)
+        resource = config_resource(r.resource_type, r.resource_name)
         change = self._configs.get(resource)
         if change is None:
             change = self._configs[resource] = _ConfigChange()

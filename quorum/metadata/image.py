@@ -450,6 +450,12 @@ class ConfigResource(NamedTuple):
         return ConfigResource(ConfigResourceType.BROKER.value, str(broker_id))
 
 
+def config_resource(resource_type: int, name: str) -> ConfigResource:
+    """`ConfigResource(resource_type, name)` for hot paths: a NamedTuple's own `__new__` runs as
+    Python (about three times the cost of building the tuple directly)."""
+    return _new_tuple(ConfigResource, (resource_type, name))
+
+
 # --------------------------------------------------------------------------- the image
 
 

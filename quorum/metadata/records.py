@@ -622,17 +622,19 @@ class _RecordType:
     compiled: CompiledSchema
     pick_version: Callable[[Any], int]
     headers: dict[int, bytes]
+    fixed_version: int  # the version every record of the type is written at; -1: pick_version decides
 
 
 def _fixed(version: int) -> Callable[[Any], int]:
     return lambda _record: version
 
 
+# The types written at one version other than 0, and the two whose version depends on the record.
+_FIXED_VERSION: dict[type, int] = {RegisterBrokerRecord: 3, BrokerRegistrationChangeRecord: 2}
 _WRITE_VERSION: dict[type, Callable[[Any], int]] = {
-    RegisterBrokerRecord: _fixed(3),
+    **{cls: _fixed(version) for cls, version in _FIXED_VERSION.items()},
     PartitionRecord: _partition_record_version,
     PartitionChangeRecord: _partition_change_version,
-    BrokerRegistrationChangeRecord: _fixed(2),
 }
 
 _BY_CLASS: dict[type, _RecordType] = {}
@@ -644,12 +646,14 @@ for _schema, _type_name in _SCHEMAS:
     _api_key = API_KEYS[_schema.cls]
     _compiled = compile_schema(_schema)
     _headers = {v: uvarint_bytes(FRAME_VERSION) + uvarint_bytes(_api_key) + uvarint_bytes(v) for v in _schema.versions}
-    _rt = _RecordType(_api_key, _type_name, _compiled, _WRITE_VERSION.get(_schema.cls, _fixed(0)), _headers)
+    _pick = _WRITE_VERSION.get(_schema.cls)
+    _fixed_at = _FIXED_VERSION.get(_schema.cls, 0 if _pick is None else -1)
+    _rt = _RecordType(_api_key, _type_name, _compiled, _pick or _fixed(0), _headers, _fixed_at)
     _BY_CLASS[_schema.cls] = _rt
     _BY_KEY[_api_key] = _rt
     for _v, _dec in _compiled.decoders.items():
         _DECODERS[_api_key << 16 | _v] = _dec
-del _schema, _type_name, _api_key, _compiled, _headers, _rt
+del _schema, _type_name, _api_key, _compiled, _headers, _rt, _pick, _fixed_at
 
 _ENCODE_ERRORS = (struct.error, AttributeError, TypeError, OverflowError)
 _DECODE_ERRORS = (IndexError, struct.error, ValueError, OverflowError)
@@ -685,7 +689,7 @@ def encode_record(record: MetadataRecord, version: int | None = None) -> bytes:
     """
     rt = _record_type(record)
     if version is None:
-        version = rt.pick_version(record)
+        version = rt.fixed_version if rt.fixed_version >= 0 else rt.pick_version(record)
     header = rt.headers.get(version)
     if header is None:
         raise ValueError(f"{rt.type_name} has no version {version}")

@@ -342,20 +342,40 @@ class QuorumController:
         if self._inflight == 0 and self._open is not None:
             self._seal()
 
-    async def handle(self, request: ControllerRequest) -> ControllerResponse:
-        """Run one request; raises NotControllerError when this node is not active."""
+    def start_write(
+        self, request: ControllerRequest
+    ) -> tuple[ControllerResponse, asyncio.Future[Offset] | None] | None:
+        """Run a write's rule now: its answer, and the future of its records' commit (None when
+        it wrote nothing; it fails with NotLeaderError if leadership is lost first). None when
+        `request` is no write (a heartbeat: `handle`). Raises NotControllerError when this
+        node is not active. The answer may be sent only once that future has resolved.
+
+        The listener's write path (`ControllerApis.handle`) calls this from the read callback
+        and answers from the future's callback: no task, no coroutine per write."""
         if not self.active:
             raise NotControllerError()
         rule = self._rules.get(type(request))
-        if rule is not None:
-            # A write: the rule's records are appended; the answer once they are committed.
-            result: ControllerResult[ControllerResponse] = rule(self.working_image, request)
-            if result.records:
+        if rule is None:
+            return None
+        result: ControllerResult[ControllerResponse] = rule(self.working_image, request)
+        if not result.records:
+            return result.response, None
+        try:
+            return result.response, self._append(result.records)
+        except NotLeaderError as exc:
+            raise NotControllerError() from exc
+
+    async def handle(self, request: ControllerRequest) -> ControllerResponse:
+        """Run one request; raises NotControllerError when this node is not active."""
+        started = self.start_write(request)
+        if started is not None:
+            response, committed = started
+            if committed is not None:
                 try:
-                    await self._append(result.records)
+                    await committed
                 except NotLeaderError as exc:
                     raise NotControllerError() from exc
-            return result.response
+            return response
         if isinstance(request, BrokerHeartbeatRequest):
             return await self._heartbeat(request)
         raise TypeError(f"unknown controller request {type(request).__name__}")

@@ -10,21 +10,34 @@ image on any controller.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+from collections.abc import Awaitable
 from dataclasses import replace
 
 from quorum.controller.config_entry import ConfigEntry
 from quorum.controller.errors import ErrorCode
-from quorum.controller.requests import ConfigResourceType
+from quorum.controller.requests import ConfigResourceType, ControllerResponse
 from quorum.controller.topic_configs import describe_all
 from quorum.metadata.image import ConfigResource
 from quorum.metadata.snapshot import MetadataStateMachine
 from quorum.node.active_controller import NotControllerError, QuorumController
 from quorum.node.raft_node import RaftNode
+from quorum.raft.errors import NotLeaderError
+from quorum.raft.types import Offset
 from quorum.wire import admin_codec, codec
 from quorum.wire.transport import CloseConnection
 
 log = logging.getLogger(__name__)
+
+_NOT_ACTIVE = "This is not the active controller"
+# Answered by `_handle` from the image on any controller (or refused): no write rule.
+_NOT_WRITES = (
+    admin_codec.DescribeClusterRequest,
+    admin_codec.DescribeConfigsRequest,
+    admin_codec.UnregisterBrokerRequest,
+)
 
 
 class ControllerApis:
@@ -43,14 +56,77 @@ class ControllerApis:
         self.cluster_id = cluster_id
         self.broker_defaults = broker_defaults
 
-    async def handle(self, api_key: int, frame: bytes | bytearray) -> bytes | None:
+    def handle(self, api_key: int, frame: bytes | bytearray) -> Awaitable[bytes | None]:
+        """The answer to `frame`, for the listener (`transport.serve` awaits what this returns).
+
+        A write is decided here and now (`QuorumController.start_write`) and answered with a
+        future that its commit resolves: the write costs no task and no coroutine. Everything
+        else (reads, errors, heartbeats) is a coroutine, `_handle`. Never raises: what the
+        fast path cannot answer, the coroutine does (it raises inside the listener's task,
+        which closes the connection, as any handler's exception does)."""
         try:
             decoded = admin_codec.decode_admin_request(frame)
-        except codec.WireError as exc:
-            answer = admin_codec.admin_error_response_for(exc)
-            if answer is None:
-                raise CloseConnection from exc
-            return answer
+        except codec.WireError:
+            return self._handle(frame, None)
+        request = decoded.request
+        if isinstance(request, _NOT_WRITES):
+            return self._handle(frame, decoded)
+        try:
+            started = self.controller.start_write(request)
+        except NotControllerError:
+            return self._handle(frame, decoded, not_controller=True)
+        except Exception as exc:  # noqa: BLE001 - as an exception of the handler's task
+            failed: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            return failed
+        if started is None:
+            return self._handle(frame, decoded)
+        response, committed = started
+        answer: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+        if committed is None:
+            self._answer(decoded, response, answer, None)
+        else:
+            committed.add_done_callback(functools.partial(self._answer, decoded, response, answer))
+        return answer
+
+    def _answer(
+        self,
+        decoded: admin_codec.DecodedAdmin,
+        response: ControllerResponse,
+        answer: asyncio.Future[bytes | None],
+        committed: asyncio.Future[Offset] | None,
+    ) -> None:
+        """Resolve a write's `answer` once its records' commit (`committed`) resolved."""
+        if answer.done():
+            return  # cancelled: the connection closed meanwhile
+        try:
+            if committed is not None:
+                if committed.cancelled():
+                    answer.cancel()
+                    return
+                exc = committed.exception()
+                if isinstance(exc, NotLeaderError):
+                    code = int(ErrorCode.NOT_CONTROLLER)
+                    answer.set_result(admin_codec.encode_admin_error(decoded, code, _NOT_ACTIVE))
+                    return
+                if exc is not None:
+                    answer.set_exception(exc)
+                    return
+            answer.set_result(admin_codec.encode_admin_response(decoded, response))
+        except Exception as exc:  # noqa: BLE001 - as an exception of the handler's task
+            answer.set_exception(exc)
+
+    async def _handle(
+        self, frame: bytes | bytearray, decoded: admin_codec.DecodedAdmin | None, *, not_controller: bool = False
+    ) -> bytes | None:
+        if decoded is None:
+            try:
+                decoded = admin_codec.decode_admin_request(frame)
+            except codec.WireError as exc:
+                answer = admin_codec.admin_error_response_for(exc)
+                if answer is None:
+                    raise CloseConnection from exc
+                return answer
         request = decoded.request
         if isinstance(request, admin_codec.DescribeClusterRequest):
             return admin_codec.encode_admin_response(decoded, self._describe_cluster())
@@ -60,11 +136,11 @@ class ControllerApis:
             code = int(ErrorCode.INVALID_REQUEST)
             return admin_codec.encode_admin_error(decoded, code, "UnregisterBroker is not supported by pykraft")
         try:
+            if not_controller:
+                raise NotControllerError()
             response = await self.controller.handle(request)
         except NotControllerError:
-            return admin_codec.encode_admin_error(
-                decoded, int(ErrorCode.NOT_CONTROLLER), "This is not the active controller"
-            )
+            return admin_codec.encode_admin_error(decoded, int(ErrorCode.NOT_CONTROLLER), _NOT_ACTIVE)
         return admin_codec.encode_admin_response(decoded, response)
 
     def _describe_cluster(self) -> admin_codec.DescribeClusterResponse:

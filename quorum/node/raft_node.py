@@ -23,10 +23,9 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from quorum.node.bootstrap_voters import controller_endpoint
 from quorum.node.config import HostPort, NodeConfig
@@ -255,7 +254,8 @@ class RaftNode:
         # the writes that gathered during it (they go into the next fsync).
         self.after_flush: Callable[[], None] | None = None
         # Serves the APIs on the controller listener that are not the quorum's own.
-        self.extra_api_handler: Callable[[int, bytes | bytearray], Coroutine[Any, Any, bytes | None]] | None = None
+        # The controller's apis: a coroutine, or a future the handler resolves itself.
+        self.extra_api_handler: Callable[[int, bytes | bytearray], Awaitable[bytes | None]] | None = None
         self.failed = asyncio.Event()  # set when the loop stopped on an error
         self.stopped = asyncio.Event()
 
@@ -839,11 +839,13 @@ class RaftNode:
             return None
         return answer if isinstance(answer, QuorumDescription) else None
 
-    def _handle_frame(self, frame: bytes | bytearray) -> Coroutine[Any, Any, bytes | None]:
-        """The listener's handler: the coroutine that answers `frame` (the handler of its api's
-        own, not one awaiting it: a controller write resumes one coroutine less)."""
+    def _handle_frame(self, frame: bytes | bytearray) -> Awaitable[bytes | None]:
+        """The listener's handler: what answers `frame` (the handler of its api's own, not a
+        coroutine awaiting it: a controller write is answered by a future of its own)."""
         if len(frame) >= 2:
-            api_key = int.from_bytes(frame[:2], "big", signed=True)
+            api_key = (frame[0] << 8) | frame[1]
+            if api_key >= 0x8000:
+                api_key -= 0x10000  # int16, big-endian
             if api_key in codec.VOTER_API_VERSIONS:
                 return self._handle_voter_call(frame)
             if api_key in codec.FEATURE_API_VERSIONS:

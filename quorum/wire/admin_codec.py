@@ -1343,10 +1343,27 @@ _DIRECT_RESPONSES: Final[dict[int, Callable[[Any, int, int], bytes | None]]] = {
 }
 
 
+_FLEXIBLE_REQUESTS: dict[int, bool | None] = {}  # by api_key << 16 | version
+
+
+def _request_is_flexible(api_key: int, version: int) -> bool | None:
+    """Whether the request schema of `api_key` at `version` is flexible (None: no schema),
+    memoized: kio's schema lookup costs more than the rest of a small request's decoding."""
+    key = api_key << 16 | version
+    if key in _FLEXIBLE_REQUESTS:
+        return _FLEXIBLE_REQUESTS[key]
+    cls = _schema(api_key, version, True)
+    flexible = None if cls is None else bool(cls.__flexible__)
+    _FLEXIBLE_REQUESTS[key] = flexible
+    return flexible
+
+
 def _decode_direct(frame: bytes) -> DecodedAdmin | None:
     """The request through its api's direct decoder, or None (no direct decoder, not the
     common shape, or anything the general path must judge)."""
-    direct = _DIRECT_REQUESTS.get(int.from_bytes(frame[:2], "big", signed=True))
+    if len(frame) < 10:
+        return None
+    direct = _DIRECT_REQUESTS.get((frame[0] << 8) | frame[1])  # the api key (non-negative here)
     if direct is None:
         return None
     head = _peek_header(frame)
@@ -1355,11 +1372,12 @@ def _decode_direct(frame: bytes) -> DecodedAdmin | None:
     if not low <= version <= high:
         return None
     # Request header v1 (v2 for flexible versions: then its tagged fields, none expected).
-    pos = 10 + max(0, int.from_bytes(frame[8:10], "big", signed=True))
-    cls = _schema(head.api_key, version, True)
-    if cls is None:
+    n = (frame[8] << 8) | frame[9]  # the client id's length; 0xFFFF (-1) is a null id
+    pos = 10 + (0 if n >= 0x8000 else n)
+    flexible = _request_is_flexible(head.api_key, version)
+    if flexible is None:
         return None
-    if cls.__flexible__:
+    if flexible:
         if len(frame) <= pos or frame[pos]:
             return None
         pos += 1

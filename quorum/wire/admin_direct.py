@@ -29,6 +29,12 @@ __all__ = ["decode_incremental_alter_configs", "encode_incremental_alter_configs
 
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
+_SIZE_AND_ID: Final = struct.Struct(">ii")
+_FLEX_PLAIN_RESULT: Final = struct.Struct(">hBBB")  # error code, null string, resource type, uvarint
+# A response frame's first bytes before the body's own: size and correlation id (both filled
+# by _SIZE_AND_ID), the header's tagged fields when flexible, throttle_time_ms 0.
+_LEGACY_HEAD: Final = bytes(12)
+_FLEX_HEAD: Final = bytes(13)
 _RESOURCE_TYPES: Final = {int(t): t for t in ConfigResourceType}
 _OPS: Final = {int(o): o for o in AlterConfigOpType}
 
@@ -159,11 +165,9 @@ def encode_incremental_alter_configs_response(
 def _encode_iac_response(
     response: IncrementalAlterConfigsResponse, flexible: bool, correlation_id: int
 ) -> bytes | None:
-    out = bytearray(b"\0\0\0\0")
-    out += _I32.pack(correlation_id)
-    if flexible:
-        out.append(0)  # response header v1: no tagged fields
-    out += b"\0\0\0\0"  # throttle_time_ms
+    # Frame: size (int32, filled last) and correlation id (int32); then, flexible, the
+    # response header's empty tagged fields; then throttle_time_ms (int32, 0).
+    out = bytearray(_FLEX_HEAD if flexible else _LEGACY_HEAD)
     resources = response.resources
     if flexible:
         _put_uvarint(out, len(resources) + 1)
@@ -173,8 +177,16 @@ def _encode_iac_response(
         code = res.error_code
         if not known_error_code(code):
             return None
-        out += _I16.pack(code)
         message = res.message
+        name = res.resource_name.encode()
+        if message is None and flexible and len(name) < 0x7F:
+            # The common answer in one pack: error code, null message (0), resource type,
+            # the name's length + 1 as a one-byte uvarint; then the name and no tagged fields.
+            out += _FLEX_PLAIN_RESULT.pack(code, 0, int(res.resource_type), len(name) + 1)
+            out += name
+            out.append(0)
+            continue
+        out += _I16.pack(code)
         if message is None:
             out += b"\0" if flexible else b"\xff\xff"
         else:
@@ -185,15 +197,14 @@ def _encode_iac_response(
                 out += _I16.pack(len(raw))
             out += raw
         out.append(int(res.resource_type))
-        raw = res.resource_name.encode()
         if flexible:
-            _put_uvarint(out, len(raw) + 1)
-            out += raw
+            _put_uvarint(out, len(name) + 1)
+            out += name
             out.append(0)  # the resource's tagged fields
         else:
-            out += _I16.pack(len(raw))
-            out += raw
+            out += _I16.pack(len(name))
+            out += name
     if flexible:
         out.append(0)  # the body's tagged fields
-    _I32.pack_into(out, 0, len(out) - 4)
+    _SIZE_AND_ID.pack_into(out, 0, len(out) - 4, correlation_id)
     return bytes(out)

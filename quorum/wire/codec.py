@@ -546,22 +546,34 @@ def encode_request(
 
 # --------------------------------------------------------------------------- requests: decode
 
-_REQ_HEAD = struct.Struct(">hhi")
 _FETCH_DIRECT_HEAD: Final = struct.pack(">hh", ApiKey.FETCH, fetch_direct.DIRECT_VERSION)
 
 
 def _peek_header(frame: bytes) -> RequestHeaderInfo:
-    if len(frame) < _REQ_HEAD.size + 2:
+    # Bytes 0-7: api key (int16), api version (int16), correlation id (int32), big-endian;
+    # bytes 8-9: the client id's length (int16, -1 for null), then its UTF-8 bytes. Read by
+    # index (a C byte load once compiled: no struct method calls on the request path).
+    size = len(frame)
+    if size < 10:
         raise WireError(ErrorCode.INVALID_REQUEST, "frame shorter than a request header")
-    api_key, api_version, correlation_id = _REQ_HEAD.unpack_from(frame, 0)
-    (n,) = struct.unpack_from(">h", frame, _REQ_HEAD.size)
+    api_key = (frame[0] << 8) | frame[1]
+    api_version = (frame[2] << 8) | frame[3]
+    correlation_id = (frame[4] << 24) | (frame[5] << 16) | (frame[6] << 8) | frame[7]
+    n = (frame[8] << 8) | frame[9]
+    if api_key >= 0x8000:
+        api_key -= 0x10000
+    if api_version >= 0x8000:
+        api_version -= 0x10000
+    if correlation_id >= 0x80000000:
+        correlation_id -= 0x100000000
+    if n >= 0x8000:
+        n -= 0x10000
     client_id: str | None = None
     if n >= 0:
-        raw = frame[_REQ_HEAD.size + 2 : _REQ_HEAD.size + 2 + n]
-        if len(raw) != n:
+        if size < 10 + n:
             raise WireError(ErrorCode.INVALID_REQUEST, "truncated client id")
         try:
-            client_id = raw.decode("utf-8")
+            client_id = frame[10 : 10 + n].decode("utf-8")
         except UnicodeDecodeError:
             raise WireError(ErrorCode.INVALID_REQUEST, "client id is not utf-8") from None
     elif n != -1:

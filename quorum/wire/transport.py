@@ -617,7 +617,14 @@ class _Connected(_WriteFlow, asyncio.BufferedProtocol):
                 behind.set_result(None)  # the previous request now has one behind it
             behind = self.behind = self.loop.create_future()
             context.run(REQUEST_BEHIND.set, behind)
-        task: _Answer = self.loop.create_task(cast(_Handling, self.handler(frame)), context=context)
+        handling = self.handler(frame)
+        # A handler that decided at once may answer with a future of its own (a controller
+        # write, resolved by its commit): no task to run it.
+        task: _Answer = (
+            handling
+            if isinstance(handling, asyncio.Future)
+            else self.loop.create_task(cast(_Handling, handling), context=context)
+        )
         task.add_done_callback(functools.partial(self._done, size))
         self.conn.in_flight += 1
         self.slots += 1
