@@ -108,22 +108,23 @@ def _array_length(buf: bytes, pos: int, flexible: bool) -> tuple[int, int]:
 
 
 def _decode_iac(buf: bytes, pos: int, flexible: bool) -> IncrementalAlterConfigsRequest:
-    read = _compact_string if flexible else _string
+    # The string readers are called by name (direct C calls once compiled), not through a
+    # variable (a generic call with boxed arguments).
     n, pos = _array_length(buf, pos, flexible)
     resources = []
     for _ in range(n):
         rtype = _RESOURCE_TYPES[buf[pos]]  # int8; an unknown type: the general path rejects it
-        name, pos = read(buf, pos + 1)
+        name, pos = _compact_string(buf, pos + 1) if flexible else _string(buf, pos + 1)
         if name is None:
             raise _Short
         m, pos = _array_length(buf, pos, flexible)
         ops = []
         for _ in range(m):
-            key, pos = read(buf, pos)
+            key, pos = _compact_string(buf, pos) if flexible else _string(buf, pos)
             if key is None:
                 raise _Short
             op = _OPS[buf[pos]]
-            value, pos = read(buf, pos + 1)
+            value, pos = _compact_string(buf, pos + 1) if flexible else _string(buf, pos + 1)
             if flexible:
                 if buf[pos]:
                     raise _Short  # tagged fields

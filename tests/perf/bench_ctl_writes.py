@@ -3,7 +3,7 @@
 controller) with each process's CPU per write: for comparing code versions on a busy machine.
 
     python tests/perf/bench_ctl_writes.py [--repo DIR] [--client FILE] [--clients 64] [--seconds 4] [--rounds 2]
-                                          [--no-broker]
+                                          [--no-broker] [--perf DIR]
 
 Starts `bench_peers.py`'s pykraft quorum (3 controllers + 1 broker, defaults) from the code
 in --repo (default: this checkout), runs `bench_peers.run_clients` --rounds times, and prints
@@ -23,6 +23,8 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +37,18 @@ HERE = Path(__file__).resolve().parent
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_perf(out: str, pids: dict[int, int], leader: int, broker: int | None) -> list[subprocess.Popen[bytes]]:
+    """`perf record` (DWARF call graphs, 199 Hz) of each node for the round: OUT/leader.data,
+    OUT/follower-N.data, OUT/broker.data (read them with `perf report -i F --no-children`)."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    recorders = []
+    for member, pid in pids.items():
+        name = "leader" if member == leader else "broker" if member == broker else f"follower-{member}"
+        cmd = ["perf", "record", "--call-graph", "dwarf,16384", "-F", "199", "-p", str(pid), "-o", f"{out}/{name}.data"]
+        recorders.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return recorders
 
 
 def load_bench_peers(repo: Path, client: Path) -> Any:
@@ -65,9 +79,14 @@ async def run(bp: Any, args: argparse.Namespace) -> None:
             leader = await system.wait_ready()
             pids = {m: p.pid for m, p in system.procs.items()}
             before = {m: cpu_s(pid) for m, pid in pids.items()}
+            recorders = start_perf(args.perf, pids, leader, system.broker) if args.perf else []
             me, t0 = time.process_time(), time.perf_counter()
             out = await bp.run_clients(system, leader, args.clients, args.seconds, 1.0)
             elapsed = time.perf_counter() - t0
+            for rec in recorders:
+                rec.send_signal(signal.SIGINT)
+            for rec in recorders:
+                rec.wait()
             after = {m: cpu_s(pid) for m, pid in pids.items()}
             writes = out["writes_per_s"] * elapsed  # the warm-up's writes too, at the same rate
             role = {m: "leader" if m == leader else "broker" if m == system.broker else f"follower {m}" for m in pids}
@@ -97,6 +116,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--no-broker", action="store_true", help="stop the broker once the topics exist")
+    ap.add_argument("--perf", metavar="DIR", help="perf record each node during every round (Linux perf) into DIR")
     args = ap.parse_args()
     repo = Path(args.repo).resolve()
     client = Path(args.client).resolve() if args.client else repo / "tests/perf/bench_peers.py"
