@@ -43,6 +43,10 @@ from broker.kafka.services import FetchPartition, FetchPartitionResult
 from broker.replica.purgatory import SessionWatch
 from quorum.kafka_errors import ErrorCode
 
+# ErrorCode.NONE loaded once: in compiled code `ErrorCode.X` is a lookup through
+# EnumType.__getattr__ (~900 instructions), and the data path asks it per partition.
+_NONE: Final = ErrorCode.NONE
+
 __all__ = ["FetchContext", "FetchSession", "FetchSessionCache", "SessionError"]
 
 INVALID_SESSION_ID: Final = 0
@@ -161,7 +165,7 @@ class FetchContext:
                 continue
             changed = (
                 len(res.records) > 0
-                or res.error != ErrorCode.NONE
+                or res.error != _NONE
                 or res.high_watermark != cached.high_watermark
                 or res.last_stable_offset != cached.last_stable_offset
                 or res.log_start_offset != cached.log_start_offset
@@ -170,14 +174,14 @@ class FetchContext:
             )
             # After an error the cached HW is -1 (Kafka's rule): the partition is listed again
             # once the error is gone, even if its HW did not move meanwhile.
-            cached.high_watermark = res.high_watermark if res.error == ErrorCode.NONE else -1
+            cached.high_watermark = res.high_watermark if res.error == _NONE else -1
             cached.last_stable_offset = res.last_stable_offset
             cached.log_start_offset = res.log_start_offset
             if changed:
                 out.append((req, res))
                 if len(res.records) > 0:
                     moved.append(key)
-            if watch is not None and res.error != ErrorCode.NONE:
+            if watch is not None and res.error != _NONE:
                 watch.note(key)  # an error is answered again at each fetch until it is gone
         for key in moved:
             session.place_last(key, session.partitions[key])

@@ -46,6 +46,10 @@ from quorum.storage.batch_layout import (
 )
 from quorum.wire.transport import CloseConnection
 
+# ErrorCode.NONE loaded once: in compiled code `ErrorCode.X` is a lookup through
+# EnumType.__getattr__ (~900 instructions), and the data path asks it per partition.
+_NONE: Final = ErrorCode.NONE
+
 __all__ = ["ProduceRequest", "decode_produce", "encode_produce_response", "handle_produce", "validate_single_batch"]
 
 _I32: Final = struct.Struct(">i")
@@ -367,7 +371,7 @@ async def handle_produce(ctx: RequestContext, services: BrokerServices, config: 
         for i, res in zip(to_append, appended, strict=True):
             results[i] = res
     if request.acks == 0:
-        if any(r.error != ErrorCode.NONE for r in results):
+        if any(r.error != _NONE for r in results):
             raise CloseConnection("acks=0 produce failed: closing the connection tells the producer")
         return None
     return encode_produce_response(ctx, request, results, services.image, config.listener_name)

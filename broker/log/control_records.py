@@ -17,7 +17,10 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-from broker.log.records import BatchHeader, RecordsError, batch_records, encode_keyed_records
+from crc32c import crc32c
+
+from broker.log.records import RecordsError, batch_records
+from quorum.frozen_init import fast_frozen_init
 from quorum.storage.batch_layout import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
@@ -25,6 +28,11 @@ from quorum.storage.batch_layout import (
     ATTR_TRANSACTIONAL,
     ATTRIBUTES_AT,
     BASE_TIMESTAMP_AT,
+    CRC_AT,
+    CRC_START,
+    HEADER,
+    LOG_OVERHEAD,
+    MAGIC,
     MAX_TIMESTAMP_AT,
     RECORDS_COUNT_AT,
 )
@@ -42,10 +50,24 @@ class MarkerError(ValueError):
     """A control batch whose record is not an end-transaction marker."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class EndTxnMarker:
     committed: bool  # COMMIT (True) or ABORT (False)
     coordinator_epoch: int
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there:
+    # thousands of instructions per instance on the marker path); uncompiled, fast_frozen_init
+    # replaces it.
+    def __init__(
+        self,
+        committed: bool,
+        coordinator_epoch: int,
+    ) -> None:
+        object.__setattr__(self, "committed", committed)
+        object.__setattr__(self, "coordinator_epoch", coordinator_epoch)
+
+
+fast_frozen_init(EndTxnMarker)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 def encode_marker_record(marker: EndTxnMarker) -> tuple[bytes, bytes]:
@@ -66,14 +88,6 @@ def decode_marker_record(key: bytes | None, value: bytes | None) -> EndTxnMarker
     return EndTxnMarker(kind == CONTROL_COMMIT, coordinator_epoch)
 
 
-def encode_marker_batch(producer_id: int, producer_epoch: int, marker: EndTxnMarker, timestamp_ms: int) -> bytes:
-    """The marker batch as a coordinator writes it (base offset 0 and leader epoch -1: the
-    leader's append assigns both)."""
-    key, value = encode_marker_record(marker)
-    header = BatchHeader(-1, MARKER_ATTRIBUTES, producer_id, producer_epoch, -1)
-    return encode_keyed_records([(key, value)], timestamp_ms, header)  # encode_records' bytes, no Record
-
-
 # A marker batch as `encode_marker_batch` (and Kafka) lays it out, from the record count on:
 # count 1; the record: length 16 (zigzag 0x20), attributes 0, timestamp delta 0, offset
 # delta 0, key length 4 (zigzag 0x08), key (version, type), value length 6 (zigzag 0x0c),
@@ -82,7 +96,27 @@ _CANONICAL: Final = struct.Struct(">iBBBBBhhBhiB")
 _CANONICAL_FIELDS: Final = (1, 0x20, 0, 0, 0, 0x08)
 _CANONICAL_SIZE: Final = RECORDS_COUNT_AT + _CANONICAL.size
 _TIMESTAMP: Final = struct.Struct(">q")
+_CRC: Final = struct.Struct(">I")
 _ATTRIBUTES: Final = struct.Struct(">h")
+
+
+def encode_marker_batch(producer_id: int, producer_epoch: int, marker: EndTxnMarker, timestamp_ms: int) -> bytearray:
+    """The marker batch as a coordinator writes it (base offset 0 and leader epoch -1: the
+    leader's append assigns both, in place): `encode_keyed_records`' bytes for the marker's
+    record (test_control_records holds them equal), written at the canonical layout's fixed
+    positions (a WriteTxnMarkers round writes one per partition)."""
+    out = bytearray(_CANONICAL_SIZE)
+    HEADER.pack_into(
+        out, 0, 0, _CANONICAL_SIZE - LOG_OVERHEAD, -1, MAGIC, 0, MARKER_ATTRIBUTES, 0, timestamp_ms, timestamp_ms,
+        producer_id, producer_epoch, -1, 1,
+    )  # fmt: skip
+    kind = CONTROL_COMMIT if marker.committed else CONTROL_ABORT
+    _CANONICAL.pack_into(
+        out, RECORDS_COUNT_AT, 1, 0x20, 0, 0, 0, 0x08, MARKER_VERSION, kind, 0x0C, MARKER_VERSION,
+        marker.coordinator_epoch, 0,
+    )  # fmt: skip
+    _CRC.pack_into(out, CRC_AT, crc32c(memoryview(out)[CRC_START:]))
+    return out
 
 
 def _canonical_marker(batch: bytes | bytearray | memoryview) -> tuple[EndTxnMarker, int] | None:

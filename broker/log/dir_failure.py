@@ -15,7 +15,9 @@ whole log dir offline, at once and for good (until the broker restarts):
   takes itself out of every ISR and leadership; see `broker/node.py`).
 
 `storage_op` is the one guard the partition log's operations use (Kafka's
-`maybeHandleIOException`); `LogManager` reports the failures of its per-dir files
+`maybeHandleIOException`); its two halves, `refuse_offline` and `storage_failure`, are
+called in place by the log's per-batch operations (appends, `read_range`), whose decorated
+call cost more than their work; `LogManager` reports the failures of its per-dir files
 (checkpoints) through `LogDirFailures.fail` directly.
 """
 
@@ -105,6 +107,25 @@ class DirBoundLog(Protocol):
 L = TypeVar("L", bound=DirBoundLog)
 
 
+def refuse_offline(failures: LogDirFailures | None, log: DirBoundLog) -> None:
+    """`storage_op`'s guard before the operation: KafkaStorageError, without touching the
+    disk, when `log`'s dir is offline (`failures`: the log's `dir_failures`)."""
+    if failures is not None and failures.offline:
+        refused = failures.refuse(log.log_dir)
+        if refused is not None:
+            raise refused
+
+
+def storage_failure(
+    failures: LogDirFailures | None, log: DirBoundLog, exc: OSError, operation: str
+) -> KafkaStorageError:
+    """`storage_op`'s guard after an OSError in `operation` on `log`: the error to raise (the
+    dir is taken offline, logged once, its listeners told)."""
+    if failures is None:
+        return KafkaStorageError(f"{operation} in {log.log_dir} failed: {describe_os_error(exc)}")
+    return failures.fail(log.log_dir, exc, operation)
+
+
 def storage_op(
     operation: str,
 ) -> Callable[[Callable[Concatenate[L, P], R]], Callable[Concatenate[L, P], R]]:
@@ -115,16 +136,11 @@ def storage_op(
         @functools.wraps(method)
         def guarded(self: L, /, *args: P.args, **kwargs: P.kwargs) -> R:
             failures = self.dir_failures
-            if failures is not None and failures.offline:
-                refused = failures.refuse(self.log_dir)
-                if refused is not None:
-                    raise refused
+            refuse_offline(failures, self)
             try:
                 return method(self, *args, **kwargs)
             except OSError as exc:
-                if failures is None:
-                    raise KafkaStorageError(f"{operation} in {self.log_dir} failed: {describe_os_error(exc)}") from exc
-                raise failures.fail(self.log_dir, exc, operation) from exc
+                raise storage_failure(failures, self, exc, operation) from exc
 
         return guarded
 

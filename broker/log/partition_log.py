@@ -60,7 +60,7 @@ from broker.log.checkpoints import (
 from broker.log.compression import DecompressionError
 from broker.log.config import LogConfig
 from broker.log.control_records import EndTxnMarker, encode_marker_batch
-from broker.log.dir_failure import LogDirFailures, storage_op
+from broker.log.dir_failure import LogDirFailures, refuse_offline, storage_failure, storage_op
 from broker.log.disk_queue import INLINE, DiskQueue
 from broker.log.epoch_cache import end_offset_for
 from broker.log.errors import LogError
@@ -571,6 +571,10 @@ class PartitionLog:
 
     @storage_op("roll")
     def maybe_roll(self, now_ms: int, incoming: int = 0, last_offset: int = -1) -> bool:
+        return self._maybe_roll(now_ms, incoming, last_offset)
+
+    def _maybe_roll(self, now_ms: int, incoming: int, last_offset: int) -> bool:
+        """`maybe_roll` without its guard: for `_write`, whose callers (the appends) hold it."""
         if not self._should_roll(incoming, now_ms, max(last_offset, self.log_end_offset)):
             return False
         self.roll()
@@ -599,9 +603,10 @@ class PartitionLog:
         self, data: bytes | bytearray | memoryview, frames: list[BatchFrame], now_ms: int,
         batches: list[ProducerBatch] | None = None,
     ) -> None:  # fmt: skip
-        """`batches`: `_producer_batches(data, frames)` when the caller has them already."""
+        """`batches`: `_producer_batches(data, frames)` when the caller has them already. Called
+        only by the appends, under their storage guard."""
         last = frames[-1].last_offset
-        self.maybe_roll(now_ms, len(data), last)
+        self._maybe_roll(now_ms, len(data), last)
         if batches is None:
             batches = _producer_batches(data, frames)  # before the write: a marker that does not parse writes nothing
         seg = self.active
@@ -623,7 +628,6 @@ class PartitionLog:
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
 
-    @storage_op("append")
     def append_as_leader(
         self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int, *, coordinator: bool = False,
         verification: VerificationGuard | None = VERIFICATION_OFF,
@@ -636,6 +640,18 @@ class PartitionLog:
         epoch only; every record has a key).
         `verification`: the KIP-890 guard of this request's transactional batches
         (`ProducerStateManager.start_verification`; VERIFICATION_OFF: not verified)."""
+        # storage_op's guard in place (per batch: a decorated call costs more than the work)
+        failures = self.dir_failures
+        refuse_offline(failures, self)
+        try:
+            return self._append_as_leader(records, leader_epoch, now_ms, coordinator, verification)
+        except OSError as exc:
+            raise storage_failure(failures, self, exc, "append") from exc
+
+    def _append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int, coordinator: bool,
+        verification: VerificationGuard | None,
+    ) -> AppendInfo:  # fmt: skip
         a = assign(records, self.config, next_offset=self.log_end_offset, leader_epoch=leader_epoch, now_ms=now_ms,
                    keyed=coordinator)  # fmt: skip
         batches = _producer_batches(a.data, a.frames)
@@ -658,13 +674,23 @@ class PartitionLog:
             self.log_start_offset, a.record_count, len(a.data),
         )  # fmt: skip
 
-    @storage_op("append")
     def append_marker(
         self, producer_id: int, producer_epoch: int, marker: EndTxnMarker, leader_epoch: int, now_ms: int
     ) -> AppendInfo:
         """A transaction coordinator's COMMIT or ABORT marker (WriteTxnMarkers): checked against
         the producer's state (LogError INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED),
         then written as a control batch at the log end."""
+        # storage_op's guard in place (per batch: a decorated call costs more than the work)
+        failures = self.dir_failures
+        refuse_offline(failures, self)
+        try:
+            return self._append_marker(producer_id, producer_epoch, marker, leader_epoch, now_ms)
+        except OSError as exc:
+            raise storage_failure(failures, self, exc, "append") from exc
+
+    def _append_marker(
+        self, producer_id: int, producer_epoch: int, marker: EndTxnMarker, leader_epoch: int, now_ms: int
+    ) -> AppendInfo:
         self.producers.check_marker(producer_id, producer_epoch, marker, self.log_end_offset)
         batch = encode_marker_batch(producer_id, producer_epoch, marker, now_ms)
         a = assign(batch, self.config, next_offset=self.log_end_offset, leader_epoch=leader_epoch, now_ms=now_ms,
@@ -675,7 +701,6 @@ class PartitionLog:
             self.log_start_offset, a.record_count, len(a.data),
         )  # fmt: skip
 
-    @storage_op("append")
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Batches from the leader, offsets and epochs assigned: CRC-checked and appended as
         they are. Batches entirely below the LEO (a duplicate answer) are skipped; the first
@@ -683,6 +708,15 @@ class PartitionLog:
         last offset (else CORRUPT_MESSAGE). Gaps are allowed, as in Kafka: a compacted
         leader's log has them (the cleaner removes records, never renumbers), and a topic
         whose policy went from compact to delete keeps them."""
+        # storage_op's guard in place (per batch: a decorated call costs more than the work)
+        failures = self.dir_failures
+        refuse_offline(failures, self)
+        try:
+            return self._append_as_follower(records)
+        except OSError as exc:
+            raise storage_failure(failures, self, exc, "append") from exc
+
+    def _append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         scan = scan_frames(records)
         if scan.error is not None:
             raise LogError(ErrorCode.CORRUPT_MESSAGE, f"corrupt batch from the leader: {scan.error}")
@@ -879,7 +913,6 @@ class PartitionLog:
                 return min(max_offset, seg.next_offset if bound is None else bound)
         return max_offset  # the segment went meanwhile (retention): the widest bound
 
-    @storage_op("read")
     def read_range(self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool) -> FileRange | None:
         """What a fetch at `offset` sends, as Kafka's `LocalLog.read`: the bytes from the batch
         holding `offset` up to `max_offset`'s position (the HW's for a consumer, the log end's
@@ -887,6 +920,15 @@ class PartitionLog:
         batch whole when `min_one_batch`. The range may end inside a batch (`max_bytes`): the
         client drops a partial trailing batch, as it does with Kafka. None when there is
         nothing to send. Only the batch headers between the index entry and `offset` are read."""
+        # storage_op's guard in place (per batch: a decorated call costs more than the work)
+        failures = self.dir_failures
+        refuse_offline(failures, self)
+        try:
+            return self._read_range(offset, max_bytes, max_offset, min_one_batch)
+        except OSError as exc:
+            raise storage_failure(failures, self, exc, "read") from exc
+
+    def _read_range(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> FileRange | None:
         end = self.log_end_offset
         if offset < self.log_start_offset or offset > end:
             raise LogError(

@@ -144,7 +144,7 @@ class _BatchAttributes:
         return bool(self.attributes & ATTR_CONTROL)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class BatchProducerFields(_BatchAttributes):
     """A batch header's attributes and producer fields: the one reader of them, used by the
     produce path, KIP-890's verification and the producer state."""
@@ -153,6 +153,21 @@ class BatchProducerFields(_BatchAttributes):
     producer_id: int
     producer_epoch: int
     base_sequence: int
+
+    # Compiled with the module (the dataclass decorator's __init__, or fast_frozen_init's,
+    # would run as Python there: thousands of instructions per instance on the append path);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        attributes: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+    ) -> None:
+        object.__setattr__(self, "attributes", attributes)
+        object.__setattr__(self, "producer_id", producer_id)
+        object.__setattr__(self, "producer_epoch", producer_epoch)
+        object.__setattr__(self, "base_sequence", base_sequence)
 
 
 def is_transactional_batch(data: bytes | bytearray | memoryview, position: int = 0) -> bool:
@@ -173,7 +188,10 @@ def read_producer_fields(data: bytes | bytearray | memoryview, position: int = 0
     return BatchProducerFields(attributes, pid, epoch, sequence)
 
 
-@dataclass(frozen=True, slots=True)
+fast_frozen_init(BatchProducerFields)  # not a decorator: mypyc makes a decorated class a Python class
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class ProducerBatch(_BatchAttributes):
     """What the producer state needs of one batch header (offsets as written or to be);
     for a control batch, its end-transaction marker (None: an emptied control batch)."""
@@ -186,6 +204,29 @@ class ProducerBatch(_BatchAttributes):
     max_timestamp: int
     attributes: int = 0
     marker: EndTxnMarker | None = None
+
+    # Compiled with the module (the dataclass decorator's __init__, or fast_frozen_init's,
+    # would run as Python there: thousands of instructions per instance on the append path);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        base_offset: int,
+        last_offset_delta: int,
+        max_timestamp: int,
+        attributes: int = 0,
+        marker: EndTxnMarker | None = None,
+    ) -> None:
+        object.__setattr__(self, "producer_id", producer_id)
+        object.__setattr__(self, "producer_epoch", producer_epoch)
+        object.__setattr__(self, "base_sequence", base_sequence)
+        object.__setattr__(self, "base_offset", base_offset)
+        object.__setattr__(self, "last_offset_delta", last_offset_delta)
+        object.__setattr__(self, "max_timestamp", max_timestamp)
+        object.__setattr__(self, "attributes", attributes)
+        object.__setattr__(self, "marker", marker)
 
     @property
     def last_sequence(self) -> int:
@@ -216,7 +257,8 @@ class ProducerBatch(_BatchAttributes):
                 raise LogError(ErrorCode.CORRUPT_MESSAGE, f"control batch at offset {base_offset}: {exc}") from None
             if decoded is not None:
                 marker, max_timestamp = decoded
-        return cls(pid, epoch, seq, base_offset, last_offset_delta, max_timestamp, attributes, marker)
+        # ProducerBatch, not cls: mypyc calls the compiled constructor directly (no subclass exists).
+        return ProducerBatch(pid, epoch, seq, base_offset, last_offset_delta, max_timestamp, attributes, marker)
 
 
 fast_frozen_init(ProducerBatch)  # not a decorator: mypyc makes a decorated class a Python class
@@ -260,12 +302,27 @@ class CompletedTxn:
     aborted: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class BatchMetadata:
     last_seq: int
     last_offset: int
     offset_delta: int
     timestamp: int
+
+    # Compiled with the module (the dataclass decorator's __init__, or fast_frozen_init's,
+    # would run as Python there: thousands of instructions per instance on the append path);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        last_seq: int,
+        last_offset: int,
+        offset_delta: int,
+        timestamp: int,
+    ) -> None:
+        object.__setattr__(self, "last_seq", last_seq)
+        object.__setattr__(self, "last_offset", last_offset)
+        object.__setattr__(self, "offset_delta", offset_delta)
+        object.__setattr__(self, "timestamp", timestamp)
 
     @property
     def first_seq(self) -> int:
@@ -279,7 +336,7 @@ class BatchMetadata:
 fast_frozen_init(BatchMetadata)  # not a decorator: mypyc makes a decorated class a Python class
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ProducerEntry:
     """One producer's state in this partition; `batches` oldest first, at most 5."""
 
@@ -289,6 +346,25 @@ class ProducerEntry:
     last_timestamp: int = -1
     coordinator_epoch: int = -1
     current_txn_first_offset: int = -1  # the first offset of its open transaction; -1: none
+
+    # Compiled with the module (the dataclass decorator's __init__, or fast_frozen_init's,
+    # would run as Python there: thousands of instructions per instance on the append path);
+    # uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        producer_id: int,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        batches: tuple[BatchMetadata, ...] = (),
+        last_timestamp: int = -1,
+        coordinator_epoch: int = -1,
+        current_txn_first_offset: int = -1,
+    ) -> None:
+        object.__setattr__(self, "producer_id", producer_id)
+        object.__setattr__(self, "producer_epoch", producer_epoch)
+        object.__setattr__(self, "batches", batches)
+        object.__setattr__(self, "last_timestamp", last_timestamp)
+        object.__setattr__(self, "coordinator_epoch", coordinator_epoch)
+        object.__setattr__(self, "current_txn_first_offset", current_txn_first_offset)
 
     @property
     def last_seq(self) -> int:

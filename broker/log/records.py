@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from crc32c import crc32c
 
 from broker.log.compression import compress, decompress
+from quorum.frozen_init import fast_frozen_init
 from quorum.storage.batch_layout import (
     ATTR_COMPRESSION_MASK,
     ATTR_DELETE_HORIZON,
@@ -131,7 +132,7 @@ class Record:
     headers: tuple[tuple[bytes, bytes | None], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class BatchHeader:
     """The batch-level fields a rebuilt batch keeps from its source batch."""
 
@@ -142,6 +143,30 @@ class BatchHeader:
     base_sequence: int = -1
     max_timestamp: int = -1  # kept as is for LogAppendTime batches; else the records' largest
     delete_horizon_ms: int = -1  # >= 0: set ATTR_DELETE_HORIZON, baseTimestamp = this (ms)
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there:
+    # thousands of instructions per instance on the marker path); uncompiled, fast_frozen_init
+    # replaces it.
+    def __init__(
+        self,
+        partition_leader_epoch: int,
+        attributes: int,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        max_timestamp: int = -1,
+        delete_horizon_ms: int = -1,
+    ) -> None:
+        object.__setattr__(self, "partition_leader_epoch", partition_leader_epoch)
+        object.__setattr__(self, "attributes", attributes)
+        object.__setattr__(self, "producer_id", producer_id)
+        object.__setattr__(self, "producer_epoch", producer_epoch)
+        object.__setattr__(self, "base_sequence", base_sequence)
+        object.__setattr__(self, "max_timestamp", max_timestamp)
+        object.__setattr__(self, "delete_horizon_ms", delete_horizon_ms)
+
+
+fast_frozen_init(BatchHeader)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 def _field(data: bytes | None) -> bytes:

@@ -88,6 +88,22 @@ class SessionRequest:
 fast_frozen_init(SessionRequest)  # not a decorator: mypyc makes a decorated class a Python class
 
 
+def same_request(a: FetchPartitionRequest | None, b: FetchPartitionRequest) -> bool:
+    """`a == b`, field by field in compiled code (the dataclass's __eq__ runs as Python and
+    builds two tuples: ~6,000 instructions per partition of every follower fetch). Every field
+    of `FetchPartitionRequest` is compared (test_fetch_session_client holds it to `==`)."""
+    return a is b or (
+        a is not None
+        and a.fetch_offset == b.fetch_offset
+        and a.partition == b.partition
+        and a.topic == b.topic
+        and a.current_leader_epoch == b.current_leader_epoch
+        and a.last_fetched_epoch == b.last_fetched_epoch
+        and a.log_start_offset == b.log_start_offset
+        and a.partition_max_bytes == b.partition_max_bytes
+    )
+
+
 class FetchSessionHandler:
     def __init__(self, name: str = "") -> None:
         self.name = name  # for log lines: who fetches from whom
@@ -110,7 +126,7 @@ class FetchSessionHandler:
             key = (p.topic, p.partition)
             seen.add(key)
             prev = current.get(key)
-            if prev is not p and prev != p:  # identity first: a fetcher reuses unchanged requests
+            if not same_request(prev, p):  # identity first: a fetcher reuses unchanged requests
                 current[key] = p
                 changed.append(p)
         forgotten = tuple(key for key in current if key not in seen) if len(seen) != len(current) else ()
@@ -134,7 +150,7 @@ class FetchSessionHandler:
                 if prev is not None:
                     del current[key]
                     forgotten.append(key)
-            elif prev is not p and prev != p:
+            elif not same_request(prev, p):
                 current[key] = p
                 to_send.append(p)
         return SessionRequest(

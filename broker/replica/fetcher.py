@@ -28,6 +28,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import Final
 from uuid import UUID
 
 from broker.log import LogError
@@ -53,6 +54,10 @@ from quorum.kafka_errors import ErrorCode
 from quorum.node.config import NodeConfig
 from quorum.storage.record_batch import peek_batch_header
 from quorum.wire.transport import PeerClient, PeerUnavailable, RequestPeer
+
+# ErrorCode.NONE loaded once: in compiled code `ErrorCode.X` is a lookup through
+# EnumType.__getattr__ (~900 instructions), and the data path asks it per partition.
+_NONE: Final = ErrorCode.NONE
 
 log = logging.getLogger(__name__)
 
@@ -347,7 +352,7 @@ class ReplicaFetcher:
             end = offsets[LATEST_TIMESTAMP].get(hosted.tp)
             if self.partitions.get(hosted.tp) is not hosted or hosted.state.leader_epoch != epoch:
                 continue
-            if start is None or end is None or start.error != ErrorCode.NONE or end.error != ErrorCode.NONE:
+            if start is None or end is None or start.error != _NONE or end.error != _NONE:
                 self._delay(hosted)
                 continue
             try:

@@ -4,11 +4,11 @@ and against the broker's own session cache (`broker.kafka.fetch_session`)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from broker.kafka.fetch_session import FetchContext, FetchSessionCache
 from broker.kafka.services import FetchPartition, FetchPartitionResult
-from broker.replica.fetch_session_client import FetchSessionHandler, SessionRequest
+from broker.replica.fetch_session_client import FetchSessionHandler, SessionRequest, same_request
 from broker.replica.fetch_wire import FetchPartitionRequest
 from quorum.kafka_errors import ErrorCode
 
@@ -231,3 +231,16 @@ def test_the_leader_lists_a_partition_once_when_its_leader_epoch_changes() -> No
     ctx = cache.new_context(session_id, 2, [], (), privileged=True, now_ms=0)
     assert isinstance(ctx, FetchContext)
     assert ctx.partitions == () and ctx.respond([])[1] == []  # nothing changed: nothing read
+
+
+def test_same_request_is_equality_field_by_field() -> None:
+    """`same_request` (the compiled comparison build/build_changes use) agrees with the
+    dataclass's `==` when any one field differs, so a field added later must be compared too."""
+    base = FetchPartitionRequest("t", 1, 5, 100, 4, 0, 1 << 20)
+    assert same_request(base, base)
+    assert same_request(base, replace(base))
+    assert not same_request(None, base)
+    for f in fields(FetchPartitionRequest):
+        value = getattr(base, f.name)
+        other = replace(base, **{f.name: value + "x" if isinstance(value, str) else value + 1})
+        assert (base == other) is same_request(base, other) is False, f.name

@@ -84,6 +84,28 @@ def test_marker_batch_golden_bytes_and_kafka_python_reads_it() -> None:
     assert next(iter(DefaultRecordBatch(bytearray(abort)))).abort
 
 
+@given(
+    st.booleans(),
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(0, 2**63 - 1),
+    st.integers(-(2**15), 2**15 - 1),
+    st.integers(-(2**63), 2**63 - 1),
+)
+@settings(max_examples=examples(300), deadline=None)
+def test_marker_batch_at_fixed_positions_is_the_record_encoders_batch(
+    committed: bool, epoch: int, producer_id: int, producer_epoch: int, timestamp: int
+) -> None:
+    """`encode_marker_batch` writes the canonical layout at fixed positions: byte for byte
+    the general encoder's batch (`encode_keyed_records` of the marker's key and value)."""
+    from broker.log.control_records import MARKER_ATTRIBUTES, encode_marker_record
+    from broker.log.records import BatchHeader, encode_keyed_records
+
+    marker = EndTxnMarker(committed, epoch)
+    header = BatchHeader(-1, MARKER_ATTRIBUTES, producer_id, producer_epoch, -1)
+    general = encode_keyed_records([encode_marker_record(marker)], timestamp, header)
+    assert bytes(encode_marker_batch(producer_id, producer_epoch, marker, timestamp)) == general
+
+
 def test_aborted_txn_entry_golden_bytes() -> None:
     entry = AbortedTxn(producer_id=0x0102030405060708, first_offset=10, last_offset=20, last_stable_offset=21)
     assert entry.encode() == bytes.fromhex(
