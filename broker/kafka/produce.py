@@ -368,7 +368,7 @@ async def handle_produce(ctx: RequestContext, services: BrokerServices, config: 
         appended = await services.produce(params)
         if len(appended) != len(to_append):
             raise RuntimeError(f"produce returned {len(appended)} results for {len(to_append)} partitions")
-        for i, res in zip(to_append, appended, strict=True):
+        for i, res in zip(to_append, appended):  # noqa: B905 - lengths checked above
             results[i] = res
     if request.acks == 0:
         if any(r.error != _NONE for r in results):

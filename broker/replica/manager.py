@@ -733,7 +733,9 @@ class ReplicaManager:
         """Indexes whose HW or log start differ from those in their result (no wake says so to
         a follower's fetch, nor retention's log start move to anyone): read again at expiry."""
         moved = set()
-        for i, (fp, r) in enumerate(zip(params.partitions, results, strict=True)):
+        if len(params.partitions) != len(results):  # zip(strict=True)'s check, without its keyword call
+            raise ValueError(f"{len(results)} results for {len(params.partitions)} partitions")
+        for i, (fp, r) in enumerate(zip(params.partitions, results)):  # noqa: B905 - lengths checked above
             hosted = self.partitions.get((fp.topic, fp.partition))
             if (
                 hosted is None
