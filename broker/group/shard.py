@@ -1060,11 +1060,14 @@ class GroupShard:
         mine = self.offsets.get(group_id)
         if mine is None:
             mine = self.offsets[group_id] = {}
-        before = mine.get(tp)
+        # One tuple object for both lookups: mypyc keeps a `tuple[str, int]` unboxed and builds
+        # a new tuple each time it is used as a dict key.
+        key: Any = tp
+        before = mine.get(key)
         if value is None:
-            mine.pop(tp, None)
+            mine.pop(key, None)
         else:
-            mine[tp] = value
+            mine[key] = value
         if not mine:
             del self.offsets[group_id]
         change = self._offset_writes.write(group_id, tp, before, value)
@@ -1522,7 +1525,8 @@ class _OffsetWrites:
     writes a tombstone for each of those too."""
 
     def __init__(self) -> None:
-        self._pending: dict[tuple[str, TopicPartition], tuple[OffsetValue | None, list[tuple[int, OffsetValue | None]]]]
+        # Keyed by (group, topic, partition), flat: one tuple to hash and compare per lookup.
+        self._pending: dict[tuple[str, str, int], tuple[OffsetValue | None, list[tuple[int, OffsetValue | None]]]]
         self._pending = {}
         self._count = 0
         self.touched: dict[str, set[TopicPartition]] = {}
@@ -1532,12 +1536,9 @@ class _OffsetWrites:
     ) -> _Change:
         self._count += 1
         number = self._count
-        key = (group_id, tp)
-        entry = self._pending.get(key)
-        if entry is None:
-            self._pending[key] = (before, [(number, value)])
-        else:
-            entry[1].append((number, value))
+        fresh: list[tuple[int, OffsetValue | None]] = []
+        _base, writes = self._pending.setdefault((group_id, tp[0], tp[1]), (before, fresh))
+        writes.append((number, value))
         touched = self.touched.get(group_id)
         if touched is None:
             touched = self.touched[group_id] = set()
@@ -1548,20 +1549,22 @@ class _OffsetWrites:
         """A committed transaction's offset for a key with writes outstanding (all of them
         later in the log than its record): it becomes what the memory holds should they all
         fail, unless that is later still. False when the key has no write outstanding."""
-        entry = self._pending.get((group_id, tp))
+        key = (group_id, tp[0], tp[1])
+        entry = self._pending.get(key)
         if entry is None:
             return False
         base, writes = entry
         if base is None or value.position > base.position:
-            self._pending[(group_id, tp)] = (value, writes)
+            self._pending[key] = (value, writes)
         return True
 
     def bases(self) -> list[tuple[tuple[str, TopicPartition], OffsetValue | None]]:
         """Per key with writes outstanding, the value they were written over."""
-        return [(key, base) for key, (base, _writes) in self._pending.items()]
+        return [((group_id, (topic, partition)), base)
+                for (group_id, topic, partition), (base, _writes) in self._pending.items()]  # fmt: skip
 
     def has_outstanding(self, group_id: str, tp: TopicPartition) -> bool:
-        return (group_id, tp) in self._pending
+        return (group_id, tp[0], tp[1]) in self._pending
 
     def outstanding(self) -> bool:
         """Whether a write has not settled yet."""
@@ -1571,8 +1574,8 @@ class _OffsetWrites:
         """Forget a write that committed or failed; `(value,)` when the memory must now hold
         `value` (None: no offset), None when it holds the right one already."""
         group_id, tp, number = change
-        key = (group_id, tp)
-        entry = self._pending.get(key)
+        key = (group_id, tp[0], tp[1])
+        entry = self._pending.pop(key, None)  # (put back below while writes of the key remain)
         if entry is None:
             return None
         base, writes = entry
@@ -1581,15 +1584,14 @@ class _OffsetWrites:
         else:
             found = [i for i, (n, _) in enumerate(writes) if n == number]
             if not found:
+                self._pending[key] = entry
                 return None
             at = found[0]
         _, value = writes.pop(at)
         last = at == len(writes)  # it was the latest write of the key
         if committed:
             base = value  # (writes settle in order: everything before it is settled)
-        if not writes:
-            del self._pending[key]
-        else:
+        if writes:
             self._pending[key] = (base, writes)
         if committed or not last:
             return None
