@@ -117,7 +117,9 @@ class AppendQueue:
         producer = self._queued[0][2] if self._queued else None
         while self._queued:
             entry, encoded, its_producer = self._queued[0]
-            more = sum(len(k) + len(v or b"") for k, v in encoded)
+            more = 0  # bytes of its keys and values (a loop: a generator is an object per operation)
+            for k, v in encoded:
+                more += len(k) if v is None else len(k) + len(v)
             if entries and (size + more > self.max_bytes or producer is not None or its_producer is not None):
                 break  # (a transactional write goes alone)
             self._queued.popleft()

@@ -54,7 +54,7 @@ bad UTF-8, a version the schema does not have) raises `RecordSchemaError`, and o
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias, overload
 from uuid import UUID
@@ -101,6 +101,7 @@ __all__ = [
     "decode_key",
     "decode_value",
     "encode_key",
+    "encode_records",
     "encode_value",
     "group_of",
     "java_string_hash",
@@ -471,32 +472,49 @@ _I64: Final = struct.Struct(">q")
 _I64_PAIR: Final = struct.Struct(">qq")
 _OFFSET_VALUE_HEAD: Final = struct.Struct(">hq")  # version, offset
 _OFFSET_VALUE_HEAD_V3: Final = struct.Struct(">hqi")  # version, offset, leader epoch
+# OffsetCommitValue v3 with an empty metadata string: version, offset, leader epoch, the
+# string's length (0), commit timestamp; the bytes of the general layout, in one pack.
+_OFFSET_VALUE_V3_NO_METADATA: Final = struct.Struct(">hqihq")
+# The packs of the per-offset encoders, bound once: mypyc calls a bound method object
+# directly, where `_I32.pack(...)` looks the method up on the Struct on every call.
+_pack_i16: Final = _I16.pack
+_pack_i32: Final = _I32.pack
+_pack_offset_value_v3_no_metadata: Final = _OFFSET_VALUE_V3_NO_METADATA.pack
+
+
+def _offset_key_prefix(group: str, topic: str) -> bytes:
+    """OffsetCommitKey v1 up to its partition: version, group and topic (int16-length strings)."""
+    g, t = _utf8(group), _utf8(topic)
+    return b"".join((_pack_i16(OFFSET_KEY_VERSION), _pack_i16(len(g)), g, _pack_i16(len(t)), t))
+
+
+def _offset_key_partition(key: OffsetKey) -> bytes:
+    """OffsetCommitKey's last field: the partition (int32)."""
+    try:
+        return _pack_i32(key.partition)
+    except struct.error as exc:
+        raise RecordSchemaError(f"cannot encode {key!r}: {exc}") from exc
 
 
 def _encode_offset_key(key: OffsetKey) -> bytes:
-    """OffsetCommitKey v1: version, group, topic (int16-length strings), partition (int32),
-    packed in one join (every OffsetCommit encodes one per partition)."""
-    group, topic = _utf8(key.group), _utf8(key.topic)
-    try:
-        partition = _I32.pack(key.partition)
-    except struct.error as exc:
-        raise RecordSchemaError(f"cannot encode {key!r}: {exc}") from exc
-    return b"".join((_I16.pack(OFFSET_KEY_VERSION), _I16.pack(len(group)), group, _I16.pack(len(topic)), topic,
-                     partition))  # fmt: skip
+    """OffsetCommitKey v1: version, group, topic (int16-length strings), partition (int32)."""
+    return _offset_key_prefix(key.group, key.topic) + _offset_key_partition(key)
 
 
 def _encode_offset_value_fixed(v: OffsetValue, version: int) -> bytes:
     """OffsetCommitValue v0-3 (not flexible; 1 and 3 are the ones written): version, offset,
     leader epoch (v3), metadata (int16-length string), commit timestamp, expire timestamp
-    (v1), packed in one join."""
-    metadata = _utf8(v.metadata)
+    (v1), packed in one join (v3 without metadata, what clients commit most: in one pack)."""
     try:
+        if version == 3 and not v.metadata:
+            return _pack_offset_value_v3_no_metadata(version, v.offset, v.leader_epoch, 0, v.commit_timestamp)
+        metadata = _utf8(v.metadata)
         head = (_OFFSET_VALUE_HEAD_V3.pack(version, v.offset, v.leader_epoch) if version >= 3
                 else _OFFSET_VALUE_HEAD.pack(version, v.offset))  # fmt: skip
         tail = _I64_PAIR.pack(v.commit_timestamp, v.expire_timestamp) if version == 1 else _I64.pack(v.commit_timestamp)
     except struct.error as exc:
         raise RecordSchemaError(f"cannot encode {v!r}: {exc}") from exc
-    return b"".join((head, _I16.pack(len(metadata)), metadata, tail))
+    return b"".join((head, _pack_i16(len(metadata)), metadata, tail))
 
 
 def _encode_offset_value(w: Writer, v: OffsetValue, version: int) -> None:
@@ -631,8 +649,10 @@ def encode_value(value: RecordValue, version: int | None = None) -> bytes:
     `written_value_version`). Fields the version lacks are dropped."""
     if version is None:
         version = written_value_version(value)
+        if isinstance(value, OffsetValue):  # the hot one: every OffsetCommit (a written version: 1 or 3)
+            return _encode_offset_value_fixed(value, version)
     _check_value_version(version, isinstance(value, _CLASSIC_VALUES), type(value).__name__)
-    if isinstance(value, OffsetValue) and version < FLEXIBLE_FROM:  # the hot one: every OffsetCommit
+    if isinstance(value, OffsetValue) and version < FLEXIBLE_FROM:
         return _encode_offset_value_fixed(value, version)
     w = Writer(reserve_length=False)
     w.i16(version)
@@ -646,6 +666,26 @@ def encode_value(value: RecordValue, version: int | None = None) -> bytes:
     except struct.error as exc:
         raise RecordSchemaError(f"cannot encode {value!r}: {exc}") from exc
     return bytes(w.buf)
+
+
+def encode_records(records: Sequence[tuple[RecordKey, RecordValue | None]]) -> list[tuple[bytes, bytes | None]]:
+    """`(encode_key(key), encode_value(value))` of each record, in order (None: a tombstone):
+    the same bytes, with the (version, group, topic) prefix of consecutive offset keys of one
+    group and topic (an OffsetCommit's partitions) encoded once."""
+    out: list[tuple[bytes, bytes | None]] = []
+    group: str | None = None  # the group and topic of `prefix`
+    topic = ""
+    prefix = b""
+    for key, value in records:
+        if isinstance(key, OffsetKey):
+            if key.group != group or key.topic != topic:
+                prefix = _offset_key_prefix(key.group, key.topic)
+                group, topic = key.group, key.topic
+            encoded_key = prefix + _offset_key_partition(key)
+        else:
+            encoded_key = encode_key(key)
+        out.append((encoded_key, None if value is None else encode_value(value)))
+    return out
 
 
 # ---------------------------------------------------------------- decoding

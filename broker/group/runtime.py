@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
 import time
@@ -61,8 +60,7 @@ from broker.group.records import (
     coordinator_partition,
     decode_key,
     decode_value,
-    encode_key,
-    encode_value,
+    encode_records,
 )
 from broker.group.shard import CoordinatorConfig, GroupShard, Outcome, append_error
 from broker.group.write_order import WriteOrder
@@ -76,6 +74,10 @@ __all__ = ["GroupCoordinator", "LoggedPartition", "OFFSETS_TOPIC", "PartitionHos
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
+
+# mypyc loads a Final global directly, where `ErrorCode.NONE` is an attribute lookup on the
+# enum class at each use (several per commit).
+_NONE: Final = ErrorCode.NONE
 
 # Batches of one `__consumer_offsets` partition waiting for their acks at a time (default of
 # `GroupCoordinator(appends_in_flight=...)`). Above 1 a batch is written without waiting for
@@ -317,14 +319,13 @@ class GroupCoordinator:
         result: asyncio.Future[ErrorCode] = loop.create_future()
         loaded.results[entry] = result
         if out.records and loaded.appends is not None:
-            encoded = [(encode_key(k), None if v is None else encode_value(v)) for k, v in out.records]
-            loaded.appends.submit(entry, encoded, out.producer)
+            loaded.appends.submit(entry, encode_records(out.records), out.producer)
         self._release(loaded)
         return result
 
     def _appended(self, loaded: _Loaded, entries: list[int], code: ErrorCode) -> None:
         """An append of `entries` finished with `code`."""
-        if code != ErrorCode.NONE:
+        if code != _NONE:
             log.warning("broker %d: a group write to %s-%d failed: %s", self.node_id, OFFSETS_TOPIC,
                         loaded.partition, code.name)  # fmt: skip
         for entry in reversed(entries):  # the undos, latest first, so that they compose
@@ -421,7 +422,7 @@ class GroupCoordinator:
             return [error] * len(req.partitions)
         out, errors = loaded.shard.commit(req, self.clock())
         code = await self._dispatch(loaded, out)  # `_committed` inline: one coroutine frame fewer per commit
-        if code != ErrorCode.NONE:
+        if code != _NONE:
             mapped = append_error(code)
             return [mapped if e == ErrorCode.NONE else e for e in errors]
         return errors
@@ -570,18 +571,23 @@ def _wake_timers(loaded: _Loaded) -> None:
 # most _PARTITION_CACHE_SIZE x 256 characters whatever clients send.
 _CACHED_GROUP_ID_CHARS: Final = 256
 _PARTITION_CACHE_SIZE: Final = 4096
-
-
-@functools.lru_cache(maxsize=_PARTITION_CACHE_SIZE)
-def _cached_partition(group_id: str, count: int) -> int:
-    return coordinator_partition(group_id, count)
+# group id -> (partition count, its partition): a plain dict, emptied when full (a lookup by
+# a string, whose hash the string keeps, costs less than lru_cache's key of both arguments).
+_partitions: Final[dict[str, tuple[int, int]]] = {}
 
 
 def _partition_of(group_id: str, count: int) -> int:
     """`coordinator_partition`, cached for group ids of usual length."""
-    if len(group_id) <= _CACHED_GROUP_ID_CHARS:
-        return _cached_partition(group_id, count)
-    return coordinator_partition(group_id, count)
+    if len(group_id) > _CACHED_GROUP_ID_CHARS:
+        return coordinator_partition(group_id, count)
+    cached = _partitions.get(group_id)
+    if cached is not None and cached[0] == count:
+        return cached[1]
+    partition = coordinator_partition(group_id, count)
+    if len(_partitions) >= _PARTITION_CACHE_SIZE:
+        _partitions.clear()
+    _partitions[group_id] = (count, partition)
+    return partition
 
 
 class _NotCoordinator(Exception):

@@ -43,7 +43,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from broker.group.assignors import assign
@@ -154,6 +154,11 @@ class Outcome:
 
 
 log = logging.getLogger(__name__)
+
+# The codes of every OffsetCommit, as module constants: mypyc loads a Final global directly,
+# where `ErrorCode.NONE` is an attribute lookup on the enum class at each use.
+_NONE: Final = ErrorCode.NONE
+_OFFSET_METADATA_TOO_LARGE: Final = ErrorCode.OFFSET_METADATA_TOO_LARGE
 
 
 def _default_id(prefix: str) -> str:
@@ -723,42 +728,40 @@ class GroupShard:
         """OffsetCommit: per partition an error; the records of the accepted ones."""
         out = Outcome()
         error = self._commit_error(req, now_ms)
-        if error != ErrorCode.NONE:
+        if error != _NONE:
             return out, [error] * len(req.partitions)
-        group = self.groups.get(req.group_id)
-        created = group is None and req.group_id not in self.consumer_groups
-        if created:
-            group = self.groups[req.group_id] = ClassicGroup(req.group_id, current_state_timestamp=now_ms)
+        group_id = req.group_id
+        group = self.groups.get(group_id)
+        created: ClassicGroup | None = None  # the group this commit creates (an unknown group id)
+        if group is None and group_id not in self.consumer_groups:
+            created = self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=now_ms)
         errors: list[ErrorCode] = []
         changes: list[_Change] = []
         expire = now_ms + req.retention_ms if req.retention_ms >= 0 else -1
+        records = out.records
         for p in req.partitions:
             metadata = p.metadata or ""
             if self._metadata_too_large(metadata):
-                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+                errors.append(_OFFSET_METADATA_TOO_LARGE)
                 continue
-            tp = (p.topic, p.partition)
-            value = OffsetValue(p.offset, p.leader_epoch, metadata, now_ms, expire, position=self._next_position())
-            changes.append(self._write_offset(req.group_id, tp, value))
-            out.records.append((OffsetKey(req.group_id, p.topic, p.partition), value))
-            errors.append(ErrorCode.NONE)
-
-        def undo(code: ErrorCode) -> dict[Token, Any]:
-            self._settle_offsets(changes, False)
-            if created and group is not None and req.group_id not in self.offsets:
-                if self.groups.get(req.group_id) is group and not group.members:
-                    del self.groups[req.group_id]
-            return {}
-
-        if out.records:
-            out.undo = undo
-            out.written = lambda: self._settle_offsets(changes, True)
-        elif created:
-            del self.groups[req.group_id]
+            value = OffsetValue(p.offset, p.leader_epoch, metadata, now_ms, expire, self._position)
+            self._position += 1  # (`_next_position`, inline: once per committed partition)
+            changes.append(self._write_offset(group_id, (p.topic, p.partition), value))
+            records.append((OffsetKey(group_id, p.topic, p.partition), value))
+            errors.append(_NONE)
+        if records:
+            writes = _CommitWrites(self, changes, group_id, created)
+            out.undo = writes.undo
+            out.written = writes.written
+        elif created is not None:
+            del self.groups[group_id]
         return out, errors
 
     def _metadata_too_large(self, metadata: str) -> bool:
-        return len(metadata.encode()) > self.config.offset_metadata_max_bytes  # offset.metadata.max.bytes
+        limit = self.config.offset_metadata_max_bytes  # offset.metadata.max.bytes
+        # A string's UTF-8 bytes are at most 4 per character: within the limit without encoding
+        # it when 4 x its length is (the empty metadata of most commits).
+        return 4 * len(metadata) > limit and len(metadata.encode()) > limit
 
     def _next_position(self) -> int:
         position = self._position
@@ -1054,12 +1057,17 @@ class GroupShard:
 
     def _write_offset(self, group_id: str, tp: TopicPartition, value: OffsetValue | None) -> _Change:
         """Set (or, with None, remove) an offset in memory, as a write not yet committed."""
-        mine = self.offsets.setdefault(group_id, {})
-        before = mine.get(tp)
+        mine = self.offsets.get(group_id)
+        if mine is None:
+            mine = self.offsets[group_id] = {}
+        # One tuple object for both lookups: mypyc keeps a `tuple[str, int]` unboxed and builds
+        # a new tuple each time it is used as a dict key.
+        key: Any = tp
+        before = mine.get(key)
         if value is None:
-            mine.pop(tp, None)
+            mine.pop(key, None)
         else:
-            mine[tp] = value
+            mine[key] = value
         if not mine:
             del self.offsets[group_id]
         change = self._offset_writes.write(group_id, tp, before, value)
@@ -1071,9 +1079,11 @@ class GroupShard:
 
     def _settle_offsets(self, changes: list[_Change], committed: bool) -> None:
         """The appends of `changes` committed, or failed: the memory holds what is left."""
+        dropped_pending = self._dropped_pending
         for change in changes:
-            for producer_id, pending, removal in self._dropped_pending.pop(change, []):
-                self._settle_pending(producer_id, pending, [removal], committed)
+            if dropped_pending:  # (empty but for tombstones over open transactions' offsets)
+                for producer_id, pending, removal in dropped_pending.pop(change, []):
+                    self._settle_pending(producer_id, pending, [removal], committed)
             holds = self._offset_writes.settle(change, committed)
             if holds is None:
                 continue
@@ -1474,6 +1484,35 @@ class GroupShard:
         )
 
 
+class _CommitWrites:
+    """What an OffsetCommit's append settles: its offset writes (`changes`, in write order),
+    and the classic group it created for an unknown group id (`created`, else None), which a
+    refused append removes again if nothing else came to hold it. Its bound `written` and
+    `undo` are the commit's `Outcome` callbacks: an object, not closures (a nested function
+    and the environment it shares with its sibling refer to each other, a reference cycle per
+    commit for the garbage collector)."""
+
+    __slots__ = ("changes", "created", "group_id", "shard")
+
+    def __init__(self, shard: GroupShard, changes: list[_Change], group_id: str, created: ClassicGroup | None) -> None:
+        self.shard = shard
+        self.changes = changes
+        self.group_id = group_id
+        self.created = created
+
+    def written(self) -> None:
+        self.shard._settle_offsets(self.changes, True)
+
+    def undo(self, code: ErrorCode) -> dict[Token, Any]:
+        shard = self.shard
+        shard._settle_offsets(self.changes, False)
+        group = self.created
+        if group is not None and self.group_id not in shard.offsets:
+            if shard.groups.get(self.group_id) is group and not group.members:
+                del shard.groups[self.group_id]
+        return {}
+
+
 class _OffsetWrites:
     """The offset writes of a shard not yet known committed, per (group, topic, partition),
     in write order over the value before the first of them: what the memory must hold as
@@ -1486,7 +1525,8 @@ class _OffsetWrites:
     writes a tombstone for each of those too."""
 
     def __init__(self) -> None:
-        self._pending: dict[tuple[str, TopicPartition], tuple[OffsetValue | None, list[tuple[int, OffsetValue | None]]]]
+        # Keyed by (group, topic, partition), flat: one tuple to hash and compare per lookup.
+        self._pending: dict[tuple[str, str, int], tuple[OffsetValue | None, list[tuple[int, OffsetValue | None]]]]
         self._pending = {}
         self._count = 0
         self.touched: dict[str, set[TopicPartition]] = {}
@@ -1495,30 +1535,36 @@ class _OffsetWrites:
         self, group_id: str, tp: TopicPartition, before: OffsetValue | None, value: OffsetValue | None
     ) -> _Change:
         self._count += 1
-        key = (group_id, tp)
-        base, writes = self._pending.setdefault(key, (before, []))
-        writes.append((self._count, value))
-        self.touched.setdefault(group_id, set()).add(tp)
-        return (group_id, tp, self._count)
+        number = self._count
+        fresh: list[tuple[int, OffsetValue | None]] = []
+        _base, writes = self._pending.setdefault((group_id, tp[0], tp[1]), (before, fresh))
+        writes.append((number, value))
+        touched = self.touched.get(group_id)
+        if touched is None:
+            touched = self.touched[group_id] = set()
+        touched.add(tp)
+        return (group_id, tp, number)
 
     def rebase(self, group_id: str, tp: TopicPartition, value: OffsetValue) -> bool:
         """A committed transaction's offset for a key with writes outstanding (all of them
         later in the log than its record): it becomes what the memory holds should they all
         fail, unless that is later still. False when the key has no write outstanding."""
-        entry = self._pending.get((group_id, tp))
+        key = (group_id, tp[0], tp[1])
+        entry = self._pending.get(key)
         if entry is None:
             return False
         base, writes = entry
         if base is None or value.position > base.position:
-            self._pending[(group_id, tp)] = (value, writes)
+            self._pending[key] = (value, writes)
         return True
 
     def bases(self) -> list[tuple[tuple[str, TopicPartition], OffsetValue | None]]:
         """Per key with writes outstanding, the value they were written over."""
-        return [(key, base) for key, (base, _writes) in self._pending.items()]
+        return [((group_id, (topic, partition)), base)
+                for (group_id, topic, partition), (base, _writes) in self._pending.items()]  # fmt: skip
 
     def has_outstanding(self, group_id: str, tp: TopicPartition) -> bool:
-        return (group_id, tp) in self._pending
+        return (group_id, tp[0], tp[1]) in self._pending
 
     def outstanding(self) -> bool:
         """Whether a write has not settled yet."""
@@ -1528,21 +1574,24 @@ class _OffsetWrites:
         """Forget a write that committed or failed; `(value,)` when the memory must now hold
         `value` (None: no offset), None when it holds the right one already."""
         group_id, tp, number = change
-        key = (group_id, tp)
-        entry = self._pending.get(key)
+        key = (group_id, tp[0], tp[1])
+        entry = self._pending.pop(key, None)  # (put back below while writes of the key remain)
         if entry is None:
             return None
         base, writes = entry
-        at = next((i for i, (n, _) in enumerate(writes) if n == number), None)
-        if at is None:
-            return None
+        if writes and writes[0][0] == number:  # the usual case: writes settle in write order
+            at = 0
+        else:
+            found = [i for i, (n, _) in enumerate(writes) if n == number]
+            if not found:
+                self._pending[key] = entry
+                return None
+            at = found[0]
         _, value = writes.pop(at)
         last = at == len(writes)  # it was the latest write of the key
         if committed:
             base = value  # (writes settle in order: everything before it is settled)
-        if not writes:
-            del self._pending[key]
-        else:
+        if writes:
             self._pending[key] = (base, writes)
         if committed or not last:
             return None

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from broker.group.messages import JoinResult, LeaveResult, SyncResult
 from broker.group.shard import Outcome, append_error
@@ -32,6 +32,10 @@ from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
 
 __all__ = ["Release", "WriteOrder", "error_reply"]
+
+# mypyc loads a Final global directly, where `ErrorCode.NONE` is an attribute lookup on the
+# enum class at each use.
+_NONE: Final = ErrorCode.NONE
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -96,7 +100,7 @@ class WriteOrder:
         entry.done = True
         entry.code = code
         entry.undo = undo
-        if code == ErrorCode.NONE:
+        if code == _NONE:
             return
         # Outcomes without records queued behind this one were computed from the state its
         # undo puts back: they fail with it (they showed what was not written).
@@ -115,7 +119,7 @@ class WriteOrder:
             entry = self._queue.popleft()
             outcome = entry.outcome
             replies = outcome.replies
-            if entry.code == ErrorCode.NONE:
+            if entry.code == _NONE:
                 if outcome.written is not None:
                     outcome.written()
             else:

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_writer
 
 from broker.kafka.wire import MalformedRequest, RequestHeader, frame_response
+from quorum.frozen_init import fast_frozen_init
 from quorum.wire._reader import MalformedError, read_request_body
 
 __all__ = ["RequestContext", "decode_body", "encode_body", "kio_error", "make", "nested", "response_type"]
@@ -27,11 +28,18 @@ __all__ = ["RequestContext", "decode_body", "encode_body", "kio_error", "make", 
 # mypyc hands a native dataclass's field types to the dataclass decorator as objects, and
 # loads a builtin one that mypyc does not know by name from the module's globals (KeyError:
 # 'memoryview' at import without the import of it from builtins above).
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class RequestContext:
     header: RequestHeader
     frame: memoryview  # the whole request frame, without its length prefix
     flexible: bool  # request header v2 / response header v1
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there,
+    # once per request); uncompiled, fast_frozen_init replaces it.
+    def __init__(self, header: RequestHeader, frame: memoryview, flexible: bool) -> None:
+        object.__setattr__(self, "header", header)
+        object.__setattr__(self, "frame", frame)
+        object.__setattr__(self, "flexible", flexible)
 
     @property
     def api_key(self) -> int:
@@ -40,6 +48,9 @@ class RequestContext:
     @property
     def version(self) -> int:
         return self.header.api_version
+
+
+fast_frozen_init(RequestContext)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 @cache

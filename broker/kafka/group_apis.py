@@ -245,15 +245,19 @@ class GroupApis:
                 errors = [code for _ in errors]
         else:
             results = await self.groups.commit(req)
-        it = iter(results)
-        final = [e if e is not None else next(it) for e in errors]
+        # Per partition asked, in request order: its own error, else the coordinator's next result.
         answer: list[tuple[str, list[tuple[int, int]]]] = []
-        i = 0
+        asked = 0  # into `errors`
+        done = 0  # into `results`
         for name, parts in body.topics:
-            codes = []
+            codes: list[tuple[int, int]] = []
             for p in parts:
-                codes.append((p[0], int(final[i])))
-                i += 1
+                error = errors[asked]
+                asked += 1
+                if error is None:
+                    error = results[done]
+                    done += 1
+                codes.append((p[0], error))
             answer.append((name, codes))
         return encode_offset_commit_response(ctx, answer)
 

@@ -7,7 +7,11 @@ the process's CPU time (`time.process_time`, so a busy machine inflates it less 
 time) per request, per round; `--profile` adds a cProfile of the last round.
 
     PYTHONPATH=. .venv/bin/python tests/perf/bench_offset_commit_cpu.py [--clients 64] [--requests 300]
-        [--rounds 3] [--partitions 1] [--profile]
+        [--rounds 3] [--partitions 1] [--profile] [--node-gc]
+
+`--node-gc` sets the cyclic collector's thresholds as a broker process does
+(`quorum.metadata.gc_policy.tune_collector`: 10,000 young objects, not CPython's 700); without
+it the collector keeps CPython's defaults, which collect several times per round of commits.
 
 Run it from two checkouts alternately to compare code (the machine is shared and noisy), or
 count instructions, which the machine's load does not move: `BENCH_CALLGRIND=1 valgrind
@@ -39,6 +43,7 @@ from broker.kafka.context import make, nested  # noqa: E402
 from broker.kafka.server import KafkaRequestHandler  # noqa: E402
 from broker.kafka.services import ListenerConfig  # noqa: E402
 from quorum.kafka_errors import ErrorCode  # noqa: E402
+from quorum.metadata.gc_policy import tune_collector  # noqa: E402
 from tests.unit.broker_kafka.fake_services import FakeServices, make_image  # noqa: E402
 
 BROKERS = {1: ("127.0.0.1", 19201, "rack-a")}
@@ -122,7 +127,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=1, help="offsets per OffsetCommit request")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--node-gc", action="store_true", help="the collector's thresholds of a broker process")
     args = ap.parse_args()
+    if args.node_gc:
+        tune_collector()
     asyncio.run(one_round(args.clients, 20, None, measured=False))  # warm-up: imports, caches
     for r in range(args.rounds):
         profile = cProfile.Profile() if args.profile and r == args.rounds - 1 else None

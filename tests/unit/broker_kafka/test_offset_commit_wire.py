@@ -107,6 +107,26 @@ def test_the_hand_decoder_reads_what_kio_wrote(version: int) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
+def test_a_frame_inside_a_larger_buffer_decodes_the_same(version: int) -> None:
+    """The frame a handler gets may be a view of part of a buffer (or of a bytearray)."""
+    cls, tcls, pcls = _classes(version)
+    parts = tuple(
+        make(pcls, partition_index=p, committed_offset=10 * p, committed_leader_epoch=p,
+             committed_metadata=None if p == 1 else "x" * p)
+        for p in range(3)
+    )  # fmt: skip
+    body = make(cls, group_id="g\u00e9", generation_id_or_member_epoch=3, member_id="m", group_instance_id="i",
+                retention_time=timedelta(milliseconds=5),
+                topics=tuple(make(tcls, name=f"t{t}", partitions=parts) for t in range(2)))  # fmt: skip
+    frame = _frame(version, body)
+    want = decode_offset_commit(_context(version, frame))
+    assert [len(parts) for _, parts in want.topics] == [3, 3]
+    flexible = is_flexible(ApiKey.OFFSET_COMMIT, version)
+    for view in (memoryview(b"abcd" + frame + b"efgh")[4 : 4 + len(frame)], memoryview(bytearray(frame))):
+        assert decode_offset_commit(RequestContext(parse_request_header(view, flexible), view, flexible)) == want
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 def test_a_truncated_request_is_malformed(version: int) -> None:
     cls, tcls, pcls = _classes(version)
     body = make(cls, group_id="g", generation_id_or_member_epoch=3, member_id="m", group_instance_id="i",

@@ -28,6 +28,7 @@ from broker.group.records import (
     decode_key,
     decode_value,
     encode_key,
+    encode_records,
     encode_value,
 )
 
@@ -110,6 +111,36 @@ def test_key_version_0_reads_as_version_1(key: OffsetKey) -> None:
 def test_a_tombstone_is_none() -> None:
     assert decode_value(OffsetKey("g", "t", 0), None) is None
     assert decode_value(GroupKey("g"), None) is None
+
+
+# Keys of two groups and two topics, so that runs of one group and topic are common.
+few_offset_keys = st.builds(OffsetKey, st.sampled_from(["g", "h"]), st.sampled_from(["t", "u"]), I32)
+
+
+@given(st.lists(offset_keys | group_keys | few_offset_keys, max_size=8))
+def test_encode_records_is_encode_key_and_encode_value_of_each(keys: list[OffsetKey | GroupKey]) -> None:
+    """Consecutive offset keys of one group and topic share their prefix's encoding: the bytes
+    are each record's own, tombstones included, in order."""
+    records: list[tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]] = []
+    for i, key in enumerate(keys):
+        value: OffsetValue | GroupValue | None
+        if i % 3 == 2:
+            value = None
+        elif isinstance(key, OffsetKey):
+            value = OffsetValue(i, -1, "" if i % 2 else "md", 1_700_000_000_000, -1 if i % 4 else 5)
+        else:
+            value = GroupValue("consumer", i, "range", None, 7, ())
+        records.append((key, value))
+    assert encode_records(records) == [(encode_key(k), None if v is None else encode_value(v)) for k, v in records]
+
+
+@given(offset_values.map(lambda v: dataclasses.replace(v, metadata="", expire_timestamp=-1)))
+def test_an_offset_value_without_metadata_has_the_general_layout(value: OffsetValue) -> None:
+    """Version 3 without metadata is packed in one go: the same bytes, field by field."""
+    assert encode_value(value) == struct.pack(">hqi", 3, value.offset, value.leader_epoch) + b"\0\0" + struct.pack(
+        ">q", value.commit_timestamp
+    )
+    assert decode_value(OffsetKey("g", "t", 0), encode_value(value)) == value
 
 
 # ------------------------------------------------------------------ golden bytes (by hand)
@@ -282,6 +313,10 @@ def test_out_of_range_ints_are_refused_on_encode() -> None:
         encode_value(GroupValue("", 2**31, None, None, -1, ()))
     with pytest.raises(RecordSchemaError):
         encode_value(OffsetValue(0, -1, "", 0), 5)
+    with pytest.raises(RecordSchemaError):
+        encode_records([(OffsetKey("g", "t", 0), None), (OffsetKey("g", "t", 2**31), None)])
+    with pytest.raises(RecordSchemaError):
+        encode_records([(OffsetKey("g", "t", 0), OffsetValue(0, 2**31, "", 0))])
 
 
 @settings(max_examples=300)

@@ -182,6 +182,33 @@ def commit(s: GroupShard, member: str, gen: int, *, version: int = 8, metadata: 
     return s.commit(req, 0)
 
 
+def test_the_metadata_limit_counts_utf8_bytes() -> None:
+    """offset.metadata.max.bytes is in UTF-8 bytes, not characters; "" passes any limit but a
+    negative one."""
+    s = shard(offset_metadata_max_bytes=4)
+    assert commit(s, "", -1, metadata="")[1] == [E.NONE]
+    assert commit(s, "", -1, metadata="\u00e9\u00e9")[1] == [E.NONE]  # 2 characters, 4 bytes
+    assert commit(s, "", -1, metadata="\u00e9\u00e9a")[1] == [E.OFFSET_METADATA_TOO_LARGE]  # 3 characters, 5 bytes
+    assert commit(s, "", -1, metadata="\U0001f600")[1] == [E.NONE]  # 1 character, 4 bytes
+    assert commit(shard(offset_metadata_max_bytes=0), "", -1, metadata="")[1] == [E.NONE]
+    assert commit(shard(offset_metadata_max_bytes=0), "", -1, metadata="a")[1] == [E.OFFSET_METADATA_TOO_LARGE]
+    assert commit(shard(offset_metadata_max_bytes=-1), "", -1, metadata="")[1] == [E.OFFSET_METADATA_TOO_LARGE]
+
+
+def test_a_refused_commit_removes_the_group_it_created() -> None:
+    s = shard()
+    out, errors = commit(s, "", -1)
+    assert errors == [E.NONE] and G in s.groups
+    assert out.undo is not None
+    out.undo(E.NOT_ENOUGH_REPLICAS)
+    assert G not in s.groups and G not in s.offsets
+    # Committed: the group and its offset stay.
+    out, _ = commit(s, "", -1)
+    assert out.written is not None
+    out.written()
+    assert G in s.groups and s.offsets[G][("t", 0)].offset == 5
+
+
 def test_commit_rules() -> None:
     s = shard()
     assert commit(s, "", 3)[1] == [E.ILLEGAL_GENERATION]  # an unknown group at a generation
