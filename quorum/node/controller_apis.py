@@ -74,7 +74,7 @@ class ControllerApis:
         try:
             started = self.controller.start_write(request)
         except NotControllerError:
-            return self._handle(frame, decoded, not_controller=True)
+            return self._handle(frame, decoded)  # a standby: the coroutine answers NOT_CONTROLLER
         except Exception as exc:  # noqa: BLE001 - as an exception of the handler's task
             failed: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)
@@ -116,9 +116,7 @@ class ControllerApis:
         except Exception as exc:  # noqa: BLE001 - as an exception of the handler's task
             answer.set_exception(exc)
 
-    async def _handle(
-        self, frame: bytes | bytearray, decoded: admin_codec.DecodedAdmin | None, *, not_controller: bool = False
-    ) -> bytes | None:
+    async def _handle(self, frame: bytes | bytearray, decoded: admin_codec.DecodedAdmin | None) -> bytes | None:
         if decoded is None:
             try:
                 decoded = admin_codec.decode_admin_request(frame)
@@ -136,8 +134,6 @@ class ControllerApis:
             code = int(ErrorCode.INVALID_REQUEST)
             return admin_codec.encode_admin_error(decoded, code, "UnregisterBroker is not supported by pykraft")
         try:
-            if not_controller:
-                raise NotControllerError()
             response = await self.controller.handle(request)
         except NotControllerError:
             return admin_codec.encode_admin_error(decoded, int(ErrorCode.NOT_CONTROLLER), _NOT_ACTIVE)
