@@ -3,6 +3,7 @@
     PYTHONPATH=. .venv/bin/python tests/perf/bench_groups.py
         [--only rebalance,kip848,confluent,confluent848,commits,failover,compaction] [--sizes 3,30,300]
         [--kip848-sizes 3,30,300] [--departures 5] [--kills 5] [--duration 10] [--heartbeat-ms 2000]
+        [--clients 1,8,64] [--batched 16x5,64x5]
         [--profile DIR] [--json-out F] [--keep]
 
 One real 3+3 cluster (`start_dataplane_cluster`: RF 3, min.insync.replicas 2,
@@ -47,9 +48,14 @@ by default: that would only add a wait before the measured cleaning). It prints 
 2. **Offset commits on one coordinator**: N concurrent clients (one connection each, one
    request in flight each) send OffsetCommit v7 for group ``bench-commits`` (generation -1, no
    members: a "simple" commit, as `commitSync` of an assigned consumer), each request naming
-   1 (or 5) partitions of a 64-partition topic with a new offset each time; acks=all to
-   ``__consumer_offsets`` RF 3. Requests and committed offsets per second over the window,
-   p50/p99 request latency, CPU of the coordinator broker and of this client.
+   1 partition (``--clients``: 1, 8 and 64 clients) or P partitions (``--batched CxP``: 16x5
+   and 64x5, a consumer committing all the partitions it owns in one request, as clients do)
+   of a 320-partition topic, a new offset each time, no partition named by two clients while
+   they fit; acks=all to ``__consumer_offsets`` RF 3. Requests and committed offsets per second
+   over the window, p50/p99 request latency, CPU of the coordinator broker and of this client.
+   The target (20,000/s) is judged on offsets per second, the unit of Kafka's own
+   ``offset-commit-rate`` metric (its group coordinator records the number of offsets each
+   commit wrote).
 3. **Coordinator failover**: one client commits in a loop (a new offset each time, request
    timeout 5 s); on a refused connection, NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE it asks
    FindCoordinator of the live brokers again every 100 ms (Kafka's retry.backoff.ms). The
@@ -116,7 +122,9 @@ HEARTBEAT_MS = SESSION_MS // 3
 REBALANCE_TIMEOUT_MS = 60_000
 NOMINAL_PARTITIONS = 600
 COMMIT_TOPIC = "bench-commits-topic"
-COMMIT_TOPIC_PARTITIONS = 64
+# 64 clients x 5 partitions, each partition committed by one client only (as a group's
+# consumers each commit the partitions they own)
+COMMIT_TOPIC_PARTITIONS = 320
 BROKER_SESSION_MS = 3000  # FAST_TIMINGS of the integration clusters
 CONSUMER_HEARTBEAT_MS = 2000  # group.consumer.heartbeat.interval.ms (Kafka: 5000): as the classic members'
 CONSUMER_TOPIC = "bench-848"
@@ -1034,6 +1042,9 @@ def main() -> int:  # noqa: C901 (one scenario after the other)
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--clients", default="1,8,64")
+    ap.add_argument("--batched", default="16x5,64x5",
+                    help="further commit runs, CLIENTSxPARTITIONS per request (a consumer commits all its "
+                         "partitions in one OffsetCommit)")
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--versions", type=int, default=10)
     ap.add_argument("--profile", type=Path, default=None, help="py-spy the coordinator during the N=64 commit run")
@@ -1124,7 +1135,8 @@ def main() -> int:  # noqa: C901 (one scenario after the other)
             pids = {"coordinator": [cluster.nodes[coord].pid],
                     "other brokers": [cluster.nodes[b].pid for b in cluster.broker_ids if b != coord]}  # fmt: skip
             crow: list[list[str]] = []
-            runs = [(int(c), 1) for c in args.clients.split(",")] + [(16, 5)]
+            runs = [(int(c), 1) for c in args.clients.split(",") if c] + [
+                (int(c), int(p)) for c, p in (shape.split("x") for shape in args.batched.split(",") if shape)]
             for clients, per in runs:
                 spy = None
                 if args.profile and clients == max(c for c, _ in runs) and per == 1:
@@ -1148,7 +1160,8 @@ def main() -> int:  # noqa: C901 (one scenario after the other)
                              f"{r.cpu['coordinator']:.2f}",
                         f"{1e6 * r.cpu['coordinator'] * r.seconds / max(1, r.requests):,.0f}",
                         f"{r.cpu['other brokers']:.2f}", f"{r.cpu['client']:.2f}",
-                             str(r.errors or "-"), ">= 20,000/s" if per == 1 else "-",
+                             str(r.errors or "-"),
+                             "PASS" if r.offsets_per_s >= 20_000 else "MISS",
                              f"{100 * r.others:.0f}%"])  # fmt: skip
                 results[f"commits_{clients}x{per}"] = {**r.__dict__, "latencies_ms": None,
                                                       "p50": percentile(r.latencies_ms, 0.5),
@@ -1156,8 +1169,10 @@ def main() -> int:  # noqa: C901 (one scenario after the other)
                 print(f"   {clients} clients x {per} partition(s): {r.offsets_per_s:,.0f} offsets/s", flush=True)
             print(f"\nOffset commits on one coordinator (acks=all, RF 3; {args.duration:.0f} s after "
                   f"{args.warmup:.0f} s warm-up; CPU in cores)")  # fmt: skip
+            print("Target (issue 20): >= 20,000 offsets/s, counted as Kafka's offset-commit-rate counts them (the "
+                  "offsets committed, a request of five partitions committing five)")
             print(table(["clients", "partitions/req", "requests/s", "offsets/s", "p50 ms", "p99 ms", "coordinator",
-                         "coord. µs/req", "other brokers", "client", "errors", "target", "others"], crow),
+                         "coord. µs/req", "other brokers", "client", "errors", ">= 20,000 offsets/s", "others"], crow),
                   flush=True)  # fmt: skip
 
         if "failover" in only:
