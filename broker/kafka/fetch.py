@@ -24,6 +24,7 @@ Rules applied here (the reading rules are the services', see `FetchParams`):
 
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass, replace
 from typing import Final
@@ -40,7 +41,7 @@ from broker.kafka.services import (
     ListenerConfig,
 )
 from broker.kafka.spliced import SplicedResponse
-from broker.kafka.wire import Reader, response_writer
+from broker.kafka.wire import Reader, Writer, response_writer
 from broker.log.file_range import FileRange
 from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
@@ -96,6 +97,11 @@ class FetchRequest:
 fast_frozen_init(FetchRequest)  # not a decorator: mypyc makes a decorated class a Python class
 
 
+# A v12 partition's fixed fields: index, current_leader_epoch, fetch_offset, last_fetched_epoch,
+# log_start_offset, partition_max_bytes.
+_FETCH_PARTITION_V12: Final = struct.Struct(">iiqiqi")
+
+
 def decode_fetch(ctx: RequestContext) -> FetchRequest:
     r = Reader(ctx.frame, ctx.header.body_offset)
     v = ctx.version
@@ -112,12 +118,27 @@ def decode_fetch(ctx: RequestContext) -> FetchRequest:
         name = r.nonnull_string(flex)
 
         def partition() -> None:
-            index = r.i32()
-            current_leader_epoch = r.i32() if v >= 9 else -1
-            fetch_offset = r.i64()
-            last_fetched_epoch = r.i32() if v >= 12 else -1
-            log_start_offset = r.i64() if v >= 5 else -1
-            partition_max_bytes = r.i32()
+            index: int
+            current_leader_epoch: int
+            fetch_offset: int
+            last_fetched_epoch: int
+            log_start_offset: int
+            partition_max_bytes: int
+            pos = r.pos
+            if v >= 12 and pos + _FETCH_PARTITION_V12.size <= r.end:
+                # v12: the fixed fields in one unpack (with too few bytes left, field by field
+                # as below, which raises what each field's read raises).
+                index, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset, partition_max_bytes = (
+                    _FETCH_PARTITION_V12.unpack_from(r.buf, pos)
+                )
+                r.pos = pos + _FETCH_PARTITION_V12.size
+            else:
+                index = r.i32()
+                current_leader_epoch = r.i32() if v >= 9 else -1
+                fetch_offset = r.i64()
+                last_fetched_epoch = r.i32() if v >= 12 else -1
+                log_start_offset = r.i64() if v >= 5 else -1
+                partition_max_bytes = r.i32()
             if flex:
                 r.skip_tags()
             partitions.append(
@@ -165,6 +186,31 @@ def decode_fetch(ctx: RequestContext) -> FetchRequest:
     )
 
 
+# A partition's fixed fields: index i32, error i16, high watermark, last stable offset and
+# (v5+) log start offset i64; flexible (v12+) and read-uncommitted, then the null aborted
+# transactions (compact length 0) and preferred_read_replica i32.
+_PARTITION_HEAD: Final = struct.Struct(">ihqqq")
+_PARTITION_HEAD_V4: Final = struct.Struct(">ihqq")
+_PARTITION_FLEX: Final = struct.Struct(">ihqqqBi")
+
+
+def _aborted_and_replica(w: Writer, v: int, flex: bool, committed: bool, res: FetchPartitionResult) -> None:
+    """A partition's aborted transactions (READ_COMMITTED; null otherwise) and, v11+, its
+    preferred read replica."""
+    if committed:
+        aborted = res.aborted_transactions
+        w.length(len(aborted), flex, True)
+        for txn in aborted:
+            w.i64(txn.producer_id)
+            w.i64(txn.first_offset)
+            if flex:
+                w.uvarint(0)  # no tagged fields
+    else:
+        w.length(-1, flex, True)
+    if v >= 11:
+        w.i32(res.preferred_read_replica)
+
+
 def encode_fetch_response(
     ctx: RequestContext,
     error: ErrorCode,
@@ -193,24 +239,24 @@ def encode_fetch_response(
         w.string(name, flex)
         w.length(len(items), flex, True)
         for req, res in items:
-            w.i32(req.partition)
-            w.i16(res.error)
-            w.i64(res.high_watermark)
-            w.i64(res.last_stable_offset)
-            if v >= 5:
-                w.i64(res.log_start_offset)
-            if committed:
-                aborted = res.aborted_transactions
-                w.length(len(aborted), flex, True)
-                for txn in aborted:
-                    w.i64(txn.producer_id)
-                    w.i64(txn.first_offset)
-                    if flex:
-                        w.uvarint(0)  # no tagged fields
+            if flex and not committed:
+                # A follower's (and a read-uncommitted v12 consumer's) fixed fields in one pack:
+                # index, error, HW, LSO, log start, aborted_transactions null (compact 0),
+                # preferred_read_replica (flexible is v12+).
+                w.buf += _PARTITION_FLEX.pack(
+                    req.partition, res.error, res.high_watermark, res.last_stable_offset, res.log_start_offset, 0,
+                    res.preferred_read_replica,
+                )  # fmt: skip
             else:
-                w.length(-1, flex, True)
-            if v >= 11:
-                w.i32(res.preferred_read_replica)
+                if v >= 5:
+                    w.buf += _PARTITION_HEAD.pack(
+                        req.partition, res.error, res.high_watermark, res.last_stable_offset, res.log_start_offset
+                    )
+                else:
+                    w.buf += _PARTITION_HEAD_V4.pack(
+                        req.partition, res.error, res.high_watermark, res.last_stable_offset
+                    )
+                _aborted_and_replica(w, v, flex, committed, res)
             records = res.records
             if isinstance(records, FileRange):
                 w.file_range(records, flex)

@@ -275,12 +275,26 @@ def _count(r: Reader) -> int:
     return n
 
 
+# A partition's fixed fields: index i32, error i16, high watermark, last stable offset, log start offset i64.
+_PARTITION_HEAD: Final = struct.Struct(">ihqqq")
+
+
 def _partition(r: Reader, topic: str) -> FetchPartitionResponse:
-    index = r.i32()
-    error = r.i16()
-    high_watermark = r.i64()
-    r.i64()  # last_stable_offset (a follower reads uncommitted)
-    log_start_offset = r.i64()
+    index: int
+    error: int
+    high_watermark: int
+    log_start_offset: int
+    pos = r.pos
+    if pos + _PARTITION_HEAD.size <= r.end:
+        # One unpack (with too few bytes left, field by field: each read raises as it does).
+        index, error, high_watermark, _last_stable_offset, log_start_offset = _PARTITION_HEAD.unpack_from(r.buf, pos)
+        r.pos = pos + _PARTITION_HEAD.size
+    else:
+        index = r.i32()
+        error = r.i16()
+        high_watermark = r.i64()
+        r.i64()  # last_stable_offset (a follower reads uncommitted)
+        log_start_offset = r.i64()
     aborted = r.uvarint() - 1  # aborted_transactions: nullable; each producer_id, first_offset, tags
     if aborted > r.end - r.pos:
         raise MalformedRequest(f"array of {aborted} items in {r.end - r.pos} bytes")
