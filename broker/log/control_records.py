@@ -27,13 +27,11 @@ from quorum.storage.batch_layout import (
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
     ATTRIBUTES_AT,
-    BASE_TIMESTAMP_AT,
     CRC_AT,
     CRC_START,
     HEADER,
     LOG_OVERHEAD,
     MAGIC,
-    MAX_TIMESTAMP_AT,
     RECORDS_COUNT_AT,
 )
 
@@ -93,11 +91,12 @@ def decode_marker_record(key: bytes | None, value: bytes | None) -> EndTxnMarker
 # delta 0, key length 4 (zigzag 0x08), key (version, type), value length 6 (zigzag 0x0c),
 # value (version, coordinator epoch), no headers. 78 bytes in all.
 _CANONICAL: Final = struct.Struct(">iBBBBBhhBhiB")
-_CANONICAL_FIELDS: Final = (1, 0x20, 0, 0, 0, 0x08)
 _CANONICAL_SIZE: Final = RECORDS_COUNT_AT + _CANONICAL.size
-_TIMESTAMP: Final = struct.Struct(">q")
+# The same batch from its attributes on, read in one unpack: attributes, (last offset delta),
+# base and max timestamps, (producer id, epoch, base sequence), then `_CANONICAL`'s fields.
+_MARKER_TAIL: Final = struct.Struct(">h4xqq14x" + _CANONICAL.format[1:])
+assert ATTRIBUTES_AT + _MARKER_TAIL.size == _CANONICAL_SIZE
 _CRC: Final = struct.Struct(">I")
-_ATTRIBUTES: Final = struct.Struct(">h")
 
 
 def encode_marker_batch(producer_id: int, producer_epoch: int, marker: EndTxnMarker, timestamp_ms: int) -> bytearray:
@@ -126,18 +125,32 @@ def _canonical_marker(batch: bytes | bytearray | memoryview) -> tuple[EndTxnMark
     timestamp is the batch's base timestamp, or its max timestamp under LogAppendTime."""
     if len(batch) != _CANONICAL_SIZE:
         return None
-    (batch_attributes,) = _ATTRIBUTES.unpack_from(batch, ATTRIBUTES_AT)
+    # Typed: compiled, each comparison below is a machine compare (no tuple, no boxed ints).
+    batch_attributes: int
+    base_timestamp: int
+    max_timestamp: int
+    count: int
+    length: int
+    attributes: int
+    ts_delta: int
+    offset_delta: int
+    key_length: int
+    kind: int
+    value_length: int
+    epoch: int
+    headers: int
+    (
+        batch_attributes, base_timestamp, max_timestamp, count, length, attributes, ts_delta, offset_delta, key_length,
+        _kv, kind, value_length, _vv, epoch, headers,
+    ) = _MARKER_TAIL.unpack_from(batch, ATTRIBUTES_AT)  # fmt: skip
     if batch_attributes & ATTR_COMPRESSION_MASK:
         return None
-    count, length, attributes, ts_delta, offset_delta, key_length, _kv, kind, value_length, _vv, epoch, headers = (
-        _CANONICAL.unpack_from(batch, RECORDS_COUNT_AT)
-    )
-    if (count, length, attributes, ts_delta, offset_delta, key_length) != _CANONICAL_FIELDS:
+    if count != 1 or length != 0x20 or attributes != 0 or ts_delta != 0 or offset_delta != 0 or key_length != 0x08:
         return None
-    if value_length != 0x0C or headers != 0 or kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+    if value_length != 0x0C or headers != 0 or (kind != CONTROL_ABORT and kind != CONTROL_COMMIT):
         return None
-    at = MAX_TIMESTAMP_AT if batch_attributes & ATTR_TIMESTAMP_TYPE else BASE_TIMESTAMP_AT
-    return EndTxnMarker(kind == CONTROL_COMMIT, epoch), _TIMESTAMP.unpack_from(batch, at)[0]
+    timestamp = max_timestamp if batch_attributes & ATTR_TIMESTAMP_TYPE else base_timestamp
+    return EndTxnMarker(kind == CONTROL_COMMIT, epoch), timestamp
 
 
 def decode_marker_batch(batch: bytes | memoryview) -> tuple[EndTxnMarker, int] | None:
