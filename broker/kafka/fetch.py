@@ -97,6 +97,8 @@ class FetchRequest:
 fast_frozen_init(FetchRequest)  # not a decorator: mypyc makes a decorated class a Python class
 
 
+# v7+: replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch.
+_FETCH_HEAD_V7: Final = struct.Struct(">iiiibii")
 # A v12 partition's fixed fields: index, current_leader_epoch, fetch_offset, last_fetched_epoch,
 # log_start_offset, partition_max_bytes.
 _FETCH_PARTITION_V12: Final = struct.Struct(">iiqiqi")
@@ -106,12 +108,27 @@ def decode_fetch(ctx: RequestContext) -> FetchRequest:
     r = Reader(ctx.frame, ctx.header.body_offset)
     v = ctx.version
     flex = ctx.flexible
-    replica_id = r.i32()
-    max_wait_ms = r.i32()
-    min_bytes = r.i32()
-    max_bytes = r.i32()
-    isolation_level = r.i8()
-    session_id, session_epoch = (r.i32(), r.i32()) if v >= 7 else (0, -1)
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    session_id: int
+    session_epoch: int
+    pos = r.pos
+    if v >= 7 and pos + _FETCH_HEAD_V7.size <= r.end:
+        # One unpack (with too few bytes left, field by field: each read raises as it does).
+        replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch = (
+            _FETCH_HEAD_V7.unpack_from(r.buf, pos)
+        )
+        r.pos = pos + _FETCH_HEAD_V7.size
+    else:
+        replica_id = r.i32()
+        max_wait_ms = r.i32()
+        min_bytes = r.i32()
+        max_bytes = r.i32()
+        isolation_level = r.i8()
+        session_id, session_epoch = (r.i32(), r.i32()) if v >= 7 else (0, -1)
     partitions: list[FetchPartition] = []
 
     def topic() -> None:
@@ -189,6 +206,7 @@ def decode_fetch(ctx: RequestContext) -> FetchRequest:
 # A partition's fixed fields: index i32, error i16, high watermark, last stable offset and
 # (v5+) log start offset i64; flexible (v12+) and read-uncommitted, then the null aborted
 # transactions (compact length 0) and preferred_read_replica i32.
+_RESPONSE_HEAD_V7: Final = struct.Struct(">ihi")
 _PARTITION_HEAD: Final = struct.Struct(">ihqqq")
 _PARTITION_HEAD_V4: Final = struct.Struct(">ihqq")
 _PARTITION_FLEX: Final = struct.Struct(">ihqqqBi")
@@ -222,10 +240,10 @@ def encode_fetch_response(
     v = ctx.version
     flex = ctx.flexible
     w = response_writer(ctx.header.correlation_id, flex)
-    w.i32(0)  # throttle_time_ms
     if v >= 7:
-        w.i16(error)
-        w.i32(session_id)
+        w.buf += _RESPONSE_HEAD_V7.pack(0, error, session_id)  # throttle_time_ms, error, session id
+    else:
+        w.i32(0)  # throttle_time_ms
     # Consecutive partitions of one topic share a topic entry.
     groups: list[tuple[str, list[tuple[FetchPartition, FetchPartitionResult]]]] = []
     for req, res in pairs:

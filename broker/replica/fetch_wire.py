@@ -248,9 +248,16 @@ def decode_fetch_answer(frame: bytes | bytearray) -> FetchAnswer:
         r = Reader(memoryview(frame))
         r.i32()  # correlation_id (the caller matched it)
         r.skip_tags()
-        r.i32()  # throttle_time_ms
-        error = r.i16()
-        session_id = r.i32()
+        error: int
+        session_id: int
+        pos = r.pos
+        if pos + _ANSWER_HEAD.size <= r.end:
+            _throttle_time_ms, error, session_id = _ANSWER_HEAD.unpack_from(r.buf, pos)
+            r.pos = pos + _ANSWER_HEAD.size
+        else:
+            r.i32()  # throttle_time_ms
+            error = r.i16()
+            session_id = r.i32()
         out: list[FetchPartitionResponse] = []
         for _ in range(_count(r)):
             topic = r.nonnull_string(True)
@@ -275,6 +282,7 @@ def _count(r: Reader) -> int:
     return n
 
 
+_ANSWER_HEAD: Final = struct.Struct(">ihi")  # throttle_time_ms, error, session_id
 # A partition's fixed fields: index i32, error i16, high watermark, last stable offset, log start offset i64.
 _PARTITION_HEAD: Final = struct.Struct(">ihqqq")
 
