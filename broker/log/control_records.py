@@ -99,11 +99,47 @@ assert ATTRIBUTES_AT + _MARKER_TAIL.size == _CANONICAL_SIZE
 _CRC: Final = struct.Struct(">I")
 
 
+class _LastMarkerBatch:
+    """The last batch `encode_marker_batch` built, with its arguments: a WriteTxnMarkers round
+    writes the same marker (one producer, one timestamp) to each of its partitions, and a copy
+    costs a tenth of the three packs and the CRC. One tuple, replaced whole."""
+
+    def __init__(self) -> None:
+        # producer id, producer epoch, committed, coordinator epoch, timestamp, the batch
+        self.entry: tuple[int, int, bool, int, int, bytes] = (0, 0, False, 0, 0, b"")
+
+
+_LAST_MARKER_BATCH: Final = _LastMarkerBatch()
+
+
 def encode_marker_batch(producer_id: int, producer_epoch: int, marker: EndTxnMarker, timestamp_ms: int) -> bytearray:
     """The marker batch as a coordinator writes it (base offset 0 and leader epoch -1: the
     leader's append assigns both, in place): `encode_keyed_records`' bytes for the marker's
     record (test_control_records holds them equal), written at the canonical layout's fixed
-    positions (a WriteTxnMarkers round writes one per partition)."""
+    positions (a WriteTxnMarkers round writes one per partition). A new bytearray each call."""
+    last_pid, last_epoch, last_committed, last_coordinator_epoch, last_timestamp, last_batch = _LAST_MARKER_BATCH.entry
+    if (
+        last_batch
+        and last_pid == producer_id
+        and last_epoch == producer_epoch
+        and last_committed == marker.committed
+        and last_coordinator_epoch == marker.coordinator_epoch
+        and last_timestamp == timestamp_ms
+    ):
+        return bytearray(last_batch)
+    out = _build_marker_batch(producer_id, producer_epoch, marker, timestamp_ms)
+    _LAST_MARKER_BATCH.entry = (
+        producer_id,
+        producer_epoch,
+        marker.committed,
+        marker.coordinator_epoch,
+        timestamp_ms,
+        bytes(out),
+    )
+    return out
+
+
+def _build_marker_batch(producer_id: int, producer_epoch: int, marker: EndTxnMarker, timestamp_ms: int) -> bytearray:
     out = bytearray(_CANONICAL_SIZE)
     HEADER.pack_into(
         out, 0, 0, _CANONICAL_SIZE - LOG_OVERHEAD, -1, MAGIC, 0, MARKER_ATTRIBUTES, 0, timestamp_ms, timestamp_ms,
