@@ -285,6 +285,9 @@ def _count(r: Reader) -> int:
 _ANSWER_HEAD: Final = struct.Struct(">ihi")  # throttle_time_ms, error, session_id
 # A partition's fixed fields: index i32, error i16, high watermark, last stable offset, log start offset i64.
 _PARTITION_HEAD: Final = struct.Struct(">ihqqq")
+# After them, in a follower's answer: aborted_transactions null (one 0 byte) and
+# preferred_read_replica (i32, not needed): skipped together.
+_NULL_ABORTED_AND_REPLICA: Final = 5
 
 
 def _partition(r: Reader, topic: str) -> FetchPartitionResponse:
@@ -303,14 +306,19 @@ def _partition(r: Reader, topic: str) -> FetchPartitionResponse:
         high_watermark = r.i64()
         r.i64()  # last_stable_offset (a follower reads uncommitted)
         log_start_offset = r.i64()
-    aborted = r.uvarint() - 1  # aborted_transactions: nullable; each producer_id, first_offset, tags
-    if aborted > r.end - r.pos:
-        raise MalformedRequest(f"array of {aborted} items in {r.end - r.pos} bytes")
-    for _ in range(aborted):
-        r.i64()
-        r.i64()
-        r.skip_tags()
-    r.i32()  # preferred_read_replica
+    pos = r.pos
+    if pos + _NULL_ABORTED_AND_REPLICA <= r.end and r.buf[pos] == 0:
+        # A follower's answer: aborted_transactions null (compact 0), preferred_read_replica.
+        r.pos = pos + _NULL_ABORTED_AND_REPLICA
+    else:
+        aborted = r.uvarint() - 1  # aborted_transactions: nullable; each producer_id, first_offset, tags
+        if aborted > r.end - r.pos:
+            raise MalformedRequest(f"array of {aborted} items in {r.end - r.pos} bytes")
+        for _ in range(aborted):
+            r.i64()
+            r.i64()
+            r.skip_tags()
+        r.i32()  # preferred_read_replica
     records = r.bytes_(True)
     diverging: tuple[int, int] | None = None
     leader_id = leader_epoch = -1
