@@ -24,6 +24,7 @@ Rules applied here (the reading rules are the services', see `FetchParams`):
 
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass, replace
 from typing import Final
@@ -40,7 +41,7 @@ from broker.kafka.services import (
     ListenerConfig,
 )
 from broker.kafka.spliced import SplicedResponse
-from broker.kafka.wire import Reader, response_writer
+from broker.kafka.wire import Reader, Writer, response_writer
 from broker.log.file_range import FileRange
 from quorum.frozen_init import fast_frozen_init
 from quorum.kafka_errors import ErrorCode
@@ -96,28 +97,65 @@ class FetchRequest:
 fast_frozen_init(FetchRequest)  # not a decorator: mypyc makes a decorated class a Python class
 
 
+# v7+: replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch.
+_FETCH_HEAD_V7: Final = struct.Struct(">iiiibii")
+# A v12 partition's fixed fields: index, current_leader_epoch, fetch_offset, last_fetched_epoch,
+# log_start_offset, partition_max_bytes.
+_FETCH_PARTITION_V12: Final = struct.Struct(">iiqiqi")
+
+
 def decode_fetch(ctx: RequestContext) -> FetchRequest:
     r = Reader(ctx.frame, ctx.header.body_offset)
     v = ctx.version
     flex = ctx.flexible
-    replica_id = r.i32()
-    max_wait_ms = r.i32()
-    min_bytes = r.i32()
-    max_bytes = r.i32()
-    isolation_level = r.i8()
-    session_id, session_epoch = (r.i32(), r.i32()) if v >= 7 else (0, -1)
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    session_id: int
+    session_epoch: int
+    pos = r.pos
+    if v >= 7 and pos + _FETCH_HEAD_V7.size <= r.end:
+        # One unpack (with too few bytes left, field by field: each read raises as it does).
+        replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch = (
+            _FETCH_HEAD_V7.unpack_from(r.buf, pos)
+        )
+        r.pos = pos + _FETCH_HEAD_V7.size
+    else:
+        replica_id = r.i32()
+        max_wait_ms = r.i32()
+        min_bytes = r.i32()
+        max_bytes = r.i32()
+        isolation_level = r.i8()
+        session_id, session_epoch = (r.i32(), r.i32()) if v >= 7 else (0, -1)
     partitions: list[FetchPartition] = []
 
     def topic() -> None:
         name = r.nonnull_string(flex)
 
         def partition() -> None:
-            index = r.i32()
-            current_leader_epoch = r.i32() if v >= 9 else -1
-            fetch_offset = r.i64()
-            last_fetched_epoch = r.i32() if v >= 12 else -1
-            log_start_offset = r.i64() if v >= 5 else -1
-            partition_max_bytes = r.i32()
+            index: int
+            current_leader_epoch: int
+            fetch_offset: int
+            last_fetched_epoch: int
+            log_start_offset: int
+            partition_max_bytes: int
+            pos = r.pos
+            if v >= 12 and pos + _FETCH_PARTITION_V12.size <= r.end:
+                # v12: the fixed fields in one unpack (with too few bytes left, field by field
+                # as below, which raises what each field's read raises).
+                index, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset, partition_max_bytes = (
+                    _FETCH_PARTITION_V12.unpack_from(r.buf, pos)
+                )
+                r.pos = pos + _FETCH_PARTITION_V12.size
+            else:
+                index = r.i32()
+                current_leader_epoch = r.i32() if v >= 9 else -1
+                fetch_offset = r.i64()
+                last_fetched_epoch = r.i32() if v >= 12 else -1
+                log_start_offset = r.i64() if v >= 5 else -1
+                partition_max_bytes = r.i32()
             if flex:
                 r.skip_tags()
             partitions.append(
@@ -165,6 +203,32 @@ def decode_fetch(ctx: RequestContext) -> FetchRequest:
     )
 
 
+# A partition's fixed fields: index i32, error i16, high watermark, last stable offset and
+# (v5+) log start offset i64; flexible (v12+) and read-uncommitted, then the null aborted
+# transactions (compact length 0) and preferred_read_replica i32.
+_RESPONSE_HEAD_V7: Final = struct.Struct(">ihi")
+_PARTITION_HEAD: Final = struct.Struct(">ihqqq")
+_PARTITION_HEAD_V4: Final = struct.Struct(">ihqq")
+_PARTITION_FLEX: Final = struct.Struct(">ihqqqBi")
+
+
+def _aborted_and_replica(w: Writer, v: int, flex: bool, committed: bool, res: FetchPartitionResult) -> None:
+    """A partition's aborted transactions (READ_COMMITTED; null otherwise) and, v11+, its
+    preferred read replica."""
+    if committed:
+        aborted = res.aborted_transactions
+        w.length(len(aborted), flex, True)
+        for txn in aborted:
+            w.i64(txn.producer_id)
+            w.i64(txn.first_offset)
+            if flex:
+                w.uvarint(0)  # no tagged fields
+    else:
+        w.length(-1, flex, True)
+    if v >= 11:
+        w.i32(res.preferred_read_replica)
+
+
 def encode_fetch_response(
     ctx: RequestContext,
     error: ErrorCode,
@@ -176,10 +240,10 @@ def encode_fetch_response(
     v = ctx.version
     flex = ctx.flexible
     w = response_writer(ctx.header.correlation_id, flex)
-    w.i32(0)  # throttle_time_ms
     if v >= 7:
-        w.i16(error)
-        w.i32(session_id)
+        w.buf += _RESPONSE_HEAD_V7.pack(0, error, session_id)  # throttle_time_ms, error, session id
+    else:
+        w.i32(0)  # throttle_time_ms
     # Consecutive partitions of one topic share a topic entry.
     groups: list[tuple[str, list[tuple[FetchPartition, FetchPartitionResult]]]] = []
     for req, res in pairs:
@@ -193,24 +257,24 @@ def encode_fetch_response(
         w.string(name, flex)
         w.length(len(items), flex, True)
         for req, res in items:
-            w.i32(req.partition)
-            w.i16(res.error)
-            w.i64(res.high_watermark)
-            w.i64(res.last_stable_offset)
-            if v >= 5:
-                w.i64(res.log_start_offset)
-            if committed:
-                aborted = res.aborted_transactions
-                w.length(len(aborted), flex, True)
-                for txn in aborted:
-                    w.i64(txn.producer_id)
-                    w.i64(txn.first_offset)
-                    if flex:
-                        w.uvarint(0)  # no tagged fields
+            if flex and not committed:
+                # A follower's (and a read-uncommitted v12 consumer's) fixed fields in one pack:
+                # index, error, HW, LSO, log start, aborted_transactions null (compact 0),
+                # preferred_read_replica (flexible is v12+).
+                w.buf += _PARTITION_FLEX.pack(
+                    req.partition, res.error, res.high_watermark, res.last_stable_offset, res.log_start_offset, 0,
+                    res.preferred_read_replica,
+                )  # fmt: skip
             else:
-                w.length(-1, flex, True)
-            if v >= 11:
-                w.i32(res.preferred_read_replica)
+                if v >= 5:
+                    w.buf += _PARTITION_HEAD.pack(
+                        req.partition, res.error, res.high_watermark, res.last_stable_offset, res.log_start_offset
+                    )
+                else:
+                    w.buf += _PARTITION_HEAD_V4.pack(
+                        req.partition, res.error, res.high_watermark, res.last_stable_offset
+                    )
+                _aborted_and_replica(w, v, flex, committed, res)
             records = res.records
             if isinstance(records, FileRange):
                 w.file_range(records, flex)

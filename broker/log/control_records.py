@@ -27,13 +27,11 @@ from quorum.storage.batch_layout import (
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
     ATTRIBUTES_AT,
-    BASE_TIMESTAMP_AT,
     CRC_AT,
     CRC_START,
     HEADER,
     LOG_OVERHEAD,
     MAGIC,
-    MAX_TIMESTAMP_AT,
     RECORDS_COUNT_AT,
 )
 
@@ -93,18 +91,55 @@ def decode_marker_record(key: bytes | None, value: bytes | None) -> EndTxnMarker
 # delta 0, key length 4 (zigzag 0x08), key (version, type), value length 6 (zigzag 0x0c),
 # value (version, coordinator epoch), no headers. 78 bytes in all.
 _CANONICAL: Final = struct.Struct(">iBBBBBhhBhiB")
-_CANONICAL_FIELDS: Final = (1, 0x20, 0, 0, 0, 0x08)
 _CANONICAL_SIZE: Final = RECORDS_COUNT_AT + _CANONICAL.size
-_TIMESTAMP: Final = struct.Struct(">q")
+# The same batch from its attributes on, read in one unpack: attributes, (last offset delta),
+# base and max timestamps, (producer id, epoch, base sequence), then `_CANONICAL`'s fields.
+_MARKER_TAIL: Final = struct.Struct(">h4xqq14x" + _CANONICAL.format[1:])
+assert ATTRIBUTES_AT + _MARKER_TAIL.size == _CANONICAL_SIZE
 _CRC: Final = struct.Struct(">I")
-_ATTRIBUTES: Final = struct.Struct(">h")
+
+
+class _LastMarkerBatch:
+    """The last batch `encode_marker_batch` built, with its arguments: a WriteTxnMarkers round
+    writes the same marker (one producer, one timestamp) to each of its partitions, and a copy
+    costs a tenth of the three packs and the CRC. One tuple, replaced whole."""
+
+    def __init__(self) -> None:
+        # producer id, producer epoch, committed, coordinator epoch, timestamp, the batch
+        self.entry: tuple[int, int, bool, int, int, bytes] = (0, 0, False, 0, 0, b"")
+
+
+_LAST_MARKER_BATCH: Final = _LastMarkerBatch()
 
 
 def encode_marker_batch(producer_id: int, producer_epoch: int, marker: EndTxnMarker, timestamp_ms: int) -> bytearray:
     """The marker batch as a coordinator writes it (base offset 0 and leader epoch -1: the
     leader's append assigns both, in place): `encode_keyed_records`' bytes for the marker's
     record (test_control_records holds them equal), written at the canonical layout's fixed
-    positions (a WriteTxnMarkers round writes one per partition)."""
+    positions (a WriteTxnMarkers round writes one per partition). A new bytearray each call."""
+    last_pid, last_epoch, last_committed, last_coordinator_epoch, last_timestamp, last_batch = _LAST_MARKER_BATCH.entry
+    if (
+        last_batch
+        and last_pid == producer_id
+        and last_epoch == producer_epoch
+        and last_committed == marker.committed
+        and last_coordinator_epoch == marker.coordinator_epoch
+        and last_timestamp == timestamp_ms
+    ):
+        return bytearray(last_batch)
+    out = _build_marker_batch(producer_id, producer_epoch, marker, timestamp_ms)
+    _LAST_MARKER_BATCH.entry = (
+        producer_id,
+        producer_epoch,
+        marker.committed,
+        marker.coordinator_epoch,
+        timestamp_ms,
+        bytes(out),
+    )
+    return out
+
+
+def _build_marker_batch(producer_id: int, producer_epoch: int, marker: EndTxnMarker, timestamp_ms: int) -> bytearray:
     out = bytearray(_CANONICAL_SIZE)
     HEADER.pack_into(
         out, 0, 0, _CANONICAL_SIZE - LOG_OVERHEAD, -1, MAGIC, 0, MARKER_ATTRIBUTES, 0, timestamp_ms, timestamp_ms,
@@ -126,18 +161,32 @@ def _canonical_marker(batch: bytes | bytearray | memoryview) -> tuple[EndTxnMark
     timestamp is the batch's base timestamp, or its max timestamp under LogAppendTime."""
     if len(batch) != _CANONICAL_SIZE:
         return None
-    (batch_attributes,) = _ATTRIBUTES.unpack_from(batch, ATTRIBUTES_AT)
+    # Typed: compiled, each comparison below is a machine compare (no tuple, no boxed ints).
+    batch_attributes: int
+    base_timestamp: int
+    max_timestamp: int
+    count: int
+    length: int
+    attributes: int
+    ts_delta: int
+    offset_delta: int
+    key_length: int
+    kind: int
+    value_length: int
+    epoch: int
+    headers: int
+    (
+        batch_attributes, base_timestamp, max_timestamp, count, length, attributes, ts_delta, offset_delta, key_length,
+        _kv, kind, value_length, _vv, epoch, headers,
+    ) = _MARKER_TAIL.unpack_from(batch, ATTRIBUTES_AT)  # fmt: skip
     if batch_attributes & ATTR_COMPRESSION_MASK:
         return None
-    count, length, attributes, ts_delta, offset_delta, key_length, _kv, kind, value_length, _vv, epoch, headers = (
-        _CANONICAL.unpack_from(batch, RECORDS_COUNT_AT)
-    )
-    if (count, length, attributes, ts_delta, offset_delta, key_length) != _CANONICAL_FIELDS:
+    if count != 1 or length != 0x20 or attributes != 0 or ts_delta != 0 or offset_delta != 0 or key_length != 0x08:
         return None
-    if value_length != 0x0C or headers != 0 or kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+    if value_length != 0x0C or headers != 0 or (kind != CONTROL_ABORT and kind != CONTROL_COMMIT):
         return None
-    at = MAX_TIMESTAMP_AT if batch_attributes & ATTR_TIMESTAMP_TYPE else BASE_TIMESTAMP_AT
-    return EndTxnMarker(kind == CONTROL_COMMIT, epoch), _TIMESTAMP.unpack_from(batch, at)[0]
+    timestamp = max_timestamp if batch_attributes & ATTR_TIMESTAMP_TYPE else base_timestamp
+    return EndTxnMarker(kind == CONTROL_COMMIT, epoch), timestamp
 
 
 def decode_marker_batch(batch: bytes | memoryview) -> tuple[EndTxnMarker, int] | None:

@@ -746,10 +746,17 @@ class PartitionLog:
             for f in frames
         ]  # fmt: skip
         self._write(view, rebased, _now_ms())
-        max_f = max(frames, key=lambda f: f.max_timestamp)
+        # The first frame of the largest max timestamp (as max(key=) picks) and the record
+        # count, in one loop (the builtins' keyword call and generator cost ~3,000 instructions).
+        max_f = frames[0]
+        records_count = 0
+        for f in frames:
+            if f.max_timestamp > max_f.max_timestamp:
+                max_f = f
+            records_count += f.record_count
         return AppendInfo(
             frames[0].base_offset, frames[-1].last_offset, max_f.max_timestamp, max_f.last_offset, -1,
-            self.log_start_offset, sum(f.record_count for f in frames), stop - start,
+            self.log_start_offset, records_count, stop - start,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ producer state

@@ -98,7 +98,8 @@ SNAPSHOT_SUFFIX: Final = ".snapshot"
 SNAPSHOT_VERSION: Final = 1
 DEFAULT_PRODUCER_ID_EXPIRATION_MS: Final = 86_400_000  # producer.id.expiration.ms
 
-_PRODUCER_FIELDS: Final = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+# attributes, then (after last offset delta and both timestamps) producerId, producerEpoch, baseSequence
+_ATTRIBUTES_TO_SEQUENCE: Final = struct.Struct(">h20xqhi")
 _ATTRIBUTES: Final = struct.Struct(">h")
 _BATCH_LENGTH: Final = struct.Struct(">i")
 _SNAPSHOT_HEAD: Final = struct.Struct(">hIi")  # version, crc, entry count
@@ -106,6 +107,7 @@ _SNAPSHOT_ENTRY: Final = struct.Struct(">qhiqiqiq")
 _SNAPSHOT_CRC_COVERS_FROM: Final = 6  # the CRC covers the bytes after version and crc
 
 assert PRODUCER_EPOCH_AT == PRODUCER_ID_AT + 8 and BASE_SEQUENCE_AT == PRODUCER_EPOCH_AT + 2
+assert struct.calcsize(_ATTRIBUTES_TO_SEQUENCE.format[:5]) == PRODUCER_ID_AT - ATTRIBUTES_AT
 
 
 def increment_sequence(sequence: int, increment: int) -> int:
@@ -183,8 +185,7 @@ def read_producer_fields(data: bytes | bytearray | memoryview, position: int = 0
     too few to hold a batch header (validation refuses such records)."""
     if len(data) - position < BATCH_HEADER_SIZE:
         return None
-    (attributes,) = _ATTRIBUTES.unpack_from(data, position + ATTRIBUTES_AT)
-    pid, epoch, sequence = _PRODUCER_FIELDS.unpack_from(data, position + PRODUCER_ID_AT)
+    attributes, pid, epoch, sequence = _ATTRIBUTES_TO_SEQUENCE.unpack_from(data, position + ATTRIBUTES_AT)
     return BatchProducerFields(attributes, pid, epoch, sequence)
 
 

@@ -248,9 +248,16 @@ def decode_fetch_answer(frame: bytes | bytearray) -> FetchAnswer:
         r = Reader(memoryview(frame))
         r.i32()  # correlation_id (the caller matched it)
         r.skip_tags()
-        r.i32()  # throttle_time_ms
-        error = r.i16()
-        session_id = r.i32()
+        error: int
+        session_id: int
+        pos = r.pos
+        if pos + _ANSWER_HEAD.size <= r.end:
+            _throttle_time_ms, error, session_id = _ANSWER_HEAD.unpack_from(r.buf, pos)
+            r.pos = pos + _ANSWER_HEAD.size
+        else:
+            r.i32()  # throttle_time_ms
+            error = r.i16()
+            session_id = r.i32()
         out: list[FetchPartitionResponse] = []
         for _ in range(_count(r)):
             topic = r.nonnull_string(True)
@@ -275,20 +282,43 @@ def _count(r: Reader) -> int:
     return n
 
 
+_ANSWER_HEAD: Final = struct.Struct(">ihi")  # throttle_time_ms, error, session_id
+# A partition's fixed fields: index i32, error i16, high watermark, last stable offset, log start offset i64.
+_PARTITION_HEAD: Final = struct.Struct(">ihqqq")
+# After them, in a follower's answer: aborted_transactions null (one 0 byte) and
+# preferred_read_replica (i32, not needed): skipped together.
+_NULL_ABORTED_AND_REPLICA: Final = 5
+
+
 def _partition(r: Reader, topic: str) -> FetchPartitionResponse:
-    index = r.i32()
-    error = r.i16()
-    high_watermark = r.i64()
-    r.i64()  # last_stable_offset (a follower reads uncommitted)
-    log_start_offset = r.i64()
-    aborted = r.uvarint() - 1  # aborted_transactions: nullable; each producer_id, first_offset, tags
-    if aborted > r.end - r.pos:
-        raise MalformedRequest(f"array of {aborted} items in {r.end - r.pos} bytes")
-    for _ in range(aborted):
-        r.i64()
-        r.i64()
-        r.skip_tags()
-    r.i32()  # preferred_read_replica
+    index: int
+    error: int
+    high_watermark: int
+    log_start_offset: int
+    pos = r.pos
+    if pos + _PARTITION_HEAD.size <= r.end:
+        # One unpack (with too few bytes left, field by field: each read raises as it does).
+        index, error, high_watermark, _last_stable_offset, log_start_offset = _PARTITION_HEAD.unpack_from(r.buf, pos)
+        r.pos = pos + _PARTITION_HEAD.size
+    else:
+        index = r.i32()
+        error = r.i16()
+        high_watermark = r.i64()
+        r.i64()  # last_stable_offset (a follower reads uncommitted)
+        log_start_offset = r.i64()
+    pos = r.pos
+    if pos + _NULL_ABORTED_AND_REPLICA <= r.end and r.buf[pos] == 0:
+        # A follower's answer: aborted_transactions null (compact 0), preferred_read_replica.
+        r.pos = pos + _NULL_ABORTED_AND_REPLICA
+    else:
+        aborted = r.uvarint() - 1  # aborted_transactions: nullable; each producer_id, first_offset, tags
+        if aborted > r.end - r.pos:
+            raise MalformedRequest(f"array of {aborted} items in {r.end - r.pos} bytes")
+        for _ in range(aborted):
+            r.i64()
+            r.i64()
+            r.skip_tags()
+        r.i32()  # preferred_read_replica
     records = r.bytes_(True)
     diverging: tuple[int, int] | None = None
     leader_id = leader_epoch = -1

@@ -304,7 +304,10 @@ class ReplicaFetcher:
             )  # fmt: skip
             self._delay(hosted)
             return FollowerStep.BACKOFF
-        self._report(hosted, plan, f"leader {self.leader_id} diverges at epoch {(answer.diverging_epoch or (-1,))[0]}")
+        if plan.step is not FollowerStep.APPEND or plan.offset >= 0:  # a plain append reports nothing
+            self._report(
+                hosted, plan, f"leader {self.leader_id} diverges at epoch {(answer.diverging_epoch or (-1,))[0]}"
+            )
         if plan.step is FollowerStep.BACKOFF:
             log.info(
                 "broker %d: fetching %s-%d from broker %d: %s; retrying in %d ms",

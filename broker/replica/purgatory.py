@@ -331,13 +331,14 @@ class SessionWatch:
     def register(self, key: Key, watchers: FetchWatchers | None) -> PartitionClock:
         """Watch `key` through `watchers` (None: not hosted here; nothing to watch), leaving
         any other it was watched through. Returns the partition's clock in this session."""
-        if key not in self._watching or self._watching[key] is not watchers:
-            old = self._watching.get(key)
+        watching = self._watching
+        old = watching.get(key)  # one lookup when nothing moved (None: not watched, or not hosted)
+        if old is not watchers or (watchers is None and key not in watching):
             if old is not None:
                 old.unwatch_session(self)
             if watchers is not None:
                 watchers.watch_session(self, key)
-            self._watching[key] = watchers
+            watching[key] = watchers
         clock = self._clocks.get(key)
         if clock is None:
             clock = self._clocks[key] = PartitionClock(self)

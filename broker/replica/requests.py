@@ -48,14 +48,24 @@ class LeaderHint:
 # --------------------------------------------------------------------------- Produce
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ProducePartition:
     topic: str
     partition: int
     records: bytes | memoryview  # >= 1 magic-v2 batches as sent; empty when the client sent null
 
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there:
+    # ~4,800 instructions a partition of every Produce); uncompiled, fast_frozen_init replaces it.
+    def __init__(self, topic: str, partition: int, records: bytes | memoryview) -> None:
+        object.__setattr__(self, "topic", topic)
+        object.__setattr__(self, "partition", partition)
+        object.__setattr__(self, "records", records)
 
-@dataclass(frozen=True, slots=True)
+
+fast_frozen_init(ProducePartition)  # not a decorator: mypyc makes a decorated class a Python class
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class ProduceParams:
     """One Produce request. `acks`: 0 (no response is sent at all), 1 (leader append),
     -1 (all: wait until the HW passes the append, up to `timeout_ms`, honouring
@@ -72,6 +82,29 @@ class ProduceParams:
     # A coordinator's transactional write: the KIP-890 guard its caller got
     # (`txn_verification.verify_coordinator_write`); VERIFICATION_OFF: not verified.
     verification: VerificationGuard | None = VERIFICATION_OFF
+
+    # Compiled with the module (the dataclass decorator's __init__ would run as Python there:
+    # ~11,000 instructions a Produce); uncompiled, fast_frozen_init replaces it.
+    def __init__(
+        self,
+        acks: int,
+        timeout_ms: int,
+        partitions: tuple[ProducePartition, ...],
+        transactional_id: str | None = None,
+        client_id: str | None = None,
+        coordinator: bool = False,
+        verification: VerificationGuard | None = VERIFICATION_OFF,
+    ) -> None:
+        object.__setattr__(self, "acks", acks)
+        object.__setattr__(self, "timeout_ms", timeout_ms)
+        object.__setattr__(self, "partitions", partitions)
+        object.__setattr__(self, "transactional_id", transactional_id)
+        object.__setattr__(self, "client_id", client_id)
+        object.__setattr__(self, "coordinator", coordinator)
+        object.__setattr__(self, "verification", verification)
+
+
+fast_frozen_init(ProduceParams)  # not a decorator: mypyc makes a decorated class a Python class
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,14 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from broker.log import LogConfig, LogError, PartitionLog
-from broker.log.control_records import EndTxnMarker, decode_marker_batch, encode_marker_batch
-from broker.log.producer_state import ProducerEntry, decode_snapshot, encode_snapshot
+from broker.log.control_records import MARKER_ATTRIBUTES, EndTxnMarker, decode_marker_batch, encode_marker_batch
+from broker.log.producer_state import (
+    BatchProducerFields,
+    ProducerEntry,
+    decode_snapshot,
+    encode_snapshot,
+    read_producer_fields,
+)
 from broker.log.txn_index import AbortedTxn
 from quorum.kafka_errors import ErrorCode
 from quorum.storage.record_batch import scan_frames
@@ -104,6 +110,28 @@ def test_marker_batch_at_fixed_positions_is_the_record_encoders_batch(
     header = BatchHeader(-1, MARKER_ATTRIBUTES, producer_id, producer_epoch, -1)
     general = encode_keyed_records([encode_marker_record(marker)], timestamp, header)
     assert bytes(encode_marker_batch(producer_id, producer_epoch, marker, timestamp)) == general
+
+
+def test_marker_batch_is_a_new_buffer_each_call_and_follows_every_argument() -> None:
+    """`encode_marker_batch` copies the last batch it built for the same arguments (a round of
+    markers writes one per partition): each call gets its own buffer, which the leader's
+    append rewrites in place, and any other argument builds anew."""
+    first = encode_marker_batch(11, 2, EndTxnMarker(True, 4), 1_700_000_000_000)
+    again = encode_marker_batch(11, 2, EndTxnMarker(True, 4), 1_700_000_000_000)
+    assert again == first and again is not first
+    first[0:8] = b"\xff" * 8  # the leader assigns the base offset in place
+    assert encode_marker_batch(11, 2, EndTxnMarker(True, 4), 1_700_000_000_000) == again
+    for args in (
+        (12, 2, EndTxnMarker(True, 4), 1_700_000_000_000),
+        (11, 3, EndTxnMarker(True, 4), 1_700_000_000_000),
+        (11, 2, EndTxnMarker(False, 4), 1_700_000_000_000),
+        (11, 2, EndTxnMarker(True, 5), 1_700_000_000_000),
+        (11, 2, EndTxnMarker(True, 4), 1_700_000_000_001),
+    ):
+        producer_id, producer_epoch, marker, timestamp = args
+        built = encode_marker_batch(producer_id, producer_epoch, marker, timestamp)
+        assert decode_marker_batch(built) == (marker, timestamp)
+        assert read_producer_fields(built) == BatchProducerFields(MARKER_ATTRIBUTES, producer_id, producer_epoch, -1)
 
 
 def test_aborted_txn_entry_golden_bytes() -> None:
