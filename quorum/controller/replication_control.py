@@ -367,7 +367,20 @@ def incremental_alter_configs(
 
 _NO_CONFIGS: Mapping[str, str] = {}
 _TOPIC_TYPE = int(TOPIC)
-_new_config_record: Callable[[int, str, str, str | None], ConfigRecord] = fast_constructor(ConfigRecord)
+# `ConfigRecord.__new__` is `object.__new__` for a Python class; a class compiled by mypyc has
+# its own (object.__new__ refuses it).
+_alloc_config_record = ConfigRecord.__new__
+
+
+def _new_config_record(resource_type: int, resource_name: str, name: str, value: str | None) -> ConfigRecord:
+    """`ConfigRecord(...)` for the write path: compiled, `object.__setattr__` is a C call per
+    field (the record's `__init__`, and `fast_constructor`'s function, run as Python)."""
+    record: ConfigRecord = _alloc_config_record(ConfigRecord)
+    object.__setattr__(record, "resource_type", resource_type)
+    object.__setattr__(record, "resource_name", resource_name)
+    object.__setattr__(record, "name", name)
+    object.__setattr__(record, "value", value)
+    return record
 
 
 # ------------------------------------------------------------------ leadership
