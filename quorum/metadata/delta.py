@@ -295,10 +295,14 @@ class MetadataDelta:
         Raises MetadataReplayError (leaving the delta unchanged) if the record
         cannot apply.
         """
-        replayer = _REPLAYERS.get(type(record))
-        if replayer is None:
-            raise MetadataReplayError(f"cannot replay a {type(record).__name__}", offset)
-        replayer(self, record, offset)
+        if type(record) is ConfigRecord:
+            # A config write's record: a direct (compiled) call, not one through the table.
+            self._replay_config(record, offset)
+        else:
+            replayer = _REPLAYERS.get(type(record))
+            if replayer is None:
+                raise MetadataReplayError(f"cannot replay a {type(record).__name__}", offset)
+            replayer(self, record, offset)
         if offset is not None:
             self._offset = offset
         if epoch is not None:

@@ -705,8 +705,11 @@ def encode_record(record: MetadataRecord, version: int | None = None) -> bytes:
     return b"".join(out)
 
 
-# A ConfigRecord's frame at its only version (0): frame version, api key, record version.
-_CONFIG_RECORD_HEADER: Final = _BY_CLASS[ConfigRecord].headers[0]
+# Each byte value as a bytes object of its own.
+_BYTE: Final = [bytes((i,)) for i in range(256)]
+# A ConfigRecord's frame at its only version (0) up to its resource type, by the type's byte:
+# frame version, api key, record version, resource type (int8).
+_CONFIG_RECORD_PREFIX: Final = [_BY_CLASS[ConfigRecord].headers[0] + b for b in _BYTE]
 
 
 def _encode_config_record(r: ConfigRecord) -> bytes | None:
@@ -727,24 +730,28 @@ def _encode_config_record(r: ConfigRecord) -> bytes | None:
     raw_name = name.encode()
     if len(raw_resource) >= 0x7F or len(raw_name) >= 0x7F:
         return None
-    out = bytearray(_CONFIG_RECORD_HEADER)
-    out.append(resource_type & 0xFF)
-    out.append(len(raw_resource) + 1)
-    out += raw_resource
-    out.append(len(raw_name) + 1)
-    out += raw_name
     if value is None:
-        out.append(0)
+        raw_value = b""
+        value_length = _BYTE[0]  # null
     elif type(value) is str:
         raw_value = value.encode()
         if len(raw_value) >= 0x7F:
             return None
-        out.append(len(raw_value) + 1)
-        out += raw_value
+        value_length = _BYTE[len(raw_value) + 1]
     else:
         return None
-    out.append(0)  # no tagged fields
-    return bytes(out)
+    return b"".join(
+        [
+            _CONFIG_RECORD_PREFIX[resource_type & 0xFF],
+            _BYTE[len(raw_resource) + 1],
+            raw_resource,
+            _BYTE[len(raw_name) + 1],
+            raw_name,
+            value_length,
+            raw_value,
+            _BYTE[0],  # no tagged fields
+        ]
+    )
 
 
 def decode_record_with_version(data: bytes | bytearray | memoryview) -> tuple[MetadataRecord, int]:
