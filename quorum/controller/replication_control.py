@@ -59,7 +59,7 @@ from quorum.controller.result import ControllerResult
 from quorum.controller.topic_configs import config_def, validate_configs
 from quorum.controller.topic_rules import check_collision, check_reserved_for_create, validate_topic_name
 from quorum.metadata._codec import fast_constructor
-from quorum.metadata.image import ConfigResource, MetadataImage, PartitionRegistration, TopicImage
+from quorum.metadata.image import ConfigResource, MetadataImage, PartitionRegistration, TopicImage, config_resource
 from quorum.metadata.records import (
     ConfigRecord,
     MetadataRecord,
@@ -338,7 +338,7 @@ def incremental_alter_configs(
             code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             results.append(AlterConfigsResult(res.resource_type, name, code, f"Topic {name} does not exist."))
             continue
-        before = configs.get(ConfigResource.topic(name), _NO_CONFIGS)
+        before = configs.get(config_resource(_TOPIC_TYPE, name), _NO_CONFIGS)
         # A copy to change: the image's maps are MappingProxyType (whose copy() is the dict's
         # own, in C; dict() of a proxy goes key by key).
         after = before.copy() if isinstance(before, MappingProxyType) else dict(before)

@@ -1327,7 +1327,7 @@ def decode_admin_request(frame: bytes | bytearray | memoryview) -> DecodedAdmin:
     a well-formed request that our typed values cannot express.
     """
     try:
-        return _decode_admin_request(bytes(frame))
+        return _decode_admin_request(frame if type(frame) is bytes else bytes(frame))
     except WireError:
         raise
     except Exception as exc:  # defensive: the contract is "only WireError"
@@ -1407,8 +1407,18 @@ def _decode_admin_request(frame: bytes) -> DecodedAdmin:
     return decoded(request)
 
 
+# Response schemas found by `_schema` (a functools.cache, costlier to call), by
+# api_key << 16 | version.
+_RESPONSE_SCHEMAS: Final[dict[int, type[Any]]] = {}
+
+
 def _response_frame(api: _Api, version: int, correlation_id: int, response: Any) -> bytes:
-    cls = _schema(api.key, version, False)
+    key = api.key << 16 | version
+    cls = _RESPONSE_SCHEMAS.get(key)
+    if cls is None:
+        cls = _schema(api.key, version, False)
+        if cls is not None:
+            _RESPONSE_SCHEMAS[key] = cls
     if cls is None:
         raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"no response schema for api {api.key} v{version}")
     direct = _DIRECT_RESPONSES.get(api.key)
