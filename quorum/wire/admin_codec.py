@@ -1343,15 +1343,18 @@ _DIRECT_RESPONSES: Final[dict[int, Callable[[Any, int, int], bytes | None]]] = {
 }
 
 
-_FLEXIBLE_REQUESTS: dict[int, bool | None] = {}  # by api_key << 16 | version
+_FLEXIBLE_REQUESTS: Final[dict[int, bool | None]] = {}  # by api_key << 16 | version
 
 
 def _request_is_flexible(api_key: int, version: int) -> bool | None:
     """Whether the request schema of `api_key` at `version` is flexible (None: no schema),
     memoized: kio's schema lookup costs more than the rest of a small request's decoding."""
     key = api_key << 16 | version
+    known = _FLEXIBLE_REQUESTS.get(key)
+    if known is not None:
+        return known
     if key in _FLEXIBLE_REQUESTS:
-        return _FLEXIBLE_REQUESTS[key]
+        return None
     cls = _schema(api_key, version, True)
     flexible = None if cls is None else bool(cls.__flexible__)
     _FLEXIBLE_REQUESTS[key] = flexible
