@@ -59,7 +59,7 @@ from quorum.controller.result import ControllerResult
 from quorum.controller.topic_configs import config_def, validate_configs
 from quorum.controller.topic_rules import check_collision, check_reserved_for_create, validate_topic_name
 from quorum.metadata._codec import fast_constructor
-from quorum.metadata.image import ConfigResource, MetadataImage, PartitionRegistration, TopicImage
+from quorum.metadata.image import ConfigResource, MetadataImage, PartitionRegistration, TopicImage, config_resource
 from quorum.metadata.records import (
     ConfigRecord,
     MetadataRecord,
@@ -338,7 +338,7 @@ def incremental_alter_configs(
             code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             results.append(AlterConfigsResult(res.resource_type, name, code, f"Topic {name} does not exist."))
             continue
-        before = configs.get(ConfigResource.topic(name), _NO_CONFIGS)
+        before = configs.get(config_resource(_TOPIC_TYPE, name), _NO_CONFIGS)
         # A copy to change: the image's maps are MappingProxyType (whose copy() is the dict's
         # own, in C; dict() of a proxy goes key by key).
         after = before.copy() if isinstance(before, MappingProxyType) else dict(before)
@@ -367,7 +367,20 @@ def incremental_alter_configs(
 
 _NO_CONFIGS: Mapping[str, str] = {}
 _TOPIC_TYPE = int(TOPIC)
-_new_config_record: Callable[[int, str, str, str | None], ConfigRecord] = fast_constructor(ConfigRecord)
+# `ConfigRecord.__new__` is `object.__new__` for a Python class; a class compiled by mypyc has
+# its own (object.__new__ refuses it).
+_alloc_config_record = ConfigRecord.__new__
+
+
+def _new_config_record(resource_type: int, resource_name: str, name: str, value: str | None) -> ConfigRecord:
+    """`ConfigRecord(...)` for the write path: compiled, `object.__setattr__` is a C call per
+    field (the record's `__init__`, and `fast_constructor`'s function, run as Python)."""
+    record: ConfigRecord = _alloc_config_record(ConfigRecord)
+    object.__setattr__(record, "resource_type", resource_type)
+    object.__setattr__(record, "resource_name", resource_name)
+    object.__setattr__(record, "name", name)
+    object.__setattr__(record, "value", value)
+    return record
 
 
 # ------------------------------------------------------------------ leadership

@@ -748,6 +748,23 @@ def _static_default(name: str, broker_defaults: Mapping[str, str] | None) -> Con
     return value
 
 
+_STATIC_LAG_DEFAULTS: list[tuple[dict[str, str], ConfigValue, ConfigValue]] = []
+
+
+def _static_lag_defaults(broker_defaults: Mapping[str, str] | None) -> tuple[ConfigValue, ConfigValue]:
+    """`_static_default` of min.compaction.lag.ms, then of max.compaction.lag.ms (a write that
+    sets neither needs both): remembered together, one comparison of the broker defaults."""
+    current = broker_defaults or {}
+    if _STATIC_LAG_DEFAULTS:
+        layer, min_lag, max_lag = _STATIC_LAG_DEFAULTS[0]
+        if layer == current:
+            return min_lag, max_lag
+    min_lag = _static_default("min.compaction.lag.ms", broker_defaults)
+    max_lag = _static_default("max.compaction.lag.ms", broker_defaults)
+    _STATIC_LAG_DEFAULTS[:] = [(dict(current), min_lag, max_lag)]
+    return min_lag, max_lag
+
+
 def validate_configs(
     configs: Mapping[str, str | None],
     *,
@@ -768,10 +785,15 @@ def validate_configs(
 
     Raises InvalidConfigError (INVALID_CONFIG) whose ``key`` names the offending config.
     """
-    nulls = [k for k, v in configs.items() if v is None]
+    nulls: list[str] = []
+    values: dict[str, str] = {}
+    for k, v in configs.items():
+        if v is None:
+            nulls.append(k)
+        else:
+            values[k] = v
     if nulls:
         raise InvalidConfigError(",".join(nulls), "Null value not supported for topic configs: " + ",".join(nulls))
-    values: dict[str, str] = {k: v for k, v in configs.items() if v is not None}
     for key in values:
         if key not in TOPIC_CONFIGS:
             config_def(key)  # raises: unknown name
@@ -779,9 +801,11 @@ def validate_configs(
     for name in sorted(values, key=_DEFINITION_ORDER.__getitem__) if len(values) > 1 else values:
         parsed[name] = parse_value(name, values[name])
     min_lag = parsed.get("min.compaction.lag.ms")
+    max_lag = parsed.get("max.compaction.lag.ms")
+    if min_lag is None and max_lag is None:
+        min_lag, max_lag = _static_lag_defaults(broker_defaults)
     if min_lag is None:
         min_lag = _static_default("min.compaction.lag.ms", broker_defaults)
-    max_lag = parsed.get("max.compaction.lag.ms")
     if max_lag is None:
         max_lag = _static_default("max.compaction.lag.ms", broker_defaults)
     assert isinstance(min_lag, int) and isinstance(max_lag, int)

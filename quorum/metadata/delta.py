@@ -42,7 +42,6 @@ from uuid import UUID
 
 from immutables import Map
 
-from quorum.metadata._codec import fast_constructor
 from quorum.metadata.errors import MetadataReplayError, RecordDecodeError
 from quorum.metadata.image import (
     BrokerRegistration,
@@ -158,7 +157,33 @@ class _ConfigChange:
         return keys
 
 
-_new_image: Callable[..., MetadataImage] = fast_constructor(MetadataImage)
+# `MetadataImage.__new__` is `object.__new__` for a Python class; a class compiled by mypyc
+# has its own (object.__new__ refuses it).
+_alloc_image = MetadataImage.__new__
+
+
+def _new_image(
+    features: Mapping[str, int],
+    cluster: ClusterImage,
+    topics: TopicsImage,
+    configs: Mapping[ConfigResource, Mapping[str, str]],
+    next_producer_id: int,
+    offset: int,
+    epoch: int,
+) -> MetadataImage:
+    """`MetadataImage(...)` without its `__init__` (and `__post_init__`, whose checks `apply`
+    needs not): compiled, `object.__setattr__` is a C call per field (`fast_constructor`'s
+    function of the fields runs as Python, about 3k instructions)."""
+    image: MetadataImage = _alloc_image(MetadataImage)
+    object.__setattr__(image, "features", features)
+    object.__setattr__(image, "cluster", cluster)
+    object.__setattr__(image, "topics", topics)
+    object.__setattr__(image, "configs", configs)
+    object.__setattr__(image, "next_producer_id", next_producer_id)
+    object.__setattr__(image, "offset", offset)
+    object.__setattr__(image, "epoch", epoch)
+    return image
+
 
 _Replayer = Callable[["MetadataDelta", Any, "int | None"], None]
 
@@ -270,10 +295,14 @@ class MetadataDelta:
         Raises MetadataReplayError (leaving the delta unchanged) if the record
         cannot apply.
         """
-        replayer = _REPLAYERS.get(type(record))
-        if replayer is None:
-            raise MetadataReplayError(f"cannot replay a {type(record).__name__}", offset)
-        replayer(self, record, offset)
+        if type(record) is ConfigRecord:
+            # A config write's record: a direct (compiled) call, not one through the table.
+            self._replay_config(record, offset)
+        else:
+            replayer = _REPLAYERS.get(type(record))
+            if replayer is None:
+                raise MetadataReplayError(f"cannot replay a {type(record).__name__}", offset)
+            replayer(self, record, offset)
         if offset is not None:
             self._offset = offset
         if epoch is not None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 from uuid import UUID
 
 from immutables import Map
@@ -443,7 +443,7 @@ class ConfigResource(NamedTuple):
 
     @staticmethod
     def topic(name: str) -> ConfigResource:
-        return _new_tuple(ConfigResource, (_TOPIC_TYPE, name))  # ConfigResource(TOPIC, name), on hot paths
+        return config_resource(_TOPIC_TYPE, name)  # ConfigResource(TOPIC, name), on hot paths
 
     @staticmethod
     def broker(broker_id: int | str) -> ConfigResource:
@@ -452,8 +452,18 @@ class ConfigResource(NamedTuple):
 
 def config_resource(resource_type: int, name: str) -> ConfigResource:
     """`ConfigResource(resource_type, name)` for hot paths: a NamedTuple's own `__new__` runs as
-    Python (about three times the cost of building the tuple directly)."""
-    return _new_tuple(ConfigResource, (resource_type, name))
+    Python (about three times the cost of building the tuple directly). The last one built is
+    remembered and given again for the same (int, str) pair: a config write asks for its
+    resource three times (its rule, and its replay into the open batch's delta and its own)."""
+    last = _LAST_RESOURCE[0]
+    if last[1] == name and last[0] == resource_type and type(resource_type) is int and type(name) is str:
+        return last
+    resource: ConfigResource = _new_tuple(ConfigResource, (resource_type, name))
+    _LAST_RESOURCE[0] = resource
+    return resource
+
+
+_LAST_RESOURCE: Final[list[ConfigResource]] = [_new_tuple(ConfigResource, (_TOPIC_TYPE, ""))]
 
 
 # --------------------------------------------------------------------------- the image

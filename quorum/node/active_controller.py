@@ -288,11 +288,11 @@ class QuorumController:
         # image after this write costs O(len(records)) either way: a write of at least 1/8 of
         # the batch so far re-applies the batch's delta; a smaller one is also replayed into a
         # delta of its own over the batch's image, whose apply costs only what it changed.
-        replay = ob.delta.replay
-        own = ob.delta if len(records) * 8 >= len(ob.records) else MetadataDelta(ob.image)
+        delta = ob.delta
+        own = delta if len(records) * 8 >= len(ob.records) else MetadataDelta(ob.image)
         for record in records:
-            replay(record, offset, epoch)
-            if own is not ob.delta:
+            delta.replay(record, offset, epoch)
+            if own is not delta:
                 own.replay(record, offset, epoch)
             offset += 1
         ob.records.extend([encode_record(r) for r in records])

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from quorum.controller.config_entry import ConfigEntry
 from quorum.controller.errors import ErrorCode
-from quorum.controller.requests import ConfigResourceType, ControllerResponse
+from quorum.controller.requests import ConfigResourceType, ControllerResponse, IncrementalAlterConfigsRequest
 from quorum.controller.topic_configs import describe_all
 from quorum.metadata.image import ConfigResource
 from quorum.metadata.snapshot import MetadataStateMachine
@@ -69,7 +69,8 @@ class ControllerApis:
         except codec.WireError:
             return self._handle(frame, None)
         request = decoded.request
-        if isinstance(request, _NOT_WRITES):
+        # The hot write's exact type first: no class of _NOT_WRITES is one of its bases.
+        if type(request) is not IncrementalAlterConfigsRequest and isinstance(request, _NOT_WRITES):
             return self._handle(frame, decoded)
         try:
             started = self.controller.start_write(request)

@@ -1327,7 +1327,7 @@ def decode_admin_request(frame: bytes | bytearray | memoryview) -> DecodedAdmin:
     a well-formed request that our typed values cannot express.
     """
     try:
-        return _decode_admin_request(bytes(frame))
+        return _decode_admin_request(frame if type(frame) is bytes else bytes(frame))
     except WireError:
         raise
     except Exception as exc:  # defensive: the contract is "only WireError"
@@ -1343,15 +1343,18 @@ _DIRECT_RESPONSES: Final[dict[int, Callable[[Any, int, int], bytes | None]]] = {
 }
 
 
-_FLEXIBLE_REQUESTS: dict[int, bool | None] = {}  # by api_key << 16 | version
+_FLEXIBLE_REQUESTS: Final[dict[int, bool | None]] = {}  # by api_key << 16 | version
 
 
 def _request_is_flexible(api_key: int, version: int) -> bool | None:
     """Whether the request schema of `api_key` at `version` is flexible (None: no schema),
     memoized: kio's schema lookup costs more than the rest of a small request's decoding."""
     key = api_key << 16 | version
+    known = _FLEXIBLE_REQUESTS.get(key)
+    if known is not None:
+        return known
     if key in _FLEXIBLE_REQUESTS:
-        return _FLEXIBLE_REQUESTS[key]
+        return None
     cls = _schema(api_key, version, True)
     flexible = None if cls is None else bool(cls.__flexible__)
     _FLEXIBLE_REQUESTS[key] = flexible
@@ -1407,8 +1410,18 @@ def _decode_admin_request(frame: bytes) -> DecodedAdmin:
     return decoded(request)
 
 
+# Response schemas found by `_schema` (a functools.cache, costlier to call), by
+# api_key << 16 | version.
+_RESPONSE_SCHEMAS: Final[dict[int, type[Any]]] = {}
+
+
 def _response_frame(api: _Api, version: int, correlation_id: int, response: Any) -> bytes:
-    cls = _schema(api.key, version, False)
+    key = api.key << 16 | version
+    cls = _RESPONSE_SCHEMAS.get(key)
+    if cls is None:
+        cls = _schema(api.key, version, False)
+        if cls is not None:
+            _RESPONSE_SCHEMAS[key] = cls
     if cls is None:
         raise WireError(ErrorCode.UNSUPPORTED_VERSION, f"no response schema for api {api.key} v{version}")
     direct = _DIRECT_RESPONSES.get(api.key)

@@ -35,6 +35,10 @@ _FLEX_PLAIN_RESULT: Final = struct.Struct(">hBBB")  # error code, null string, r
 # by _SIZE_AND_ID), the header's tagged fields when flexible, throttle_time_ms 0.
 _LEGACY_HEAD: Final = bytes(12)
 _FLEX_HEAD: Final = bytes(13)
+# A flexible answer of one resource in the common shape (no message, a name under 127 bytes),
+# up to the name: size, correlation id, the header's tagged fields (0), throttle_time_ms (0),
+# the resources' compact length (2), then _FLEX_PLAIN_RESULT's fields.
+_FLEX_ONE_PLAIN: Final = struct.Struct(">iiBiBhBBB")
 _RESOURCE_TYPES: Final = {int(t): t for t in ConfigResourceType}
 _OPS: Final = {int(o): o for o in AlterConfigOpType}
 
@@ -166,10 +170,30 @@ def encode_incremental_alter_configs_response(
 def _encode_iac_response(
     response: IncrementalAlterConfigsResponse, flexible: bool, correlation_id: int
 ) -> bytes | None:
+    resources = response.resources
+    if flexible and len(resources) == 1:
+        # One write's answer (a resource, no message): one pack, the name, the resource's and
+        # the body's empty tagged fields; the same bytes as the loop below.
+        one = resources[0]
+        code = one.error_code
+        if one.message is None and known_error_code(code):
+            raw_name = one.resource_name.encode()
+            if len(raw_name) < 0x7F:
+                head = _FLEX_ONE_PLAIN.pack(
+                    _FLEX_ONE_PLAIN.size - 4 + len(raw_name) + 2,
+                    correlation_id,
+                    0,
+                    0,
+                    2,
+                    code,
+                    0,
+                    int(one.resource_type),
+                    len(raw_name) + 1,
+                )
+                return head + raw_name + b"\0\0"
     # Frame: size (int32, filled last) and correlation id (int32); then, flexible, the
     # response header's empty tagged fields; then throttle_time_ms (int32, 0).
     out = bytearray(_FLEX_HEAD if flexible else _LEGACY_HEAD)
-    resources = response.resources
     if flexible:
         _put_uvarint(out, len(resources) + 1)
     else:
