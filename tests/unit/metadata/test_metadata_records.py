@@ -530,3 +530,28 @@ def test_generated_source_is_kept() -> None:
     sources = R._BY_CLASS[PartitionRecord].compiled.source
     assert set(sources) == {0, 1, 2}
     assert "def decode(data, p, end):" in sources[0]
+
+
+_CONFIG_TEXT = st.one_of(
+    st.text(max_size=140),
+    st.sampled_from(["", "x" * 126, "x" * 127, "x" * 128, "\u00e9" * 63, "\u00e9" * 64, "\U0001f600" * 32]),
+)
+
+
+@given(st.integers(-128, 127), _CONFIG_TEXT, _CONFIG_TEXT, st.none() | _CONFIG_TEXT)
+def test_config_record_fast_encoding_is_the_generated_encoders(
+    resource_type: int, resource_name: str, name: str, value: str | None
+) -> None:
+    """A ConfigRecord's write-path encoding (compiled, one per config write) gives the bytes of
+    the generated encoder, which an explicit version selects; at and past the one-byte compact
+    length (126/127 UTF-8 bytes) too."""
+    record = ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=name, value=value)
+    assert encode_record(record) == encode_record(record, 0)
+    assert decode_record(encode_record(record)) == record
+
+
+@pytest.mark.parametrize("resource_type", [-129, 128, 1 << 40])
+def test_config_record_out_of_range_type_is_refused_on_the_fast_path_too(resource_type: int) -> None:
+    record = ConfigRecord(resource_type=resource_type, resource_name="t", name="k", value="v")
+    with pytest.raises(ValueError):
+        encode_record(record)

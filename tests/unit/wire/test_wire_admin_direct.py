@@ -126,6 +126,16 @@ def test_tagged_fields_and_unknown_values_go_the_general_way() -> None:
     version=1,
     correlation_id=1,
 )
+@example(  # one resource: the one-pack answer, at and past a one-byte compact name length
+    response=IncrementalAlterConfigsResponse((AlterConfigsResult(ConfigResourceType.TOPIC, "n" * 126),)),
+    version=1,
+    correlation_id=2,
+)
+@example(
+    response=IncrementalAlterConfigsResponse((AlterConfigsResult(ConfigResourceType.BROKER, "\u00e9" * 64),)),
+    version=1,
+    correlation_id=3,
+)
 def test_direct_encode_is_the_general_encode(
     response: IncrementalAlterConfigsResponse, version: int, correlation_id: int
 ) -> None:
