@@ -67,6 +67,7 @@ from quorum.metadata.records import (
     PartitionRecord,
     RemoveTopicRecord,
     TopicRecord,
+    new_config_record,
 )
 
 TOPIC = ConfigResourceType.TOPIC
@@ -361,26 +362,12 @@ def incremental_alter_configs(
         for key in keys:
             value = after.get(key)
             if before.get(key) != value:
-                records.append(_new_config_record(_TOPIC_TYPE, name, key, value))
+                records.append(new_config_record(_TOPIC_TYPE, name, key, value))
     return ControllerResult(records, IncrementalAlterConfigsResponse(tuple(results)))
 
 
 _NO_CONFIGS: Mapping[str, str] = {}
 _TOPIC_TYPE = int(TOPIC)
-# `ConfigRecord.__new__` is `object.__new__` for a Python class; a class compiled by mypyc has
-# its own (object.__new__ refuses it).
-_alloc_config_record = ConfigRecord.__new__
-
-
-def _new_config_record(resource_type: int, resource_name: str, name: str, value: str | None) -> ConfigRecord:
-    """`ConfigRecord(...)` for the write path: compiled, `object.__setattr__` is a C call per
-    field (the record's `__init__`, and `fast_constructor`'s function, run as Python)."""
-    record: ConfigRecord = _alloc_config_record(ConfigRecord)
-    object.__setattr__(record, "resource_type", resource_type)
-    object.__setattr__(record, "resource_name", resource_name)
-    object.__setattr__(record, "name", name)
-    object.__setattr__(record, "value", value)
-    return record
 
 
 # ------------------------------------------------------------------ leadership

@@ -105,6 +105,7 @@ __all__ = [
     "encode_record",
     "is_unclean_election",
     "kafka_uuid_string",
+    "new_config_record",
     "record_to_json",
     "record_type_name",
     "write_version",
@@ -705,6 +706,23 @@ def encode_record(record: MetadataRecord, version: int | None = None) -> bytes:
     return b"".join(out)
 
 
+# `ConfigRecord.__new__` is `object.__new__` for a Python class; a class compiled by mypyc has
+# its own (object.__new__ refuses it).
+_alloc_config_record = ConfigRecord.__new__
+
+
+def new_config_record(resource_type: int, resource_name: str, name: str, value: str | None) -> ConfigRecord:
+    """`ConfigRecord(...)` on the hot paths (a config write's rule; decoding, once per config
+    write on every follower and broker): compiled, one C call per field (the dataclass's
+    `__init__` runs as Python)."""
+    record: ConfigRecord = _alloc_config_record(ConfigRecord)
+    object.__setattr__(record, "resource_type", resource_type)
+    object.__setattr__(record, "resource_name", resource_name)
+    object.__setattr__(record, "name", name)
+    object.__setattr__(record, "value", value)
+    return record
+
+
 # Each byte value as a bytes object of its own.
 _BYTE: Final = [bytes((i,)) for i in range(256)]
 # A ConfigRecord's frame at its only version (0) up to its resource type, by the type's byte:
@@ -754,6 +772,46 @@ def _encode_config_record(r: ConfigRecord) -> bytes | None:
     )
 
 
+_CONFIG_RECORD_KEY: Final = _BY_CLASS[ConfigRecord].api_key
+
+
+def _decode_config_record(buf: bytes, p: int, size: int) -> ConfigRecord | None:
+    """The ConfigRecord v0 body in `buf[p:size]` in compiled code, the record its generated
+    decoder gives (which runs as Python, about 7 µs): resource type (int8), resource name and
+    name (compact strings), value (compact nullable string), an empty tagged-field section,
+    nothing after. None for anything but that common shape (one-byte lengths, valid UTF-8):
+    the generated decoder reads the rest, or raises."""
+    if p >= size:
+        return None
+    resource_type = buf[p]
+    if resource_type >= 0x80:
+        resource_type -= 0x100
+    p += 1
+    strings: list[str | None] = []
+    try:
+        for nullable in (False, False, True):
+            length = buf[p]  # compact: length + 1, 0 for null
+            if length == 0 and nullable:
+                strings.append(None)
+                p += 1
+                continue
+            if not 0 < length < 0x80:
+                return None
+            end = p + length
+            if end > size:
+                return None
+            strings.append(buf[p + 1 : end].decode())
+            p = end
+        if p + 1 != size or buf[p] != 0:
+            return None
+    except (IndexError, UnicodeDecodeError):
+        return None
+    resource_name, name, value = strings
+    if resource_name is None or name is None:
+        return None
+    return new_config_record(resource_type, resource_name, name, value)
+
+
 def decode_record_with_version(data: bytes | bytearray | memoryview) -> tuple[MetadataRecord, int]:
     """Decode one framed record value; return (record, version).
 
@@ -774,6 +832,10 @@ def decode_record_with_version(data: bytes | bytearray | memoryview) -> tuple[Me
                 raise RecordDecodeError(f"unsupported metadata record frame version {frame} (only 1 is)")
             api_key, p = read_uvarint(buf, p)
             version, p = read_uvarint(buf, p)
+        if api_key == _CONFIG_RECORD_KEY and version == 0:
+            config = _decode_config_record(buf, p, size)  # one per config write
+            if config is not None:
+                return config, 0
         decoder = _DECODERS.get(api_key << 16 | version)
         if decoder is None:
             rt = _BY_KEY.get(api_key)
