@@ -66,6 +66,18 @@ FULL_SCAN_S = 5.0
 two scans a round looks only at the partitions something marked."""
 
 
+def _reported(plan: FollowerPlan) -> bool:
+    """The follower's plans that `ReplicaFetcher._report` logs: a truncation, or a restart of
+    the log (RESTART, or an APPEND at a new offset). A plain append, every fetch round's
+    common case, reports nothing."""
+    step = plan.step
+    return (
+        step is FollowerStep.TRUNCATE
+        or step is FollowerStep.RESTART
+        or (step is FollowerStep.APPEND and plan.offset >= 0)
+    )
+
+
 class ReplicaFetcher:
     def __init__(
         self,
@@ -304,7 +316,7 @@ class ReplicaFetcher:
             )  # fmt: skip
             self._delay(hosted)
             return FollowerStep.BACKOFF
-        if plan.step is not FollowerStep.APPEND or plan.offset >= 0:  # a plain append reports nothing
+        if _reported(plan):  # the message is built only for a truncation or a restart
             self._report(
                 hosted, plan, f"leader {self.leader_id} diverges at epoch {(answer.diverging_epoch or (-1,))[0]}"
             )
@@ -328,7 +340,7 @@ class ReplicaFetcher:
                     "broker %d: %s-%d lost %d offsets below its high watermark (unclean leader election)",
                     self.config.node_id, hosted.topic, hosted.partition, plan.below_high_watermark,
                 )  # fmt: skip
-        elif plan.step is FollowerStep.RESTART or (plan.step is FollowerStep.APPEND and plan.offset >= 0):
+        elif _reported(plan):
             log.info(
                 "broker %d: %s-%d restarts its log at offset %d (%s)",
                 self.config.node_id, hosted.topic, hosted.partition, plan.offset, why,
